@@ -1,0 +1,1 @@
+"""Device drivers: transports (serial, VISA, SSH) and one thin driver per device family."""

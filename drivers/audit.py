@@ -1,0 +1,32 @@
+"""Every byte exchanged with a device, timestamped where the I/O happens."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    device: str
+    address: str
+    direction: str  # "tx" (to the device) or "rx" (from the device)
+    data: str  # decoded text; bytes that are not UTF-8 are backslash-escaped
+    mono_ns: int  # time.monotonic_ns() taken right next to the I/O call
+    wall: float  # time.time() at the same moment
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+AuditSink = Callable[[AuditRecord], None]
+
+
+def record(sink: AuditSink | None, device: str, address: str, direction: str, data: bytes | str) -> int:
+    """Timestamp one exchange, hand it to the sink and return its monotonic time."""
+    now = time.monotonic_ns()
+    if sink is not None:
+        text = data if isinstance(data, str) else data.decode("utf-8", errors="backslashreplace")
+        sink(AuditRecord(device, address, direction, text, now, time.time()))
+    return now

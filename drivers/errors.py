@@ -1,0 +1,70 @@
+"""Typed device errors.
+
+Every error names the device, its address, what was sent, what came back and what to change, in
+the manner of Netmiko's messages: the user should know what to try next without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class DeviceError(Exception):
+    """A device did not do what was asked. Base class of all driver errors."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        device: str = "?",
+        address: str = "?",
+        sent: str | None = None,
+        received: str | bytes | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.message = message
+        self.device = device
+        self.address = address
+        self.sent = sent
+        self.received = received
+        self.hint = hint
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        parts = [f"{self.device} ({self.address}): {self.message}"]
+        if self.sent is not None:
+            parts.append(f"  sent:     {self.sent!r}")
+        if self.received is not None:
+            parts.append(f"  received: {self.received!r}")
+        if self.hint:
+            parts.append(f"  try:      {self.hint}")
+        return "\n".join(parts)
+
+    def __reduce__(self):
+        # Errors cross process boundaries (Ray actors); keep every field through pickling.
+        return (
+            _rebuild,
+            (type(self), self.message, self.device, self.address, self.sent, self.received, self.hint),
+        )
+
+
+def _rebuild(cls, message, device, address, sent, received, hint):
+    return cls(message, device=device, address=address, sent=sent, received=received, hint=hint)
+
+
+class DeviceConnectionError(DeviceError):
+    """The device could not be reached, or the connection dropped."""
+
+
+class DeviceTimeout(DeviceError):
+    """No (complete) reply within the timeout. The outcome of a write may be unknown."""
+
+
+class DeviceProtocolError(DeviceError):
+    """The device answered, but not in the grammar the driver expects."""
+
+
+class DeviceCommandError(DeviceError):
+    """The device understood the transport but refused the command (e.g. its SCPI error queue)."""
+
+
+class InterlockError(DeviceError):
+    """The operation would touch a port or device the inventory does not allow."""

@@ -1,0 +1,56 @@
+"""Transports own framing, timeouts and reconnection; drivers only speak the device's grammar."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from ..audit import AuditSink
+
+
+@dataclass(frozen=True)
+class TransportSettings:
+    """How to reach a message-based (line-oriented) instrument."""
+
+    type: Literal["visa", "serial"]
+    # VISA: a resource string such as "TCPIP0::10.0.0.5::5025::SOCKET" or "ASRL/dev/ttyUSB0::INSTR".
+    # serial: a device path ("/dev/ttyUSB0") or a pyserial URL ("socket://10.0.0.5:5025").
+    address: str
+    timeout_s: float = 2.0
+    baudrate: int = 38400
+    write_termination: str = "\n"
+    read_termination: str = "\n"  # a trailing "\r" is stripped from every reply as well
+
+
+class MessageTransport(Protocol):
+    """A line-oriented conversation with one instrument. Raises drivers.errors.DeviceError subclasses only."""
+
+    address: str
+
+    def write(self, message: str) -> None: ...
+
+    def query(self, message: str) -> str: ...
+
+    def close(self) -> None: ...
+
+
+def open_transport(
+    settings: TransportSettings, device: str, audit: AuditSink | None = None
+) -> MessageTransport:
+    """The transport for `settings.type`. Nothing is opened yet: transports connect on first use.
+
+    The transport modules are imported here, not at the top, so that a lab with only serial devices
+    never needs pyvisa importable, and vice versa.
+    """
+    if settings.type == "visa":
+        from .visa import VisaTransport
+
+        return VisaTransport(settings, device, audit)
+    if settings.type == "serial":
+        from .serial import SerialTransport
+
+        return SerialTransport(settings, device, audit)
+    raise ValueError(
+        f"{device}: unknown transport type {settings.type!r}; use 'visa' (a VISA resource string such "
+        "as 'TCPIP0::host::5025::SOCKET') or 'serial' (a device path or a pyserial URL)"
+    )

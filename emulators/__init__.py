@@ -1,0 +1,1 @@
+"""Protocol-level emulators of the lab's devices, and the coupled twin that runs them."""

@@ -1,0 +1,46 @@
+"""What the twin must emulate: plain data, JSON-serialisable, so the twin can run in its own process.
+
+The testbed core builds a TwinSpec from the inventory (testbed/twin.py); the emulators package never
+imports the testbed core.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class OcsSpec:
+    """A Polatis-style optical circuit switch: ingress ports 1..size, egress ports size+1..2*size."""
+
+    name: str
+    size: int = 32
+    switching_time_ms: float = 25.0
+    jitter_ms: float = 0.5  # each move takes switching_time_ms + uniform(-jitter, +jitter), seeded
+    insertion_loss_db: float = 1.0
+    # Light arriving on ingress ports (from the host transceivers cabled to them), in dBm.
+    input_power_dbm: dict[int, float] = field(default_factory=dict)
+    seed: int = 0
+    idn: str = "Polatis,N-OST-32x32-LU1-DMHNS,000001,6.5.2.18"
+    kind: str = "ocs"
+
+
+@dataclass
+class TwinSpec:
+    devices: list[OcsSpec] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps({"devices": [asdict(d) for d in self.devices]})
+
+    @classmethod
+    def from_json(cls, text: str) -> TwinSpec:
+        raw = json.loads(text)
+        devices = []
+        for d in raw["devices"]:
+            if d.get("kind", "ocs") == "ocs":
+                d["input_power_dbm"] = {int(k): float(v) for k, v in d.get("input_power_dbm", {}).items()}
+                devices.append(OcsSpec(**d))
+            else:
+                raise ValueError(f"unknown emulated device kind {d.get('kind')!r}")
+        return cls(devices=devices)

@@ -1,0 +1,186 @@
+"""The `testbed` command. Its options and exit codes are a contract that scripts rely on:
+0 success, 1 experiment failed, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from testbed.errors import EXIT_BAD_INPUT, EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
+
+DEFAULT_INVENTORY = "playbooks/inventory/emulated-rack.yaml"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="testbed",
+        description="Experiments on photonic ML-datacenter testbeds, on the lab or on its emulated twin.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("validate", help="check inventory and playbook files")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--inventory", help=f"inventory that playbooks refer to (default {DEFAULT_INVENTORY})")
+
+    p = sub.add_parser("plan", help="print what `run` would do; touches no device")
+    p.add_argument("playbook")
+    _run_shape_options(p)
+
+    p = sub.add_parser("run", help="run a playbook")
+    p.add_argument("playbook")
+    _run_shape_options(p)
+    p.add_argument("--emulate", action="store_true", help="run against the emulated twin of the inventory")
+    p.add_argument("--results", default="results", help="folder for run folders (default ./results)")
+    p.add_argument("--ray-address", help="join this Ray cluster instead of starting a private local one")
+    p.add_argument("--yes", action="store_true", help="do not ask before the first write to a real device")
+
+    p = sub.add_parser("emulate", help="run the emulated twin of an inventory until Ctrl-C")
+    p.add_argument("inventory", nargs="?", default=DEFAULT_INVENTORY)
+    p.add_argument("--seed", type=int, default=0)
+
+    p = sub.add_parser("report", help="print the tables of a run")
+    p.add_argument("run_dir")
+    p.add_argument("--json", action="store_true", help="print summary.json")
+
+    p = sub.add_parser("schema", help="write JSON Schemas of inventories and playbooks (for editors)")
+    p.add_argument("--out", default=".", help="folder to write inventory.schema.json and playbook.schema.json")
+    return parser
+
+
+def _run_shape_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inventory", help=f"inventory file (default {DEFAULT_INVENTORY})")
+    p.add_argument("--trials", type=int, help="override the playbook's number of trials")
+    p.add_argument("--seed", type=int, help="override the playbook's seed")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(highlight=False)
+    errors = Console(stderr=True, highlight=False)
+    try:
+        return COMMANDS[args.command](args, console)
+    except UserError as exc:
+        errors.print(f"[red]error:[/] {exc}", markup=True, soft_wrap=True)
+        return EXIT_BAD_INPUT
+
+
+def cmd_validate(args, console: Console) -> int:
+    from testbed.config import detect_kind, load_inventory, load_playbook
+    from testbed.errors import ConfigError
+
+    problems: list[str] = []
+    inventory = None
+    for path in args.files:
+        try:
+            kind = detect_kind(path)
+            if kind == "inventory":
+                load_inventory(path)
+            else:
+                if inventory is None:
+                    inventory = load_inventory(args.inventory or DEFAULT_INVENTORY).model
+                load_playbook(path, inventory)
+            console.print(f"[green]ok[/] {path} ({kind})")
+        except ConfigError as exc:
+            problems.extend(str(p) for p in exc.problems)
+    if problems:
+        for problem in problems:
+            console.print(f"[red]error:[/] {problem}", soft_wrap=True)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+def _load_plan(args):
+    from testbed.config import load_inventory, load_playbook
+    from testbed.plan import make_plan
+
+    inventory_file = args.inventory or DEFAULT_INVENTORY
+    inventory = load_inventory(inventory_file).model
+    playbook = load_playbook(args.playbook, inventory).model
+    return inventory_file, make_plan(playbook, inventory, trials=args.trials, seed=args.seed)
+
+
+def cmd_plan(args, console: Console) -> int:
+    from testbed.plan_view import print_plan
+
+    inventory_file, plan = _load_plan(args)
+    print_plan(console, plan, inventory_file)
+    return EXIT_OK
+
+
+def cmd_run(args, console: Console) -> int:
+    from testbed.report import print_summary
+    from testbed.runner.run import RunOptions, run_plan
+
+    inventory_file, plan = _load_plan(args)
+    if not args.emulate:
+        if plan.inventory.emulated_only:
+            raise UserError(
+                f"{inventory_file} describes an emulated lab (emulated_only: true); add --emulate, or "
+                "pass --inventory with your lab's inventory"
+            )
+        if plan.writes and not args.yes:
+            _confirm(plan)
+    options = RunOptions(
+        playbook_file=args.playbook,
+        inventory_file=inventory_file,
+        results_root=Path(args.results),
+        emulate=args.emulate,
+        ray_address=args.ray_address,
+    )
+    outcome = run_plan(plan, options, console)
+    print_summary(console, outcome.summary)
+    if outcome.error:
+        Console(stderr=True).print(f"[red]{outcome.status}:[/] {outcome.error}", soft_wrap=True, markup=True)
+    console.print(f"results: {outcome.run_dir}", soft_wrap=True, markup=False, highlight=False)
+    return EXIT_OK if outcome.status == "ok" else EXIT_EXPERIMENT_FAILED
+
+
+def _confirm(plan) -> None:
+    targets = ", ".join(f"{d} ({a})" for d, a in plan.addresses().items() if d in plan.writes)
+    if not sys.stdin.isatty():
+        raise UserError(f"this run writes to real devices: {targets}; pass --yes to confirm (no terminal to ask)")
+    answer = input(f"This run writes to real devices: {targets}. Continue? [y/N] ")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise UserError("not confirmed; nothing was written")
+
+
+def cmd_emulate(args, console: Console) -> int:
+    from testbed.emulate_cmd import serve_twin
+
+    return serve_twin(args.inventory, args.seed, console)
+
+
+def cmd_report(args, console: Console) -> int:
+    from testbed.report import load_summary, print_summary
+
+    summary = load_summary(Path(args.run_dir))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print_summary(console, summary)
+    return EXIT_OK
+
+
+def cmd_schema(args, console: Console) -> int:
+    from testbed.config.schema import write_schemas
+
+    for path in write_schemas(Path(args.out)):
+        console.print(f"wrote {path}")
+    return EXIT_OK
+
+
+COMMANDS = {
+    "validate": cmd_validate,
+    "plan": cmd_plan,
+    "run": cmd_run,
+    "emulate": cmd_emulate,
+    "report": cmd_report,
+    "schema": cmd_schema,
+}
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""Checks that span several keys (references, port ranges), each reported at its key path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from testbed.config.common import Name
+from testbed.config.inventory import GpuHostDevice, Inventory, MeshDevice, OcsDevice
+from testbed.config.playbook import LINK_PATTERN, FabricApply, Parallel, Playbook, Wait, param_name
+
+Problem = tuple[tuple, str]  # (key path, message)
+
+
+def check_inventory(inv: Inventory) -> list[Problem]:
+    problems: list[Problem] = []
+    for name, dev in inv.devices.items():
+        if isinstance(dev, OcsDevice):
+            top = 2 * dev.size
+            for key in ("allowed_ports", "reserved_ports"):
+                for port in getattr(dev, key) or []:
+                    if not 1 <= port <= top:
+                        problems.append(
+                            (
+                                (("devices", name, key)),
+                                f"port {port} is out of range for a {dev.size}x{dev.size} switch (ports 1..{top})",
+                            )
+                        )
+                        break
+    seen_switch_ports: dict[tuple[str, int], int] = {}
+    seen_host_ports: dict[tuple[str, str], int] = {}
+    for i, f in enumerate(inv.fibres):
+        loc = ("fibres", i)
+        host = inv.devices.get(f.host)
+        if not isinstance(host, GpuHostDevice):
+            problems.append(((*loc, "host"), _unknown("GPU host", f.host, inv, GpuHostDevice)))
+        elif f.port not in host.ports:
+            problems.append(
+                ((*loc, "port"), f"host {f.host} has no port {f.port!r} (its ports: {', '.join(host.ports)})")
+            )
+        switch = inv.devices.get(f.switch)
+        if not isinstance(switch, OcsDevice | MeshDevice):
+            problems.append(((*loc, "switch"), _unknown("switch", f.switch, inv, OcsDevice | MeshDevice)))
+        else:
+            n = switch.size
+            if not 1 <= f.ingress <= n:
+                problems.append(
+                    (
+                        (*loc, "ingress"),
+                        f"ingress port {f.ingress} is out of range for {f.switch} (ingress ports are 1..{n})",
+                    )
+                )
+            if not n < f.egress <= 2 * n:
+                problems.append(
+                    (
+                        (*loc, "egress"),
+                        f"egress port {f.egress} is out of range for {f.switch} (egress ports are {n + 1}..{2 * n})",
+                    )
+                )
+        for key, port in (("ingress", f.ingress), ("egress", f.egress)):
+            other = seen_switch_ports.setdefault((f.switch, port), i)
+            if other != i:
+                problems.append(((*loc, key), f"{f.switch} port {port} is already cabled by fibres[{other}]"))
+        other = seen_host_ports.setdefault((f.host, f.port), i)
+        if other != i:
+            problems.append(((*loc, "port"), f"{f.host}:{f.port} is already cabled by fibres[{other}]"))
+    for i, spare in enumerate(inv.spares):
+        if not isinstance(inv.devices.get(spare), GpuHostDevice):
+            problems.append(((("spares", i)), _unknown("GPU host", spare, inv, GpuHostDevice)))
+    return problems
+
+
+def check_playbook(pb: Playbook, inv: Inventory | None) -> list[Problem]:
+    """Problems in the playbook itself, and (given an inventory) in its references to the lab."""
+    problems: list[Problem] = []
+    for section in ("setup", "steps", "teardown"):
+        for loc, step in _walk(getattr(pb, section), (section,)):
+            if isinstance(step, FabricApply) and step.configuration not in pb.configurations:
+                known = ", ".join(pb.configurations) or "none defined"
+                problems.append(
+                    (
+                        (*loc, "configuration"),
+                        f"no configuration named {step.configuration!r} (configurations: {known})",
+                    )
+                )
+            if isinstance(step, Wait) and isinstance(step.ms, str) and param_name(step.ms) not in pb.sweep:
+                problems.append(((*loc, "ms"), f"{step.ms} names no parameter under `sweep`"))
+    for key, values in pb.sweep.items():
+        if not values:
+            problems.append((("sweep", key), "a swept parameter needs at least one value"))
+    if inv is not None:
+        for cname, conf in pb.configurations.items():
+            loc = ("configurations", cname)
+            for i, link in enumerate(conf.links):
+                m = LINK_PATTERN.match(link)
+                for host, port in ((m.group(1), m.group(2)), (m.group(4), m.group(5))):
+                    if inv.fibre_of(host, port) is None:
+                        problems.append(
+                            ((*loc, "links", i), f"{host}:{port} is not in the inventory's fibre map ({inv.name})")
+                        )
+            for switch, pairs in conf.circuits.items():
+                dev = inv.devices.get(switch)
+                if not isinstance(dev, OcsDevice | MeshDevice):
+                    problems.append(
+                        ((*loc, "circuits", switch), _unknown("switch", switch, inv, OcsDevice | MeshDevice))
+                    )
+                    continue
+                for j, (ing, egr) in enumerate(pairs):
+                    if not (1 <= ing <= dev.size and dev.size < egr <= 2 * dev.size):
+                        problems.append(
+                            (
+                                (*loc, "circuits", switch, j),
+                                f"({ing}, {egr}) is not (ingress 1..{dev.size}, egress "
+                                f"{dev.size + 1}..{2 * dev.size}) on {switch}",
+                            )
+                        )
+    return problems
+
+
+def _walk(steps, loc) -> Iterator[tuple[tuple, object]]:
+    for i, step in enumerate(steps):
+        yield (*loc, i), step
+        if isinstance(step, Parallel):
+            yield from _walk(step.steps, (*loc, i, "steps"))
+
+
+def _unknown(what: str, name: Name, inv: Inventory, kind) -> str:
+    known = [n for n, d in inv.devices.items() if isinstance(d, kind)]
+    return f"no {what} named {name!r} in the inventory (known: {', '.join(known) or 'none'})"

@@ -1,0 +1,163 @@
+"""YAML loading that remembers where every key and value came from.
+
+PyYAML's composer gives each node a start mark; we build plain Python data and, beside it, a map
+from key path (tuple of keys and list indices) to line number. pydantic's error locations are key
+paths too, so every validation error can be reported as `file:line: key.path: message`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from testbed.errors import ConfigError, ConfigProblem
+
+Loc = tuple[str | int, ...]
+
+
+class LocatedData:
+    """Plain data loaded from a YAML file, with the line of every key path."""
+
+    def __init__(self, file: str, data: Any, lines: dict[Loc, int]) -> None:
+        self.file = file
+        self.data = data
+        self.lines = lines
+
+    def line_of(self, loc: Loc) -> int | None:
+        """The line of `loc`, or of its closest ancestor that has one."""
+        loc = tuple(loc)
+        while loc:
+            if loc in self.lines:
+                return self.lines[loc]
+            loc = loc[:-1]
+        return self.lines.get((), None)
+
+    def problem(self, loc: Loc, message: str) -> ConfigProblem:
+        return ConfigProblem(self.file, self.line_of(loc), format_loc(loc), message)
+
+
+def format_loc(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def load_yaml(path: str | Path) -> LocatedData:
+    path = Path(path)
+    name = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([ConfigProblem(name, None, "", "file not found")]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([ConfigProblem(name, None, "", f"cannot read file: {exc}")]) from None
+    return parse_yaml(text, name)
+
+
+def parse_yaml(text: str, name: str = "<string>") -> LocatedData:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([ConfigProblem(name, line, "", f"not valid YAML: {problem}")]) from None
+    if node is None:
+        raise ConfigError([ConfigProblem(name, 1, "", "the file is empty")])
+    lines: dict[Loc, int] = {}
+    problems: list[ConfigProblem] = []
+    data = _build(node, (), lines, problems, name)
+    if problems:
+        raise ConfigError(problems)
+    return LocatedData(name, data, lines)
+
+
+def _build(node: yaml.Node, loc: Loc, lines: dict[Loc, int], problems: list[ConfigProblem], name: str):
+    lines.setdefault(loc, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                problems.append(
+                    ConfigProblem(name, key_node.start_mark.line + 1, format_loc(loc), "keys must be plain scalars")
+                )
+                continue
+            key = (
+                yaml.safe_load(yaml.serialize(key_node)) if key_node.tag != "tag:yaml.org,2002:str" else key_node.value
+            )
+            if key in out:
+                # PyYAML keeps the last duplicate silently; a lab file with two values for one key
+                # is almost always a copy-paste mistake, so refuse it.
+                problems.append(
+                    ConfigProblem(name, key_node.start_mark.line + 1, format_loc((*loc, key)), "duplicate key")
+                )
+                continue
+            lines[(*loc, key)] = key_node.start_mark.line + 1
+            out[key] = _build(value_node, (*loc, key), lines, problems, name)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(item, (*loc, i), lines, problems, name) for i, item in enumerate(node.value)]
+    # Scalars: let the safe constructor resolve ints, floats, bools, nulls exactly as yaml.safe_load.
+    return (
+        yaml.SafeLoader(yaml.serialize(node)).get_single_data() if node.tag != "tag:yaml.org,2002:str" else node.value
+    )
+
+
+def validate(model: type[BaseModel], located: LocatedData, context: dict | None = None):
+    """Validate located data into `model`; every error becomes a ConfigProblem at file:line."""
+    try:
+        return model.model_validate(located.data, context=context)
+    except ValidationError as exc:
+        problems = [located.problem(_data_loc(_error_loc(err), located.data), _message(err)) for err in exc.errors()]
+        raise ConfigError(problems) from None
+
+
+def _error_loc(err: dict) -> tuple:
+    loc = tuple(err["loc"])
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        # The problem is the value of the tag key (e.g. `kind: oxc`), so point at that key.
+        loc = (*loc, str(err.get("ctx", {}).get("discriminator", "")).strip("'"))
+    return loc
+
+
+def _data_loc(loc: tuple, data: Any) -> Loc:
+    """pydantic's error location as a path of the file's keys.
+
+    pydantic inserts names that are not keys of the file (the tag of a discriminated-union member such as
+    'ocs', validator names); walk the location against the data and keep only real keys, plus a last key
+    that is absent (a missing or misspelt key).
+    """
+    out: list = []
+    node = data
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+            out.append(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+            out.append(part)
+        elif i == len(loc) - 1:
+            out.append(part)
+    return tuple(out)
+
+
+def _message(err: dict) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return "unknown key (check the spelling; `testbed schema` lists the allowed keys)"
+    if kind == "missing":
+        return "required key is missing"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    got = err.get("input")
+    if kind not in ("union_tag_invalid", "value_error") and not isinstance(got, dict | list) and got is not None:
+        msg += f" (got {got!r})"
+    return msg

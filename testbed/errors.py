@@ -1,0 +1,43 @@
+"""Errors that reach the user, and the exit codes they map to.
+
+Exit codes are part of the CLI contract: 0 success, 1 experiment failed, 2 bad input.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_EXPERIMENT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+class UserError(Exception):
+    """A mistake in the user's input (files, options). Printed without a traceback; exit code 2."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class ConfigError(UserError):
+    """One or more problems in a YAML file, each located at file:line and a key path."""
+
+    def __init__(self, problems: list[ConfigProblem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+class ConfigProblem:
+    def __init__(self, file: str, line: int | None, key: str, message: str) -> None:
+        self.file = file
+        self.line = line
+        self.key = key
+        self.message = message
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        key = f" {self.key}:" if self.key else ""
+        return f"{where}:{key} {self.message}"
+
+
+class ExperimentFailed(Exception):
+    """The experiment ran but did not succeed (a device refused, a check failed). Exit code 1."""
+
+    exit_code = EXIT_EXPERIMENT_FAILED

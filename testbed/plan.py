@@ -1,0 +1,206 @@
+"""The planner: a pure function from playbook + inventory to a plan. No I/O, no clock, no randomness
+beyond the playbook's seed. `testbed plan` prints exactly what `testbed run` will execute.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from testbed.config.inventory import Inventory, MeshDevice, OcsDevice, transport_address
+from testbed.config.playbook import (
+    LINK_PATTERN,
+    Configuration,
+    FabricApply,
+    FabricClear,
+    Parallel,
+    Playbook,
+    Wait,
+)
+from testbed.config.playbook import param_name as _param_name
+from testbed.errors import UserError
+
+Pair = tuple[int, int]
+
+
+class PlanError(UserError):
+    """The playbook cannot run on this inventory (an interlock, a missing fibre)."""
+
+
+# --- resolved steps: what the coordinator executes ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class ApplyStep:
+    label: str
+    configuration: str
+    circuits: dict[str, tuple[Pair, ...]]  # switch -> the circuits it must hold
+    managed: dict[str, tuple[int, ...]]  # switch -> ports this playbook owns (circuits on them may be removed)
+    measure: str | None
+    verify_light: bool
+    min_power_dbm: float
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class ClearStep:
+    label: str
+    managed: dict[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class WaitStep:
+    label: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ParallelStep:
+    label: str
+    steps: tuple[PlannedStep, ...]
+
+
+PlannedStep = ApplyStep | ClearStep | WaitStep | ParallelStep
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    index: int  # 0-based over the whole run
+    sweep_point: dict[str, object]
+    steps: tuple[PlannedStep, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    playbook: Playbook
+    inventory: Inventory
+    seed: int
+    devices: tuple[str, ...]  # the devices the plan touches, in inventory order
+    writes: tuple[str, ...]  # the devices the plan writes to
+    setup: tuple[PlannedStep, ...]
+    trials: tuple[TrialPlan, ...]
+    teardown: tuple[PlannedStep, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def addresses(self) -> dict[str, str]:
+        return {d: transport_address(self.inventory.devices[d].transport) for d in self.devices}
+
+
+def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = None, seed: int | None = None) -> Plan:
+    n_trials = trials if trials is not None else playbook.trials
+    if n_trials < 1:
+        raise PlanError(f"--trials must be at least 1 (got {n_trials})")
+    circuits = {name: _resolve(name, conf, inventory) for name, conf in playbook.configurations.items()}
+    managed = _managed_ports(circuits)
+    _check_interlocks(circuits, managed, inventory)
+
+    def resolve_steps(steps, point) -> tuple[PlannedStep, ...]:
+        return tuple(_resolve_step(s, i, point, circuits, managed) for i, s in enumerate(steps))
+
+    points = _sweep_points(playbook.sweep)
+    trial_plans = []
+    for point in points:
+        steps = resolve_steps(playbook.steps, point)
+        for _ in range(n_trials):
+            trial_plans.append(TrialPlan(len(trial_plans), point, steps))
+    touched = sorted({sw for conf in circuits.values() for sw in conf}, key=list(inventory.devices).index)
+    return Plan(
+        playbook=playbook,
+        inventory=inventory,
+        seed=playbook.seed if seed is None else seed,
+        devices=tuple(touched),
+        writes=tuple(touched),
+        setup=resolve_steps(playbook.setup, points[0]),
+        trials=tuple(trial_plans),
+        teardown=resolve_steps(playbook.teardown, points[-1]),
+    )
+
+
+def _sweep_points(sweep: dict[str, list]) -> list[dict[str, object]]:
+    if not sweep:
+        return [{}]
+    keys = list(sweep)
+    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*(sweep[k] for k in keys))]
+
+
+def _resolve(name: str, conf: Configuration, inv: Inventory) -> dict[str, tuple[Pair, ...]]:
+    """Links and raw circuits -> circuits per switch, through the fibre map."""
+    out: dict[str, list[Pair]] = {sw: [tuple(p) for p in pairs] for sw, pairs in conf.circuits.items()}
+    for link in conf.links:
+        m = LINK_PATTERN.match(link)
+        a, b = (m.group(1), m.group(2)), (m.group(4), m.group(5))
+        directions = [(a, b)] if m.group(3) == "->" else [(a, b), (b, a)]
+        for src, dst in directions:
+            f_src, f_dst = inv.fibre_of(*src), inv.fibre_of(*dst)
+            if f_src is None or f_dst is None:
+                missing = src if f_src is None else dst
+                raise PlanError(f"configuration {name!r}: {missing[0]}:{missing[1]} has no fibre in the inventory")
+            if f_src.switch != f_dst.switch:
+                raise PlanError(
+                    f"configuration {name!r}: link {link!r} needs a path from {f_src.switch} to "
+                    f"{f_dst.switch}; paths through several switches are not supported yet"
+                )
+            out.setdefault(f_src.switch, []).append((f_src.ingress, f_dst.egress))
+    for sw, pairs in out.items():
+        ingress = [i for i, _ in pairs]
+        egress = [e for _, e in pairs]
+        for ports, what in ((ingress, "ingress"), (egress, "egress")):
+            dup = sorted({p for p in ports if ports.count(p) > 1})
+            if dup:
+                raise PlanError(
+                    f"configuration {name!r} uses {what} port(s) {dup} of {sw} twice; a port carries one circuit"
+                )
+    return {sw: tuple(sorted(set(pairs))) for sw, pairs in out.items()}
+
+
+def _managed_ports(circuits: dict[str, dict[str, tuple[Pair, ...]]]) -> dict[str, tuple[int, ...]]:
+    ports: dict[str, set[int]] = {}
+    for conf in circuits.values():
+        for sw, pairs in conf.items():
+            ports.setdefault(sw, set()).update(p for pair in pairs for p in pair)
+    return {sw: tuple(sorted(p)) for sw, p in ports.items()}
+
+
+def _check_interlocks(circuits, managed, inv: Inventory) -> None:
+    problems = []
+    for sw, ports in managed.items():
+        dev = inv.devices[sw]
+        if not isinstance(dev, OcsDevice | MeshDevice):
+            problems.append(f"{sw} is a {dev.kind}, not a switch")
+            continue
+        if dev.read_only:
+            problems.append(f"{sw} is read-only in the inventory, but the playbook sets circuits on it")
+        if isinstance(dev, OcsDevice):
+            bad = [p for p in ports if not dev.port_allowed(p)]
+            if bad:
+                problems.append(
+                    f"the playbook would touch port(s) {bad} of {sw}, which the inventory reserves or "
+                    "does not allow (allowed_ports / reserved_ports)"
+                )
+    if problems:
+        raise PlanError("interlock: " + "; ".join(problems))
+
+
+def _resolve_step(step, index, point, circuits, managed) -> PlannedStep:
+    if isinstance(step, FabricApply):
+        return ApplyStep(
+            label=step.name or f"apply {step.configuration}",
+            configuration=step.configuration,
+            circuits=circuits[step.configuration],
+            managed={sw: managed[sw] for sw in circuits[step.configuration]},
+            measure=step.measure,
+            verify_light=step.verify_light,
+            min_power_dbm=step.min_power_dbm,
+            timeout_s=step.timeout_ms / 1000,
+        )
+    if isinstance(step, FabricClear):
+        return ClearStep(label=step.name or "clear fabric", managed=dict(managed))
+    if isinstance(step, Wait):
+        ms = point[_param_name(step.ms)] if isinstance(step.ms, str) else step.ms
+        if not isinstance(ms, int | float) or isinstance(ms, bool) or ms < 0:
+            raise PlanError(f"wait: {step.ms} = {ms!r} is not a duration in ms")
+        return WaitStep(label=step.name or f"wait {ms:g} ms", seconds=float(ms) / 1000)
+    if isinstance(step, Parallel):
+        inner = tuple(_resolve_step(s, i, point, circuits, managed) for i, s in enumerate(step.steps))
+        return ParallelStep(label=step.name or f"parallel ({len(inner)} steps)", steps=inner)
+    raise TypeError(f"unplannable step {step!r}")  # a new step type without a planner case

@@ -1,0 +1,126 @@
+"""Optical circuit switch procedures over the CircuitSwitch capability."""
+
+from __future__ import annotations
+
+import time
+
+from testbed.capabilities import CircuitSwitch
+from testbed.procedures.context import ProcedureContext
+from testbed.procedures.errors import VerificationError
+
+POLL_INTERVAL_S = 0.001  # light polling: one PMON query per ms at most
+
+
+def identify(switch: CircuitSwitch, ctx: ProcedureContext, *, expected_size: int | None = None) -> dict:
+    ident = switch.identify()
+    n_in, n_out = switch.size()
+    if expected_size is not None and (n_in, n_out) != (expected_size, expected_size):
+        raise VerificationError(
+            f"the switch reports {n_in}x{n_out} ports but the inventory says {expected_size}x{expected_size}",
+            device=ctx.device,
+            address=ctx.address,
+            sent=":OXC:SWIT:SIZE?",
+            received=f"{n_in},{n_out}",
+            hint="correct `size` in the inventory, or check that the address points at the right switch",
+        )
+    ctx.cache["connections"] = switch.connections()
+    return {
+        "vendor": ident.vendor,
+        "model": ident.model,
+        "serial": ident.serial,
+        "firmware": ident.firmware,
+        "size": [n_in, n_out],
+        "circuits": len(ctx.cache["connections"]),
+    }
+
+
+def connections(switch: CircuitSwitch, ctx: ProcedureContext) -> dict[int, int]:
+    ctx.cache["connections"] = switch.connections()
+    return ctx.cache["connections"]
+
+
+def reconfigure(
+    switch: CircuitSwitch,
+    ctx: ProcedureContext,
+    *,
+    circuits: list[tuple[int, int]],
+    managed: list[int],
+    verify_light: bool = True,
+    min_power_dbm: float = -20.0,
+    timeout_s: float = 5.0,
+) -> dict:
+    """Make the switch hold `circuits`, removing other circuits on `managed` ports only.
+
+    Marks: sent (first command written), acked (`*OPC?` answered: the switch has settled), lit (every
+    new egress port reads light above `min_power_dbm`).
+    """
+    target = dict(circuits)
+    current = ctx.cache.get("connections")
+    if current is None:
+        current = switch.connections()
+    owned = set(managed)
+    remove = [(i, e) for i, e in current.items() if target.get(i) != e and (i in owned or e in owned)]
+    add = [(i, e) for i, e in target.items() if current.get(i) != e]
+
+    ctx.mark("sent")
+    if remove:
+        switch.disconnect(remove)
+    if add:
+        switch.connect(add)
+    switch.wait_settled()
+    ctx.mark("acked")
+
+    now = switch.connections()
+    ctx.cache["connections"] = now
+    wrong = {i: (e, now.get(i)) for i, e in target.items() if now.get(i) != e}
+    if wrong:
+        detail = ", ".join(f"{i}->{want} (holds {got or 'nothing'})" for i, (want, got) in sorted(wrong.items()))
+        raise VerificationError(
+            f"after the change the switch does not hold {len(wrong)} circuit(s): {detail}",
+            device=ctx.device,
+            address=ctx.address,
+            sent=":OXC:SWIT:CONN:STAT?",
+            hint="another client may be changing the switch, or the ports are failed",
+        )
+    powers: dict[int, float] = {}
+    if verify_light and target:
+        powers = _wait_for_light(switch, ctx, sorted(target.values()), min_power_dbm, timeout_s)
+        ctx.mark("lit")
+    return {"added": len(add), "removed": len(remove), "min_power_dbm": min(powers.values()) if powers else None}
+
+
+def clear(switch: CircuitSwitch, ctx: ProcedureContext, *, managed: list[int]) -> dict:
+    """Remove every circuit on `managed` ports; leave the rest of the switch alone."""
+    owned = set(managed)
+    current = switch.connections()
+    remove = [(i, e) for i, e in current.items() if i in owned or e in owned]
+    ctx.mark("sent")
+    if remove:
+        switch.disconnect(remove)
+    switch.wait_settled()
+    ctx.mark("acked")
+    ctx.cache["connections"] = {i: e for i, e in current.items() if (i, e) not in remove}
+    return {"removed": len(remove)}
+
+
+def _wait_for_light(
+    switch: CircuitSwitch, ctx: ProcedureContext, egress: list[int], min_power_dbm: float, timeout_s: float
+) -> dict[int, float]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        powers = switch.port_power(egress)
+        dark = [p for p in egress if powers[p] < min_power_dbm]
+        if not dark:
+            return powers
+        if time.monotonic() >= deadline:
+            shown = ", ".join(f"{p}: {powers[p]:.2f} dBm" for p in dark[:8])
+            raise VerificationError(
+                f"no light on {len(dark)} egress port(s) within {timeout_s:g} s (threshold {min_power_dbm} dBm):"
+                f" {shown}",
+                device=ctx.device,
+                address=ctx.address,
+                sent=":PMON:POW?",
+                hint="check that the hosts cabled to these circuits transmit (fibre map), that the ports are "
+                "not failed, or lower min_power_dbm in the playbook",
+            )
+        time.sleep(POLL_INTERVAL_S)

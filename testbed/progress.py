@@ -1,0 +1,45 @@
+"""Live progress as an observer of events: trials done, current step, last latency."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from testbed.events import Event
+
+
+class ProgressDisplay:
+    def __init__(self, console: Console, total_trials: int) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]trials"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[step]}"),
+            TextColumn("[cyan]{task.fields[latency]}"),
+            console=console,
+            transient=False,
+        )
+        self.task = self.progress.add_task("trials", total=total_trials, step="starting", latency="")
+        self.failed = 0
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+    def on_event(self, event: Event) -> None:
+        if event.type == "invoke" and event.step:
+            self.progress.update(self.task, step=event.step)
+        elif event.type == "measure":
+            self.progress.update(self.task, latency=f"last {event.op} {event.data['ms']:.2f} ms")
+        elif event.op == "trial.end":
+            if event.data.get("status") != "ok":
+                self.failed += 1
+            self.progress.advance(self.task)
+        elif event.type == "fail":
+            self.progress.console.print(
+                f"[red]fail[/] {event.device}: {event.op}: {str(event.data.get('error', '')).splitlines()[0]}"
+            )

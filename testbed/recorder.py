@@ -1,0 +1,78 @@
+"""Appends every event to events.jsonl and every device exchange to audit.jsonl, flushed as written.
+
+One writer per file, in the coordinator's process: a crash of any other process loses nothing that
+was recorded, and a line is never torn because only one thread writes it, in a single write call.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from drivers.audit import AuditRecord
+from testbed.events import Event, EventType, Observer, now
+from testbed.redact import redact
+
+
+class Recorder:
+    def __init__(self, run_dir: Path, run_id: str, observers: list[Observer] | None = None) -> None:
+        self.run_id = run_id
+        self._events = open(run_dir / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self._audit = open(run_dir / "audit.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self._observers = list(observers or [])
+        self._seq = 0
+        self._lock = threading.Lock()
+        self.trial: int | None = None
+        self.step: str | None = None
+
+    def add_observer(self, observer: Observer) -> None:
+        self._observers.append(observer)
+
+    def emit(
+        self,
+        type: EventType,
+        op: str,
+        *,
+        mono_ns: int | None = None,
+        wall: float | None = None,
+        device: str | None = None,
+        node: str | None = None,
+        data: dict | None = None,
+        trial: int | None = None,
+        step: str | None = None,
+    ) -> Event:
+        if mono_ns is None or wall is None:
+            mono_ns, wall = now()
+        with self._lock:
+            self._seq += 1
+            event = Event(
+                seq=self._seq,
+                type=type,
+                op=op,
+                mono_ns=mono_ns,
+                wall=wall,
+                run=self.run_id,
+                trial=self.trial if trial is None else trial,
+                step=step or self.step,
+                node=node,
+                device=device,
+                data=data or {},
+            )
+            self._events.write(json.dumps(event.to_dict(), default=str) + "\n")
+            self._events.flush()
+        for observer in self._observers:
+            observer.on_event(event)
+        return event
+
+    def audit(self, records: list[AuditRecord]) -> None:
+        if not records:
+            return
+        with self._lock:
+            self._audit.write("".join(json.dumps(redact(r.to_dict())) + "\n" for r in records))
+            self._audit.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._events.close()
+            self._audit.close()

@@ -1,0 +1,32 @@
+"""Secrets never reach results or logs: anything that looks like a credential is masked."""
+
+from __future__ import annotations
+
+import re
+
+# Keys whose values are secrets wherever they appear in recorded data.
+SECRET_KEYS = re.compile(r"pass(word|wd|phrase)?|secret|token|api[_-]?key|private[_-]?key", re.IGNORECASE)
+# Secrets inside device traffic: TL1 ACT-USER passwords, `password=...` pairs, IPMI -P arguments.
+SECRET_IN_TEXT = [
+    (re.compile(r"(ACT-USER::[^:;]*:[^:;]*::)([^;]*)", re.IGNORECASE), r"\1***"),
+    (re.compile(r"((?:password|passwd|secret|token)\s*[=:]\s*)(\S+)", re.IGNORECASE), r"\1***"),
+    (re.compile(r"(\s-P\s+)(\S+)"), r"\1***"),
+]
+
+
+def redact_text(text: str) -> str:
+    for pattern, repl in SECRET_IN_TEXT:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def redact(value):
+    if isinstance(value, dict):
+        return {
+            k: ("***" if isinstance(k, str) and SECRET_KEYS.search(k) and v else redact(v)) for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact(v) for v in value]
+    if isinstance(value, str):
+        return redact_text(value)
+    return value

@@ -1,0 +1,65 @@
+"""Tables of a run's summary, for `testbed report` and for the end of `testbed run`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from testbed.errors import UserError
+
+
+def load_summary(run_dir: Path) -> dict:
+    path = Path(run_dir) / "summary.json"
+    if not path.is_file():
+        raise UserError(
+            f"{run_dir}: no summary.json here; pass a folder that `testbed run` wrote (results/<timestamp>_<playbook>/)"
+        )
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: cannot read the summary: {exc}") from None
+
+
+def spans_table(spans: dict, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("span")
+    for col in ("n", "p50 ms", "p50 95% CI", "p90 ms", "p99 ms", "max ms"):
+        table.add_column(col, justify="right")
+    for name, s in spans.items():
+        if not s.get("n"):
+            table.add_row(name, "0", "", "", "", "", "")
+            continue
+        ci = s.get("p50_ci95_ms")
+        p99 = f"{s['p99_ms']:.3f}" + ("" if s.get("p99_reliable") else "*")
+        table.add_row(
+            name,
+            str(s["n"]),
+            f"{s['p50_ms']:.3f}",
+            f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "n<6",
+            f"{s['p90_ms']:.3f}",
+            p99,
+            f"{s['max_ms']:.3f}",
+        )
+    return table
+
+
+def print_summary(console: Console, summary: dict) -> None:
+    trials = summary.get("trials", {})
+    console.print(
+        f"[bold]{summary.get('playbook')}[/]  run {summary.get('run')}  status "
+        f"[{'green' if summary.get('status') == 'ok' else 'red'}]{summary.get('status')}[/]  trials "
+        f"{trials.get('ok', 0)} ok / {trials.get('failed', 0)} failed of {trials.get('planned', '?')}"
+    )
+    if summary.get("spans"):
+        console.print(spans_table(summary["spans"], "measured spans (all trials)"))
+        if any(not s.get("p99_reliable", True) for s in summary["spans"].values() if s.get("n")):
+            console.print(
+                "[dim]* fewer than 100 samples: p99 is close to the maximum of a few and is not a "
+                "stable estimate; quote the median with its CI and the max.[/]"
+            )
+    for point in summary.get("sweep", []):
+        label = ", ".join(f"{k}={v}" for k, v in point["point"].items())
+        console.print(spans_table(point["spans"], f"sweep point {label}"))

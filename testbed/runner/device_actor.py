@@ -1,0 +1,64 @@
+"""One Ray actor per device. It owns the driver, so all access to the device is serialised, and it runs
+procedures next to the driver, so every timestamp is taken where the I/O happens (not from Ray round
+trips). Results come back as data (OpResult), errors included, never as Ray exceptions."""
+
+from __future__ import annotations
+
+import socket
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from drivers.audit import AuditRecord
+from drivers.errors import DeviceError, DeviceTimeout
+from drivers.registry import make_driver
+from drivers.transports import TransportSettings
+from testbed.procedures import PROCEDURES, ProcedureContext
+
+
+@dataclass
+class OpResult:
+    device: str
+    procedure: str
+    node: str
+    status: str  # "ok", "fail", or "info" (outcome unknown: a timeout after a write)
+    start: tuple[int, float]
+    end: tuple[int, float]
+    value: object = None
+    error: str | None = None
+    error_type: str | None = None
+    marks: dict[str, tuple[int, float]] = field(default_factory=dict)
+    audit: list[AuditRecord] = field(default_factory=list)
+
+
+class DeviceActor:
+    def __init__(self, device: str, driver: str, settings: TransportSettings) -> None:
+        self.device = device
+        self.address = settings.address
+        self._audit: list[AuditRecord] = []
+        self._driver = make_driver(driver, device, settings, self._audit.append)
+        self._cache: dict = {}
+        self._node = socket.gethostname()
+
+    def run(self, procedure: str, kwargs: dict) -> OpResult:
+        ctx = ProcedureContext(self.device, self.address, cache=self._cache)
+        start = (time.monotonic_ns(), time.time())
+        status, value, error, error_type = "ok", None, None, None
+        try:
+            value = PROCEDURES[procedure](self._driver, ctx, **kwargs)
+        except DeviceTimeout as exc:
+            status, error, error_type = "info", str(exc), type(exc).__name__
+        except DeviceError as exc:
+            status, error, error_type = "fail", str(exc), type(exc).__name__
+        except Exception as exc:  # a bug in a procedure or driver: report it, keep the actor alive
+            status, error, error_type = "fail", traceback.format_exc(), type(exc).__name__
+        end = (time.monotonic_ns(), time.time())
+        audit, self._audit[:] = list(self._audit), []
+        return OpResult(
+            self.device, procedure, self._node, status, start, end, value, error, error_type, dict(ctx.marks), audit
+        )
+
+    def close(self) -> None:
+        close = getattr(self._driver, "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,195 @@
+"""`testbed run`: results folder, twin (when emulating), Ray, one actor per device, the coordinator, and
+the summary at the end. Each of those is its own module; this one only puts them in order."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from drivers.transports import TransportSettings
+from testbed.config.inventory import Inventory, OcsDevice, SerialTransport, VisaTransport
+from testbed.errors import ExperimentFailed, UserError
+from testbed.plan import Plan
+from testbed.progress import ProgressDisplay
+from testbed.recorder import Recorder
+from testbed.results import SummaryCollector, make_run_dir, run_info, write_json
+from testbed.runner.coordinator import Coordinator
+from testbed.runner.ray_session import ray_session
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    playbook_file: str
+    inventory_file: str
+    results_root: Path
+    emulate: bool = False
+    ray_address: str | None = None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_dir: Path
+    status: str  # "ok", "failed", "aborted"
+    summary: dict
+    error: str | None = None
+
+
+def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
+    run_id, run_dir = make_run_dir(options.results_root, plan.playbook.name)
+    info = run_info(
+        run_id,
+        options.playbook_file,
+        plan.playbook.model_dump(mode="json"),
+        options.inventory_file,
+        plan.inventory.model_dump(mode="json"),
+        plan.seed,
+        len(plan.trials),
+        options.emulate,
+        options.ray_address,
+    )
+    write_json(run_dir / "run.json", info)
+    collector = SummaryCollector()
+    recorder = Recorder(run_dir, run_id, observers=[collector])
+    status, error = "failed", None
+    try:
+        with contextlib.ExitStack() as stack:
+            inventory = plan.inventory
+            if options.emulate:
+                inventory, endpoints = stack.enter_context(_twin(plan, console))
+                info["twin"] = endpoints
+            with ray_session(options.ray_address) as ray:
+                # An emulated device lives on this machine, wherever the lab's cable is.
+                actors = _start_actors(ray, plan, inventory, pin=not options.emulate)
+                stack.callback(_stop_actors, ray, actors)
+                info["devices"] = _identify(ray, actors, plan, inventory, recorder)
+                write_json(run_dir / "run.json", info)
+                display = stack.enter_context(ProgressDisplay(console, len(plan.trials)))
+                recorder.add_observer(display)
+                coordinator = Coordinator(plan, actors, recorder, ray)
+                stack.callback(coordinator.close)
+                status, error = _execute(plan, coordinator, recorder)
+    except KeyboardInterrupt:
+        status, error = "aborted", "interrupted (Ctrl-C)"
+        recorder.emit("info", "run.aborted", data={"reason": error})
+    except ExperimentFailed as exc:
+        status, error = "failed", str(exc)
+        recorder.emit("fail", "run.failed", data={"error": error})
+    finally:
+        recorder.close()
+        collector.write_trials_csv(run_dir / "trials.csv")
+        summary = collector.summary(run_id, plan.playbook.name, status, len(plan.trials))
+        write_json(run_dir / "summary.json", summary)
+        info["status"] = status
+        info["error"] = error
+        write_json(run_dir / "run.json", info)
+    return RunOutcome(run_dir, status, summary, error)
+
+
+def _execute(plan: Plan, coordinator: Coordinator, recorder: Recorder) -> tuple[str, str | None]:
+    recorder.emit("mark", "run.start", data={"trials": len(plan.trials), "seed": plan.seed})
+    failures: list[str] = []
+    try:
+        for step in plan.setup:
+            coordinator.execute(step)
+        for trial in plan.trials:
+            recorder.trial = trial.index
+            recorder.emit("mark", "trial.start", data={"sweep": trial.sweep_point})
+            try:
+                for step in trial.steps:
+                    coordinator.execute(step)
+            except ExperimentFailed as exc:
+                recorder.emit("mark", "trial.end", data={"status": "failed", "error": str(exc)})
+                failures.append(f"trial {trial.index}: {exc}")
+                if plan.playbook.on_failure == "abort":
+                    raise
+                continue
+            finally:
+                recorder.trial = None
+            recorder.emit("mark", "trial.end", trial=trial.index, data={"status": "ok"})
+    finally:
+        # Teardown runs even after a failure or Ctrl-C, so the lab is left as the playbook says.
+        for step in plan.teardown:
+            try:
+                coordinator.execute(step)
+            except ExperimentFailed as exc:
+                failures.append(f"teardown: {exc}")
+    recorder.emit("mark", "run.end", data={"failures": len(failures)})
+    if failures:
+        return "failed", "\n".join(failures)
+    return "ok", None
+
+
+@contextlib.contextmanager
+def _twin(plan: Plan, console: Console):
+    from emulators.twin import TwinProcess
+    from testbed.twin import assert_loopback, not_emulated, point_at_twin, twin_spec
+
+    missing = not_emulated(plan.inventory, plan.devices)
+    if missing:
+        raise UserError(f"--emulate: no emulator yet for {', '.join(missing)}")
+    spec = twin_spec(plan.inventory, plan.seed, only=set(plan.devices))
+    with TwinProcess(spec) as twin:
+        endpoints = twin.endpoints.to_json()
+        inventory = point_at_twin(plan.inventory, endpoints)
+        assert_loopback(inventory, plan.devices)
+        console.print(f"[dim]emulated twin: {', '.join(endpoints['devices'])} (control {endpoints['control']})")
+        yield inventory, endpoints
+
+
+def _settings(inv: Inventory, name: str) -> TransportSettings:
+    t = inv.devices[name].transport
+    if isinstance(t, VisaTransport):
+        return TransportSettings(
+            "visa",
+            t.resource,
+            t.timeout_ms / 1000,
+            write_termination=t.write_termination,
+            read_termination=t.read_termination,
+        )
+    if isinstance(t, SerialTransport):
+        return TransportSettings(
+            "serial",
+            t.port,
+            t.timeout_ms / 1000,
+            baudrate=t.baudrate,
+            write_termination=t.write_termination,
+            read_termination=t.read_termination,
+        )
+    raise UserError(f"{name}: transport {t.type!r} is not supported for a {inv.devices[name].kind} yet")
+
+
+def _start_actors(ray, plan: Plan, inv: Inventory, pin: bool) -> dict:
+    from testbed.runner.device_actor import DeviceActor
+    from testbed.runner.placement import actor_options
+
+    remote_cls = ray.remote(DeviceActor)
+    actors = {}
+    for name in plan.devices:
+        dev = inv.devices[name]
+        actors[name] = remote_cls.options(**actor_options(ray, name, dev.node if pin else None)).remote(
+            name, dev.driver, _settings(inv, name)
+        )
+    return actors
+
+
+def _identify(ray, actors: dict, plan: Plan, inv: Inventory, recorder: Recorder) -> dict:
+    from testbed.runner.coordinator import Coordinator
+
+    calls = {}
+    for name in actors:
+        dev = inv.devices[name]
+        if isinstance(dev, OcsDevice):
+            calls[name] = ("ocs.identify", {"expected_size": dev.size})
+    results = Coordinator(plan, actors, recorder, ray).call(calls, "identify devices")
+    return {name: {"node": r.node, **(r.value or {})} for name, r in results.items()}
+
+
+def _stop_actors(ray, actors: dict) -> None:
+    for actor in actors.values():
+        with contextlib.suppress(Exception):
+            ray.get(actor.close.remote(), timeout=5)
+        with contextlib.suppress(Exception):
+            ray.kill(actor)

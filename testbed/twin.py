@@ -1,0 +1,80 @@
+"""The bridge from an inventory to its emulated twin: which devices to emulate, and the inventory that
+points the real drivers at the twin's loopback endpoints instead of the lab's addresses."""
+
+from __future__ import annotations
+
+import re
+
+from emulators.spec import OcsSpec, TwinSpec
+from testbed.config.inventory import (
+    Inventory,
+    OcsDevice,
+    SerialTransport,
+    VisaTransport,
+    transport_address,
+)
+from testbed.errors import UserError
+
+EMULATED_KINDS = {"ocs"}
+
+
+def twin_spec(inv: Inventory, seed: int, only: set[str] | None = None) -> TwinSpec:
+    devices = []
+    for index, (name, dev) in enumerate(inv.devices.items()):
+        if only is not None and name not in only:
+            continue
+        if isinstance(dev, OcsDevice):
+            lit = {f.ingress: f.launch_power_dbm for f in inv.fibres if f.switch == name}
+            e = dev.emulation
+            devices.append(
+                OcsSpec(
+                    name=name,
+                    size=dev.size,
+                    switching_time_ms=e.switching_time_ms,
+                    jitter_ms=e.jitter_ms,
+                    insertion_loss_db=e.insertion_loss_db,
+                    input_power_dbm=lit,
+                    seed=seed * 1000 + index,
+                    idn=e.idn,
+                )
+            )
+    return TwinSpec(devices=devices)
+
+
+def not_emulated(inv: Inventory, devices) -> list[str]:
+    return [d for d in devices if inv.devices[d].kind not in EMULATED_KINDS]
+
+
+def point_at_twin(inv: Inventory, endpoints: dict) -> Inventory:
+    """The same inventory with every emulated device's transport replaced by its twin endpoint."""
+    devices = dict(inv.devices)
+    for name, ep in endpoints["devices"].items():
+        dev = devices[name]
+        t = dev.transport
+        if isinstance(t, VisaTransport):
+            # Keep the wiring the lab uses: a LAN instrument stays on TCP, a serial one on the pty.
+            resource = ep["visa"] if t.resource.upper().startswith("TCPIP") else f"ASRL{ep['serial']}::INSTR"
+            t = t.model_copy(update={"resource": resource})
+        elif isinstance(t, SerialTransport):
+            t = t.model_copy(update={"port": ep["serial"]})
+        devices[name] = dev.model_copy(update={"transport": t})
+    return inv.model_copy(update={"devices": devices})
+
+
+LOOPBACK = re.compile(
+    r"^(TCPIP\d*::127\.0\.0\.1::\d+::SOCKET|ASRL/dev/pts/\d+::INSTR|/dev/pts/\d+|"
+    r"socket://127\.0\.0\.1:\d+|.*@127\.0\.0\.1:\d+)$"
+)
+
+
+def assert_loopback(inv: Inventory, devices) -> None:
+    """An emulated run never opens a real address: refuse to go on if any device still points outside."""
+    outside = [
+        f"{d} -> {transport_address(inv.devices[d].transport)}"
+        for d in devices
+        if not LOOPBACK.match(transport_address(inv.devices[d].transport))
+    ]
+    if outside:
+        raise UserError(
+            "--emulate: refusing to run, these devices would use a non-loopback address: " + ", ".join(outside)
+        )

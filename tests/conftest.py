@@ -1,0 +1,28 @@
+"""Shared fixtures. Ray is started once per test session (it takes seconds), never per test."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Single-machine mode binds every Ray server to 127.0.0.1; Ray reads this at import time.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_INVENTORY = REPO / "playbooks" / "inventory" / "emulated-rack.yaml"
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """The test session's private Ray instance, started the way `testbed run` starts one."""
+    from testbed.runner.ray_session import ray_session
+
+    with ray_session(None) as ray:
+        yield ray
