@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,14 @@ class AuditRecord:
     wall: float  # time.time() at the same moment
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {
+            "device": self.device,
+            "address": self.address,
+            "direction": self.direction,
+            "data": self.data,
+            "mono_ns": self.mono_ns,
+            "wall": self.wall,
+        }
 
 
 AuditSink = Callable[[AuditRecord], None]

@@ -81,7 +81,7 @@ def cmd_validate(args, console: Console) -> int:
                 load_inventory(path)
             else:
                 if inventory is None:
-                    inventory = load_inventory(args.inventory or DEFAULT_INVENTORY).model
+                    inventory = load_inventory(args.inventory or default_inventory(path)).model
                 load_playbook(path, inventory)
             console.print(f"[green]ok[/] {path} ({kind})")
         except ConfigError as exc:
@@ -93,11 +93,19 @@ def cmd_validate(args, console: Console) -> int:
     return EXIT_OK
 
 
+def default_inventory(playbook: str | None = None) -> str:
+    """playbooks/inventory/emulated-rack.yaml from the working directory, else next to the playbook."""
+    if Path(DEFAULT_INVENTORY).is_file() or playbook is None:
+        return DEFAULT_INVENTORY
+    beside = Path(playbook).parent / "inventory" / Path(DEFAULT_INVENTORY).name
+    return str(beside) if beside.is_file() else DEFAULT_INVENTORY
+
+
 def _load_plan(args):
     from testbed.config import load_inventory, load_playbook
     from testbed.plan import make_plan
 
-    inventory_file = args.inventory or DEFAULT_INVENTORY
+    inventory_file = args.inventory or default_inventory(args.playbook)
     inventory = load_inventory(inventory_file).model
     playbook = load_playbook(args.playbook, inventory).model
     return inventory_file, make_plan(playbook, inventory, trials=args.trials, seed=args.seed)

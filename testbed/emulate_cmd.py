@@ -6,7 +6,6 @@ import signal
 import threading
 
 from rich.console import Console
-from rich.table import Table
 
 from testbed.config import load_inventory
 from testbed.errors import EXIT_OK
@@ -20,23 +19,19 @@ def serve_twin(inventory_file: str, seed: int, console: Console) -> int:
     spec = twin_spec(inv, seed)
     with TwinProcess(spec) as twin:
         endpoints = twin.endpoints.to_json()
-        table = Table(title=f"emulated twin of {inv.name}", title_justify="left")
-        for col in ("device", "kind", "pyvisa resource (TCP)", "serial (raw pty)", "tcp"):
-            table.add_column(col)
+        # Plain lines, not a table: endpoints are for copying into other tools and must never wrap.
+        console.print(f"emulated twin of {inv.name} ({inventory_file})", style="bold")
         for name, ep in endpoints["devices"].items():
-            table.add_row(name, ep.get("kind", ""), ep.get("visa", ""), ep.get("serial", ""), ep.get("tcp", ""))
-        console.print(table)
+            console.print(f"{name} ({ep['kind']})", style="bold", highlight=False)
+            console.print(f"  pyvisa: {ep['visa']}", soft_wrap=True, markup=False)
+            console.print(
+                f"  serial: {ep['serial']}   (pyvisa: ASRL{ep['serial']}::INSTR)", soft_wrap=True, markup=False
+            )
+            console.print(f"  tcp:    {ep['tcp']}", soft_wrap=True, markup=False)
         skipped = [n for n, d in inv.devices.items() if d.kind not in EMULATED_KINDS]
         if skipped:
-            console.print(f"[dim]not emulated yet: {', '.join(skipped)}[/]")
-        console.print(f"control API (JSON lines): {endpoints['control']}")
-        console.print(
-            "example: python -c \"import pyvisa; r = pyvisa.ResourceManager('@py').open_resource("
-            f"'{next(iter(endpoints['devices'].values()))['visa']}', read_termination='\\n'); "
-            "print(r.query('*IDN?'))\"",
-            soft_wrap=True,
-            markup=False,
-        )
+            console.print(f"not emulated yet: {', '.join(skipped)}", style="dim", soft_wrap=True)
+        console.print(f"control: {endpoints['control']}  (JSON lines)", soft_wrap=True, markup=False)
         console.print("running; press Ctrl-C to stop", style="bold")
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())

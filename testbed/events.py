@@ -9,7 +9,7 @@ span between two marks, which is what the summary aggregates.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 EventType = Literal["invoke", "ok", "fail", "info", "mark", "measure"]
@@ -30,7 +30,22 @@ class Event:
     data: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None and v != {}}
+        # Built by hand: dataclasses.asdict deep-copies `data`, which costs more than the write itself.
+        out = {
+            "seq": self.seq,
+            "type": self.type,
+            "op": self.op,
+            "mono_ns": self.mono_ns,
+            "wall": self.wall,
+            "run": self.run,
+        }
+        for key in ("trial", "step", "node", "device"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        if self.data:
+            out["data"] = self.data
+        return out
 
 
 class Observer(Protocol):

@@ -34,9 +34,7 @@ class MessageTransport(Protocol):
     def close(self) -> None: ...
 
 
-def open_transport(
-    settings: TransportSettings, device: str, audit: AuditSink | None = None
-) -> MessageTransport:
+def open_transport(settings: TransportSettings, device: str, audit: AuditSink | None = None) -> MessageTransport:
     """The transport for `settings.type`. Nothing is opened yet: transports connect on first use.
 
     The transport modules are imported here, not at the top, so that a lab with only serial devices

@@ -1,8 +1,13 @@
 """Executes a plan's steps against the device actors and turns their results into events.
 
 The coordinator only sequences: devices are driven inside their actors, and every time it records for
-device I/O comes from there. Steps of a `parallel` group run at the same time; a fabric change is sent to
-all of its switches at the same time.
+device I/O comes from there. A fabric change is sent to all of its switches at the same time; steps of a
+`parallel` group run at the same time; consecutive steps that drive one and the same device go to its
+actor as one program, so a trial pays one Ray round trip per device rather than one per step.
+
+Every operation is recorded as `invoke` before it is submitted, and closed by `ok`, `fail` or `info`
+when its result arrives (an operation skipped because an earlier one in its program failed is `fail`:
+it certainly did not happen).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from testbed.recorder import Recorder
 from testbed.runner.device_actor import OpResult
 
 SEGMENTS = (("ack", "sent", "acked"), ("light", "acked", "lit"), ("total", "sent", "lit"))
+
+Call = tuple[str, str, dict]  # (step label, procedure, kwargs)
 
 
 class StepFailed(ExperimentFailed):
@@ -32,45 +39,85 @@ class Coordinator:
 
     # --- devices --------------------------------------------------------------------------------
 
-    def call(self, calls: dict[str, tuple[str, dict]], step: str) -> dict[str, OpResult]:
-        """Run one procedure on each of several devices at once; record invoke and completion events."""
+    def dispatch(self, programs: dict[str, list[Call]]) -> dict[str, list[OpResult | None]]:
+        """Run each device's calls in order on its actor, all devices at once. A None result is a call
+        that was not run because an earlier call of its program failed."""
         refs = {}
-        for device, (procedure, kwargs) in calls.items():
-            self.recorder.emit("invoke", procedure, device=device, step=step, data=_summarise(kwargs))
-            refs[device] = self.actors[device].run.remote(procedure, kwargs)
-        results = dict(zip(refs, self.ray.get(list(refs.values())), strict=True))
-        for device, result in results.items():
-            self.recorder.audit(result.audit)
-            for name, (ns, wall) in sorted(result.marks.items(), key=lambda m: m[1][0]):
-                self.recorder.emit("mark", name, mono_ns=ns, wall=wall, device=device, node=result.node, step=step)
-            data = (
-                {"value": result.value}
-                if result.status == "ok"
-                else {"error": result.error, "error_type": result.error_type}
-            )
-            data["duration_ms"] = (result.end[0] - result.start[0]) / 1e6
+        for device, program in programs.items():
+            for label, procedure, kwargs in program:
+                self.recorder.emit("invoke", procedure, device=device, step=label, data=_summarise(kwargs))
+            refs[device] = self.actors[device].run_program.remote([(p, k) for _, p, k in program])
+        done = dict(zip(refs, self.ray.get(list(refs.values())), strict=True))
+        out: dict[str, list[OpResult | None]] = {}
+        for device, program in programs.items():
+            results: list[OpResult | None] = list(done[device]) + [None] * (len(program) - len(done[device]))
+            for (label, procedure, _), result in zip(program, results, strict=True):
+                self._record(device, label, procedure, result)
+            out[device] = results
+        return out
+
+    def call(self, calls: dict[str, tuple[str, dict]], step: str) -> dict[str, OpResult]:
+        """One procedure on each of several devices at once; raises StepFailed if any did not succeed."""
+        results = self.dispatch({d: [(step, p, k)] for d, (p, k) in calls.items()})
+        first = {d: r[0] for d, r in results.items()}
+        _raise_failures(first.values())
+        return first
+
+    def _record(self, device: str, label: str, procedure: str, result: OpResult | None) -> None:
+        if result is None:
             self.recorder.emit(
-                result.status,
-                result.procedure,
-                mono_ns=result.end[0],
-                wall=result.end[1],
+                "fail",
+                procedure,
                 device=device,
-                node=result.node,
-                step=step,
-                data=data,
+                step=label,
+                data={"error": "not run: an earlier step on this device failed"},
             )
-        failed = [r for r in results.values() if r.status != "ok"]
-        if failed:
-            raise StepFailed("\n".join(r.error or f"{r.device}: {r.procedure} failed" for r in failed))
-        return results
+            return
+        self.recorder.audit(result.audit)
+        for name, (ns, wall) in sorted(result.marks.items(), key=lambda m: m[1][0]):
+            self.recorder.emit("mark", name, mono_ns=ns, wall=wall, device=device, node=result.node, step=label)
+        if result.status == "ok":
+            data = {"value": result.value}
+        else:
+            data = {"error": result.error, "error_type": result.error_type}
+        data["duration_ms"] = (result.end[0] - result.start[0]) / 1e6
+        self.recorder.emit(
+            result.status,
+            result.procedure,
+            mono_ns=result.end[0],
+            wall=result.end[1],
+            device=device,
+            node=result.node,
+            step=label,
+            data=data,
+        )
 
     # --- steps ----------------------------------------------------------------------------------
 
+    def execute_steps(self, steps: tuple[PlannedStep, ...]) -> None:
+        """Run steps in order; consecutive steps on one and the same device go as one program."""
+        i = 0
+        while i < len(steps):
+            device = _single_device(steps[i])
+            j = i + 1
+            while device is not None and j < len(steps) and _single_device(steps[j]) == device:
+                j += 1
+            if j - i == 1:
+                self.execute(steps[i])
+            else:
+                group = steps[i:j]
+                results = self.dispatch({device: [(s.label, *_calls(s)[device]) for s in group]})[device]
+                for step, result in zip(group, results, strict=True):
+                    _raise_failures([result])
+                    if isinstance(step, ApplyStep):
+                        self._measure(step, [result])
+            i = j
+
     def execute(self, step: PlannedStep) -> None:
-        if isinstance(step, ApplyStep):
-            self._apply(step)
-        elif isinstance(step, ClearStep):
-            self.call({sw: ("ocs.clear", {"managed": list(ports)}) for sw, ports in step.managed.items()}, step.label)
+        if isinstance(step, ApplyStep | ClearStep):
+            results = self.call(_calls(step), step.label)
+            if isinstance(step, ApplyStep):
+                self._measure(step, list(results.values()))
         elif isinstance(step, WaitStep):
             self.recorder.emit("mark", "wait", step=step.label, data={"seconds": step.seconds})
             time.sleep(step.seconds)  # the experiment asks for this pause; it is not synchronisation
@@ -82,26 +129,10 @@ class Coordinator:
         else:
             raise TypeError(f"no executor for {step!r}")
 
-    def _apply(self, step: ApplyStep) -> None:
-        calls = {
-            sw: (
-                "ocs.reconfigure",
-                {
-                    "circuits": list(pairs),
-                    "managed": list(step.managed[sw]),
-                    "verify_light": step.verify_light,
-                    "min_power_dbm": step.min_power_dbm,
-                    "timeout_s": step.timeout_s,
-                },
-            )
-            for sw, pairs in step.circuits.items()
-        }
-        results = self.call(calls, step.label)
-        if step.measure:
-            self._measure(step, list(results.values()))
-
     def _measure(self, step: ApplyStep, results: list[OpResult]) -> None:
         """Spans over all switches of the step: from the first command sent to the last switch done."""
+        if not step.measure:
+            return
         for segment, start_mark, end_mark in SEGMENTS:
             if not all(start_mark in r.marks and end_mark in r.marks for r in results):
                 continue
@@ -121,9 +152,41 @@ class Coordinator:
         self._pool.shutdown(wait=True)
 
 
+def _calls(step: ApplyStep | ClearStep) -> dict[str, tuple[str, dict]]:
+    """The procedure each device runs for a step."""
+    if isinstance(step, ApplyStep):
+        return {
+            sw: (
+                "ocs.reconfigure",
+                {
+                    "circuits": list(pairs),
+                    "managed": list(step.managed[sw]),
+                    "verify_light": step.verify_light,
+                    "min_power_dbm": step.min_power_dbm,
+                    "timeout_s": step.timeout_s,
+                },
+            )
+            for sw, pairs in step.circuits.items()
+        }
+    return {sw: ("ocs.clear", {"managed": list(ports)}) for sw, ports in step.managed.items()}
+
+
+def _single_device(step: PlannedStep) -> str | None:
+    if isinstance(step, ApplyStep | ClearStep):
+        devices = step.circuits if isinstance(step, ApplyStep) else step.managed
+        if len(devices) == 1:
+            return next(iter(devices))
+    return None
+
+
+def _raise_failures(results) -> None:
+    failed = [r for r in results if r is None or r.status != "ok"]
+    if failed:
+        raise StepFailed(
+            "\n".join((r.error or f"{r.device}: {r.procedure} failed") if r else "not run" for r in failed)
+        )
+
+
 def _summarise(kwargs: dict) -> dict:
     """Keep invoke events readable: long lists become counts."""
-    out = {}
-    for key, value in kwargs.items():
-        out[key] = f"{len(value)} items" if isinstance(value, list) and len(value) > 8 else value
-    return out
+    return {k: f"{len(v)} items" if isinstance(v, list) and len(v) > 8 else v for k, v in kwargs.items()}

@@ -58,6 +58,19 @@ class DeviceActor:
             self.device, procedure, self._node, status, start, end, value, error, error_type, dict(ctx.marks), audit
         )
 
+    def run_program(self, calls: list[tuple[str, dict]]) -> list[OpResult]:
+        """Several procedures in order, in one round trip; stops after the first that does not succeed.
+
+        Ray's round trip after the actor has waited on its device is a few ms on a small machine, and a
+        trial that drives one device pays it once instead of once per step.
+        """
+        results = []
+        for procedure, kwargs in calls:
+            results.append(self.run(procedure, kwargs))
+            if results[-1].status != "ok":
+                break
+        return results
+
     def close(self) -> None:
         close = getattr(self._driver, "close", None)
         if close is not None:

@@ -92,14 +92,12 @@ def _execute(plan: Plan, coordinator: Coordinator, recorder: Recorder) -> tuple[
     recorder.emit("mark", "run.start", data={"trials": len(plan.trials), "seed": plan.seed})
     failures: list[str] = []
     try:
-        for step in plan.setup:
-            coordinator.execute(step)
+        coordinator.execute_steps(plan.setup)
         for trial in plan.trials:
             recorder.trial = trial.index
             recorder.emit("mark", "trial.start", data={"sweep": trial.sweep_point})
             try:
-                for step in trial.steps:
-                    coordinator.execute(step)
+                coordinator.execute_steps(trial.steps)
             except ExperimentFailed as exc:
                 recorder.emit("mark", "trial.end", data={"status": "failed", "error": str(exc)})
                 failures.append(f"trial {trial.index}: {exc}")

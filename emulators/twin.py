@@ -1,0 +1,294 @@
+"""The twin: every emulated device of a TwinSpec served in one separate process.
+
+Inside the twin process (`python -m emulators serve SPEC`): `TwinServer` runs the engines, their TCP
+and PTY endpoints and the control server on one asyncio loop, prints one JSON line describing the
+endpoints, and serves until SIGTERM/SIGINT (or stdin EOF with --exit-on-stdin-eof).
+
+In the caller: `TwinProcess(spec)` spawns that process, reads the JSON line into `Endpoints`, and gives
+a `TwinControl` for fault injection. The twin never runs inside the caller's process: its timers must
+not compete with the caller's work (Ray, the GIL), and a crashed twin must not take the caller down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from emulators.control import TwinControl
+from emulators.endpoints import PtyEndpoint, TcpEndpoint, precise_event_loop
+from emulators.polatis import PolatisEngine
+from emulators.spec import OcsSpec, TwinSpec
+
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the directory that holds `emulators/`
+
+
+@dataclass
+class DeviceEndpoints:
+    kind: str
+    tcp: str  # "127.0.0.1:PORT"
+    visa: str  # "TCPIP0::127.0.0.1::PORT::SOCKET"
+    serial: str  # "/dev/pts/N"
+
+
+@dataclass
+class Endpoints:
+    control: str  # "127.0.0.1:PORT"
+    devices: dict[str, DeviceEndpoints] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Endpoints:
+        devices = {name: DeviceEndpoints(**d) for name, d in raw["devices"].items()}
+        return cls(control=raw["control"], devices=devices)
+
+
+def build_engine(spec: OcsSpec) -> PolatisEngine:
+    if spec.kind == "ocs":
+        return PolatisEngine(spec, clock=time.monotonic)  # = the asyncio loop's clock
+    raise ValueError(f"device {spec.name!r}: unknown emulated kind {spec.kind!r}")
+
+
+class TwinServer:
+    """Runs inside the twin process; all of it lives on the one running event loop."""
+
+    def __init__(self, spec: TwinSpec):
+        names = [d.name for d in spec.devices]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate device names in twin spec: {names}")
+        self.engines = {d.name: build_engine(d) for d in spec.devices}
+        self.kinds = {d.name: d.kind for d in spec.devices}
+        self._tcp: list[TcpEndpoint] = []
+        self._pty: list[PtyEndpoint] = []
+        self._control: asyncio.Server | None = None
+        self.endpoints: Endpoints | None = None
+
+    async def start(self) -> Endpoints:
+        loop = asyncio.get_running_loop()
+        self._control = await asyncio.start_server(self._control_client, "127.0.0.1", 0)
+        port = self._control.sockets[0].getsockname()[1]
+        self.endpoints = Endpoints(control=f"127.0.0.1:{port}")
+        for name, engine in self.engines.items():
+            tcp, pty = TcpEndpoint(engine), PtyEndpoint(engine)
+            self._tcp.append(tcp)
+            self._pty.append(pty)
+            address = await tcp.start()
+            self.endpoints.devices[name] = DeviceEndpoints(
+                kind=self.kinds[name],
+                tcp=address,
+                visa=f"TCPIP0::{tcp.host}::{tcp.port}::SOCKET",
+                serial=pty.start(loop),
+            )
+        return self.endpoints
+
+    async def close(self) -> None:
+        for tcp in self._tcp:
+            await tcp.close()
+        for pty in self._pty:
+            pty.close()
+        if self._control is not None:
+            self._control.close()
+            await self._control.wait_closed()
+
+    def dispatch(self, request: Any) -> dict[str, Any]:
+        """One control request -> response; never raises."""
+        if not isinstance(request, dict):
+            return {"ok": False, "error": "request must be a JSON object"}
+        device, op, args = request.get("device"), request.get("op"), request.get("args") or {}
+        if not isinstance(args, dict):
+            return {"ok": False, "error": f"args must be a JSON object, got {type(args).__name__}"}
+        if device is None:
+            if op == "ping":
+                return {"ok": True, "result": "pong"}
+            if op == "endpoints":
+                return {"ok": True, "result": self.endpoints.to_json() if self.endpoints else None}
+            return {"ok": False, "error": f"unknown twin op {op!r} (twin ops: ping, endpoints)"}
+        engine = self.engines.get(device)
+        if engine is None:
+            return {"ok": False, "error": f"unknown device {device!r} (devices: {sorted(self.engines)})"}
+        if op not in engine.control_ops:
+            return {"ok": False, "error": f"device {device!r} has no op {op!r} (ops: {engine.control_ops})"}
+        try:
+            return {"ok": True, "result": getattr(engine, op)(**args)}
+        except Exception as exc:  # bad arguments, out-of-range ports: the caller gets the message
+            return {"ok": False, "error": f"{op} on {device!r} failed: {type(exc).__name__}: {exc}"}
+
+    async def _control_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while line := await reader.readline():
+                try:
+                    response = self.dispatch(json.loads(line))
+                except ValueError as exc:
+                    response = {"ok": False, "error": f"invalid JSON request: {exc}"}
+                writer.write((json.dumps(response, default=str) + "\n").encode())
+                await writer.drain()
+        except (ConnectionError, ValueError, asyncio.LimitOverrunError):
+            pass  # client vanished, or sent an over-long line: drop the connection
+        finally:
+            writer.close()
+
+
+def serve(spec: TwinSpec, *, exit_on_stdin_eof: bool = False, out: IO[str] | None = None) -> int:
+    """Run the twin in this process until SIGTERM/SIGINT (or stdin EOF); returns the exit code."""
+    loop = precise_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(_serve(spec, exit_on_stdin_eof, out or sys.stdout))
+    finally:
+        loop.close()
+
+
+async def _serve(spec: TwinSpec, exit_on_stdin_eof: bool, out: IO[str]) -> int:
+    loop = asyncio.get_running_loop()
+    server = TwinServer(spec)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    endpoints = await server.start()
+    out.write(json.dumps(endpoints.to_json()) + "\n")  # the one line the parent waits for
+    out.flush()
+    if exit_on_stdin_eof:
+        # A thread, not add_reader: stdin may be a file or /dev/null, which selectors reject.
+        threading.Thread(target=_wait_for_eof, args=(loop, stop), daemon=True).start()
+    await stop.wait()
+    await server.close()
+    return 0
+
+
+def _wait_for_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    try:
+        loop.call_soon_threadsafe(stop.set)
+    except RuntimeError:  # the loop is already closed
+        pass
+
+
+class TwinStartError(RuntimeError):
+    """The twin process died or stayed silent before announcing its endpoints."""
+
+
+class TwinProcess:
+    """Spawns and owns one twin process. Use as a context manager, or start()/stop()."""
+
+    def __init__(self, spec: TwinSpec, *, start_timeout: float = 20.0, stop_timeout: float = 5.0):
+        self.spec = spec
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.process: subprocess.Popen[bytes] | None = None
+        self.endpoints: Endpoints | None = None
+        self._control: TwinControl | None = None
+        self._stderr: IO[bytes] | None = None
+
+    def start(self) -> Endpoints:
+        if self.process is not None:
+            raise RuntimeError("twin process already started")
+        self._stderr = tempfile.TemporaryFile()  # a file, not a pipe: nobody has to drain it
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "emulators", "serve", "-", "--exit-on-stdin-eof"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            cwd=_PACKAGE_ROOT,  # `-m` looks in the cwd first: import this very package
+            env=env,
+            # Own process group: a terminal Ctrl-C reaches the caller only, which may still need the
+            # twin to restore the fabric while it aborts. Stdin EOF still ends the twin with its parent.
+            process_group=0,
+        )
+        assert self.process.stdin is not None
+        try:
+            # stdin stays open: the twin exits when it closes, so a crashed parent leaves no orphan.
+            self.process.stdin.write(self.spec.to_json().encode() + b"\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            self._fail("exited while reading its spec")
+        line = self._read_line()
+        try:
+            self.endpoints = Endpoints.from_json(json.loads(line))
+        except (ValueError, KeyError, TypeError) as exc:
+            self._fail(f"announced unreadable endpoints {line[:200]!r} ({exc})")
+        return self.endpoints
+
+    @property
+    def control(self) -> TwinControl:
+        if self.endpoints is None:
+            raise RuntimeError("twin process not started")
+        if self._control is None:
+            self._control = TwinControl(self.endpoints.control)
+        return self._control
+
+    def stop(self) -> int | None:
+        """Terminate the twin (kill after stop_timeout s); returns its exit code."""
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        proc = self.process
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for stream in (proc.stdin, proc.stdout, self._stderr):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        return proc.returncode
+
+    def __enter__(self) -> TwinProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _read_line(self) -> str:
+        assert self.process is not None and self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        deadline = time.monotonic() + self.start_timeout
+        buf = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in buf:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._fail(f"did not announce its endpoints within {self.start_timeout} s")
+                if sel.select(remaining):
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        self._fail("exited before announcing its endpoints")
+                    buf += chunk
+        return buf.partition(b"\n")[0].decode(errors="replace")
+
+    def _fail(self, what: str) -> None:
+        assert self.process is not None and self._stderr is not None
+        if self.process.poll() is None:
+            self.process.kill()
+        code = self.process.wait()
+        self._stderr.seek(0)
+        stderr = self._stderr.read().decode(errors="replace")[-4000:]
+        self.stop()
+        self.process = None
+        raise TwinStartError(f"twin process {what} (exit code {code}); its stderr:\n{stderr or '(empty)'}")
