@@ -57,7 +57,7 @@ def raw_cycles(inventory_file: Path, n: int) -> list[float]:
     plan = make_plan(load_playbook(PLAYBOOK, inv).model, inv)
     configs = [s.circuits["ocs1"] for s in plan.trials[0].steps if isinstance(s, ApplyStep)]
     with TwinProcess(twin_spec(inv, 0, only={"ocs1"})) as twin:
-        host, port = twin.endpoints.devices["ocs1"].tcp.rsplit(":", 1)
+        host, port = twin.endpoints.devices["ocs1"]["tcp"].rsplit(":", 1)
         sock = socket.create_connection((host, int(port)))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         reader = sock.makefile("rb")

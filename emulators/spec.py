@@ -25,22 +25,26 @@ class OcsSpec:
     idn: str = "Polatis,N-OST-32x32-LU1-DMHNS,000001,6.5.2.18"
     kind: str = "ocs"
 
+    @classmethod
+    def from_dict(cls, d: dict) -> OcsSpec:
+        # JSON object keys are strings; ports are ints.
+        power = {int(k): float(v) for k, v in d.get("input_power_dbm", {}).items()}
+        return cls(**{**d, "input_power_dbm": power})
+
 
 @dataclass
 class TwinSpec:
-    devices: list[OcsSpec] = field(default_factory=list)
+    devices: list = field(default_factory=list)  # OcsSpec and the spec classes in emulators.devices.KINDS
 
     def to_json(self) -> str:
         return json.dumps({"devices": [asdict(d) for d in self.devices]})
 
     @classmethod
     def from_json(cls, text: str) -> TwinSpec:
-        raw = json.loads(text)
+        from emulators.devices import spec_class
+
         devices = []
-        for d in raw["devices"]:
-            if d.get("kind", "ocs") == "ocs":
-                d["input_power_dbm"] = {int(k): float(v) for k, v in d.get("input_power_dbm", {}).items()}
-                devices.append(OcsSpec(**d))
-            else:
-                raise ValueError(f"unknown emulated device kind {d.get('kind')!r}")
+        for d in json.loads(text)["devices"]:
+            spec = spec_class(d.get("kind", "ocs"))
+            devices.append(spec.from_dict(d) if hasattr(spec, "from_dict") else spec(**d))
         return cls(devices=devices)

@@ -26,39 +26,25 @@ from pathlib import Path
 from typing import IO, Any
 
 from emulators.control import TwinControl
-from emulators.endpoints import PtyEndpoint, TcpEndpoint, precise_event_loop
-from emulators.polatis import PolatisEngine
-from emulators.spec import OcsSpec, TwinSpec
+from emulators.devices import EmulatedDevice, build_device
+from emulators.endpoints import precise_event_loop
+from emulators.spec import TwinSpec
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the directory that holds `emulators/`
 
 
 @dataclass
-class DeviceEndpoints:
-    kind: str
-    tcp: str  # "127.0.0.1:PORT"
-    visa: str  # "TCPIP0::127.0.0.1::PORT::SOCKET"
-    serial: str  # "/dev/pts/N"
-
-
-@dataclass
 class Endpoints:
     control: str  # "127.0.0.1:PORT"
-    devices: dict[str, DeviceEndpoints] = field(default_factory=dict)
+    # device -> {"kind": ..., and its endpoints by role, e.g. "tcp", "visa", "serial", "ssh"}
+    devices: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Endpoints:
-        devices = {name: DeviceEndpoints(**d) for name, d in raw["devices"].items()}
-        return cls(control=raw["control"], devices=devices)
-
-
-def build_engine(spec: OcsSpec) -> PolatisEngine:
-    if spec.kind == "ocs":
-        return PolatisEngine(spec, clock=time.monotonic)  # = the asyncio loop's clock
-    raise ValueError(f"device {spec.name!r}: unknown emulated kind {spec.kind!r}")
+        return cls(control=raw["control"], devices={name: dict(d) for name, d in raw["devices"].items()})
 
 
 class TwinServer:
@@ -68,10 +54,7 @@ class TwinServer:
         names = [d.name for d in spec.devices]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate device names in twin spec: {names}")
-        self.engines = {d.name: build_engine(d) for d in spec.devices}
-        self.kinds = {d.name: d.kind for d in spec.devices}
-        self._tcp: list[TcpEndpoint] = []
-        self._pty: list[PtyEndpoint] = []
+        self.devices: dict[str, EmulatedDevice] = {d.name: build_device(d) for d in spec.devices}
         self._control: asyncio.Server | None = None
         self.endpoints: Endpoints | None = None
 
@@ -80,24 +63,13 @@ class TwinServer:
         self._control = await asyncio.start_server(self._control_client, "127.0.0.1", 0)
         port = self._control.sockets[0].getsockname()[1]
         self.endpoints = Endpoints(control=f"127.0.0.1:{port}")
-        for name, engine in self.engines.items():
-            tcp, pty = TcpEndpoint(engine), PtyEndpoint(engine)
-            self._tcp.append(tcp)
-            self._pty.append(pty)
-            address = await tcp.start()
-            self.endpoints.devices[name] = DeviceEndpoints(
-                kind=self.kinds[name],
-                tcp=address,
-                visa=f"TCPIP0::{tcp.host}::{tcp.port}::SOCKET",
-                serial=pty.start(loop),
-            )
+        for name, device in self.devices.items():
+            self.endpoints.devices[name] = {"kind": device.kind, **await device.start(loop)}
         return self.endpoints
 
     async def close(self) -> None:
-        for tcp in self._tcp:
-            await tcp.close()
-        for pty in self._pty:
-            pty.close()
+        for device in self.devices.values():
+            await device.close()
         if self._control is not None:
             self._control.close()
             await self._control.wait_closed()
@@ -115,13 +87,13 @@ class TwinServer:
             if op == "endpoints":
                 return {"ok": True, "result": self.endpoints.to_json() if self.endpoints else None}
             return {"ok": False, "error": f"unknown twin op {op!r} (twin ops: ping, endpoints)"}
-        engine = self.engines.get(device)
-        if engine is None:
-            return {"ok": False, "error": f"unknown device {device!r} (devices: {sorted(self.engines)})"}
-        if op not in engine.control_ops:
-            return {"ok": False, "error": f"device {device!r} has no op {op!r} (ops: {engine.control_ops})"}
+        target = self.devices.get(device)
+        if target is None:
+            return {"ok": False, "error": f"unknown device {device!r} (devices: {sorted(self.devices)})"}
+        if op not in target.control_ops:
+            return {"ok": False, "error": f"device {device!r} has no op {op!r} (ops: {target.control_ops})"}
         try:
-            return {"ok": True, "result": getattr(engine, op)(**args)}
+            return {"ok": True, "result": getattr(target, op)(**args)}
         except Exception as exc:  # bad arguments, out-of-range ports: the caller gets the message
             return {"ok": False, "error": f"{op} on {device!r} failed: {type(exc).__name__}: {exc}"}
 

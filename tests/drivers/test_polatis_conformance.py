@@ -43,9 +43,9 @@ def link(request, twin):
     twin.control.call("ocs1", "reset")
     ends = twin.endpoints.devices["ocs1"]
     settings = {
-        "visa-tcp": TransportSettings("visa", ends.visa, timeout_s=2.0),
-        "serial-pty": TransportSettings("serial", ends.serial, timeout_s=2.0),
-        "visa-asrl": TransportSettings("visa", f"ASRL{ends.serial}::INSTR", timeout_s=2.0),
+        "visa-tcp": TransportSettings("visa", ends["visa"], timeout_s=2.0),
+        "serial-pty": TransportSettings("serial", ends["serial"], timeout_s=2.0),
+        "visa-asrl": TransportSettings("visa", f"ASRL{ends['serial']}::INSTR", timeout_s=2.0),
     }[request.param]
     records: list = []
     driver = PolatisScpi(open_transport(settings, "ocs1", records.append), "ocs1")

@@ -40,7 +40,7 @@ def ocs(twin):
 
 
 def tcp_connect(ocs) -> socket.socket:
-    host, port = ocs.tcp.rsplit(":", 1)
+    host, port = ocs["tcp"].rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=2)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
@@ -56,7 +56,7 @@ def read_lines(sock: socket.socket, n: int) -> list[bytes]:
 
 
 def test_pyvisa_socket_session(rm, ocs):
-    inst = rm.open_resource(ocs.visa, read_termination="\n", write_termination="\n")
+    inst = rm.open_resource(ocs["visa"], read_termination="\n", write_termination="\n")
     try:
         assert inst.query("*IDN?").strip() == IDN
         inst.write(":OXC:SWIT:CONN:ADD (@1),(@33)")  # a set command: no reply to read
@@ -69,7 +69,7 @@ def test_pyvisa_socket_session(rm, ocs):
 
 
 def test_pyvisa_default_crlf_write_termination(rm, ocs):
-    inst = rm.open_resource(ocs.visa, read_termination="\r\n")  # pyvisa's SOCKET default writes \r\n
+    inst = rm.open_resource(ocs["visa"], read_termination="\r\n")  # pyvisa's SOCKET default writes \r\n
     try:
         assert inst.query(":oxc:swit:conn:only (@1,2),(@33,34); stat?") == "(@1,2),(@33,34)"
         assert inst.query(":SYST:ERR?") == '0,"No error"'
@@ -79,7 +79,7 @@ def test_pyvisa_default_crlf_write_termination(rm, ocs):
 
 def test_opc_timing_over_tcp(rm, ocs):
     """*OPC? answers no sooner than the switching time and at most 3 ms after it."""
-    inst = rm.open_resource(ocs.visa, read_termination="\n", write_termination="\n")
+    inst = rm.open_resource(ocs["visa"], read_termination="\n", write_termination="\n")
     # One message, not write(move) + query("*OPC?"): pyvisa-py 0.8.1 leaves Nagle on (and cannot set
     # VI_ATTR_TCPIP_NODELAY), so a second small write waits for the delayed ACK of the first, ~40 ms.
     elapsed = []
@@ -120,7 +120,7 @@ def test_replies_keep_their_order(ocs):
 
 
 def test_serial_client_on_the_pty(ocs):
-    with serial.Serial(ocs.serial, timeout=2) as port:
+    with serial.Serial(ocs["serial"], timeout=2) as port:
         port.reset_input_buffer()
         for terminator in (b"\n", b"\r\n", b"\r"):
             port.write(b"*IDN?" + terminator)
@@ -129,13 +129,13 @@ def test_serial_client_on_the_pty(ocs):
         assert port.readline() == b"1\r\n"
         assert port.readline() == b"(@2),(@34)\r\n"
     # the pty survives the client closing it: reopen and talk again
-    with serial.Serial(ocs.serial, baudrate=38400, timeout=2) as port:
+    with serial.Serial(ocs["serial"], baudrate=38400, timeout=2) as port:
         port.write(b":OXC:SWIT:CONN:PORT? 34\n")
         assert port.readline() == b"2\r\n"
 
 
 def test_pyvisa_asrl_on_the_pty(rm, ocs):
-    inst = rm.open_resource(f"ASRL{ocs.serial}::INSTR", read_termination="\r\n", write_termination="\n")
+    inst = rm.open_resource(f"ASRL{ocs['serial']}::INSTR", read_termination="\r\n", write_termination="\n")
     try:
         assert inst.query("*IDN?") == IDN
         inst.write(":OXC:SWIT:PORT:DIS (@3)")

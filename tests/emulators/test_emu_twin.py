@@ -44,15 +44,15 @@ def test_twin_serves_every_device_and_the_control_api():
         assert isinstance(ep, Endpoints)
         assert sorted(ep.devices) == ["ocs1", "ocs2"]
         for dev in ep.devices.values():
-            host, port = dev.tcp.rsplit(":", 1)
-            assert host == "127.0.0.1" and dev.visa == f"TCPIP0::127.0.0.1::{port}::SOCKET"
-            assert dev.kind == "ocs" and dev.serial.startswith("/dev/pts/")
-        assert scpi(ep.devices["ocs2"].tcp, "*IDN?", ":OXC:SWIT:SIZE?") == [SPEC.devices[1].idn, "8,8"]
+            host, port = dev["tcp"].rsplit(":", 1)
+            assert host == "127.0.0.1" and dev["visa"] == f"TCPIP0::127.0.0.1::{port}::SOCKET"
+            assert dev["kind"] == "ocs" and dev["serial"].startswith("/dev/pts/")
+        assert scpi(ep.devices["ocs2"]["tcp"], "*IDN?", ":OXC:SWIT:SIZE?") == [SPEC.devices[1].idn, "8,8"]
 
         ctl = twin.control
         assert ctl.ping()
         assert ctl.call(None, "endpoints") == ep.to_json()
-        ocs1 = ep.devices["ocs1"].tcp
+        ocs1 = ep.devices["ocs1"]["tcp"]
         assert scpi(ocs1, ":OXC:SWIT:CONN:ADD (@3),(@20);*OPC?", ":PMON:POW? (@3,20)") == ["1", "-2.00,-3.00"]
 
         ctl.call("ocs1", "fail_port", port=20)

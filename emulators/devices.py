@@ -1,0 +1,78 @@
+"""How the twin serves each kind of device: one small adapter per kind, found through KINDS.
+
+An emulated device is a transport-free engine (state, grammar, timing) plus the endpoints it is reached
+on. The twin asks each adapter to start its endpoints on the twin's event loop and to answer control
+ops; it knows nothing else about the kind. A new kind adds its spec dataclass, its adapter, and one line
+to KINDS (spec class and adapter class as "module:Name", imported only when used).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import time
+from typing import Any, Protocol
+
+from emulators.endpoints import PtyEndpoint, TcpEndpoint
+from emulators.polatis import PolatisEngine
+from emulators.spec import OcsSpec
+
+# kind -> (spec dataclass, adapter class)
+KINDS: dict[str, tuple[str, str]] = {
+    "ocs": ("emulators.spec:OcsSpec", "emulators.devices:OcsDevice"),
+}
+
+
+class EmulatedDevice(Protocol):
+    name: str
+    kind: str
+    control_ops: tuple[str, ...]  # methods callable through the twin's control API
+
+    async def start(self, loop: asyncio.AbstractEventLoop) -> dict[str, str]:
+        """Open the endpoints; return them by role, e.g. {"visa": ..., "serial": ...}."""
+
+    async def close(self) -> None: ...
+
+
+def load(ref: str):
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def spec_class(kind: str) -> type:
+    if kind not in KINDS:
+        raise ValueError(f"unknown emulated device kind {kind!r} (known: {', '.join(sorted(KINDS))})")
+    return load(KINDS[kind][0])
+
+
+def build_device(spec: Any) -> EmulatedDevice:
+    return load(KINDS[spec.kind][1])(spec)
+
+
+class OcsDevice:
+    """A Polatis-style switch on a TCP port (LAN, SCPI on 5025 in the lab) and a raw pty (RS-232 console),
+    both on one engine, as one switch has both interfaces."""
+
+    kind = "ocs"
+
+    def __init__(self, spec: OcsSpec) -> None:
+        self.name = spec.name
+        self.engine = PolatisEngine(spec, clock=time.monotonic)  # = the asyncio loop's clock
+        self.control_ops = self.engine.control_ops
+        self._tcp = TcpEndpoint(self.engine)
+        self._pty = PtyEndpoint(self.engine)
+
+    def __getattr__(self, op: str):
+        # Control ops are the engine's (fail_port, reset, state, ...).
+        if op in PolatisEngine.control_ops:
+            return getattr(self.engine, op)
+        raise AttributeError(op)
+
+    async def start(self, loop: asyncio.AbstractEventLoop) -> dict[str, str]:
+        address = await self._tcp.start()
+        return {"tcp": address, "visa": f"TCPIP0::{self._tcp.host}::{self._tcp.port}::SOCKET",
+                "serial": self._pty.start(loop)}
+
+    async def close(self) -> None:
+        await self._tcp.close()
+        self._pty.close()
