@@ -1,0 +1,1 @@
+"""Workloads the framework ships: the reference training job (`testbed-train`)."""
