@@ -22,6 +22,13 @@ from testbed.runner.device_actor import OpResult
 
 SEGMENTS = (("ack", "sent", "acked"), ("light", "acked", "lit"), ("total", "sent", "lit"))
 
+# The procedure that does a generic operation on each kind of device: a chip is driven like a switch.
+PROCEDURES_BY_KIND = {
+    "ocs": {"identify": "ocs.identify", "reconfigure": "ocs.reconfigure", "clear": "ocs.clear"},
+    "photonic_mesh": {"identify": "mesh.identify", "reconfigure": "mesh.reconfigure", "clear": "mesh.clear"},
+    "gpu_host": {"identify": "gpu.identify"},
+}
+
 Call = tuple[str, str, dict]  # (step label, procedure, kwargs)
 
 
@@ -55,6 +62,23 @@ class Coordinator:
                 self._record(device, label, procedure, result)
             out[device] = results
         return out
+
+    def identify(self) -> dict[str, dict]:
+        """Ask every device what it is (and check it against the inventory); returns what they said."""
+        calls = {}
+        for name in self.actors:
+            dev = self.plan.inventory.devices[name]
+            kwargs = {"expected_size": dev.size} if hasattr(dev, "size") else {}
+            calls[name] = (self._procedure(name, "identify"), kwargs)
+        results = self.call(calls, "identify devices")
+        return {name: {"node": r.node, **(r.value or {})} for name, r in results.items()}
+
+    def _procedure(self, device: str, operation: str) -> str:
+        kind = self.plan.inventory.devices[device].kind
+        try:
+            return PROCEDURES_BY_KIND[kind][operation]
+        except KeyError:
+            raise StepFailed(f"{device}: a {kind} cannot {operation}") from None
 
     def call(self, calls: dict[str, tuple[str, dict]], step: str) -> dict[str, OpResult]:
         """One procedure on each of several devices at once; raises StepFailed if any did not succeed."""
@@ -106,7 +130,7 @@ class Coordinator:
                 self.execute(steps[i])
             else:
                 group = steps[i:j]
-                results = self.dispatch({device: [(s.label, *_calls(s)[device]) for s in group]})[device]
+                results = self.dispatch({device: [(s.label, *self._calls(s)[device]) for s in group]})[device]
                 for step, result in zip(group, results, strict=True):
                     _raise_failures([result])
                     if isinstance(step, ApplyStep):
@@ -115,7 +139,7 @@ class Coordinator:
 
     def execute(self, step: PlannedStep) -> None:
         if isinstance(step, ApplyStep | ClearStep):
-            results = self.call(_calls(step), step.label)
+            results = self.call(self._calls(step), step.label)
             if isinstance(step, ApplyStep):
                 self._measure(step, list(results.values()))
         elif isinstance(step, WaitStep):
@@ -148,27 +172,26 @@ class Coordinator:
                 data={"ms": (end - start) / 1e6, "start_ns": start, "end_ns": end},
             )
 
+    def _calls(self, step: ApplyStep | ClearStep) -> dict[str, tuple[str, dict]]:
+        """The procedure each device runs for a step."""
+        if isinstance(step, ApplyStep):
+            return {
+                sw: (
+                    self._procedure(sw, "reconfigure"),
+                    {
+                        "circuits": list(pairs),
+                        "managed": list(step.managed[sw]),
+                        "verify_light": step.verify_light,
+                        "min_power_dbm": step.min_power_dbm,
+                        "timeout_s": step.timeout_s,
+                    },
+                )
+                for sw, pairs in step.circuits.items()
+            }
+        return {sw: (self._procedure(sw, "clear"), {"managed": list(ports)}) for sw, ports in step.managed.items()}
+
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-
-
-def _calls(step: ApplyStep | ClearStep) -> dict[str, tuple[str, dict]]:
-    """The procedure each device runs for a step."""
-    if isinstance(step, ApplyStep):
-        return {
-            sw: (
-                "ocs.reconfigure",
-                {
-                    "circuits": list(pairs),
-                    "managed": list(step.managed[sw]),
-                    "verify_light": step.verify_light,
-                    "min_power_dbm": step.min_power_dbm,
-                    "timeout_s": step.timeout_s,
-                },
-            )
-            for sw, pairs in step.circuits.items()
-        }
-    return {sw: ("ocs.clear", {"managed": list(ports)}) for sw, ports in step.managed.items()}
 
 
 def _single_device(step: PlannedStep) -> str | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from drivers.transports import TransportSettings
-from testbed.config.inventory import Inventory, OcsDevice, SerialTransport, VisaTransport
+from testbed.config.inventory import Inventory, SerialTransport, VisaTransport
 from testbed.errors import ExperimentFailed, UserError
 from testbed.plan import Plan
 from testbed.progress import ProgressDisplay
@@ -64,19 +64,19 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
                 # An emulated device lives on this machine, wherever the lab's cable is.
                 actors = _start_actors(ray, plan, inventory, pin=not options.emulate)
                 stack.callback(_stop_actors, ray, actors)
-                info["devices"] = _identify(ray, actors, plan, inventory, recorder)
+                coordinator = Coordinator(plan, actors, recorder, ray)
+                stack.callback(coordinator.close)
+                info["devices"] = coordinator.identify()
                 write_json(run_dir / "run.json", info)
                 display = stack.enter_context(ProgressDisplay(console, len(plan.trials)))
                 recorder.add_observer(display)
-                coordinator = Coordinator(plan, actors, recorder, ray)
-                stack.callback(coordinator.close)
                 status, error = _execute(plan, coordinator, recorder)
     except KeyboardInterrupt:
         status, error = "aborted", "interrupted (Ctrl-C)"
-        recorder.emit("info", "run.aborted", data={"reason": error})
+        recorder.emit("mark", "run.aborted", data={"reason": error})
     except ExperimentFailed as exc:
         status, error = "failed", str(exc)
-        recorder.emit("fail", "run.failed", data={"error": error})
+        recorder.emit("mark", "run.failed", data={"error": error})
     finally:
         recorder.close()
         collector.write_trials_csv(run_dir / "trials.csv")
@@ -171,18 +171,6 @@ def _start_actors(ray, plan: Plan, inv: Inventory, pin: bool) -> dict:
             name, dev.driver, _settings(inv, name)
         )
     return actors
-
-
-def _identify(ray, actors: dict, plan: Plan, inv: Inventory, recorder: Recorder) -> dict:
-    from testbed.runner.coordinator import Coordinator
-
-    calls = {}
-    for name in actors:
-        dev = inv.devices[name]
-        if isinstance(dev, OcsDevice):
-            calls[name] = ("ocs.identify", {"expected_size": dev.size})
-    results = Coordinator(plan, actors, recorder, ray).call(calls, "identify devices")
-    return {name: {"node": r.node, **(r.value or {})} for name, r in results.items()}
 
 
 def _stop_actors(ray, actors: dict) -> None:
