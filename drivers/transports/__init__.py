@@ -21,6 +21,11 @@ class TransportSettings:
     write_termination: str = "\n"
     read_termination: str = "\n"  # a trailing "\r" is stripped from every reply as well
 
+    def __post_init__(self) -> None:
+        if not self.read_termination:
+            # Without one a reply has no end: every query would wait for the whole timeout.
+            raise ValueError(f"{self.address}: read_termination must not be empty (e.g. '\\n')")
+
 
 class MessageTransport(Protocol):
     """A line-oriented conversation with one instrument. Raises drivers.errors.DeviceError subclasses only."""

@@ -51,9 +51,6 @@ class SerialTransport:
     """One instrument on a serial line. Opens on first use; after a lost connection the next call reopens."""
 
     def __init__(self, settings: TransportSettings, device: str, audit: AuditSink | None = None) -> None:
-        if not settings.read_termination:
-            # Without one a reply has no end: every query would wait for the whole timeout.
-            raise ValueError(f"{device}: read_termination must not be empty (e.g. '\\n')")
         self.settings = settings
         self.device = device
         self.address = settings.address

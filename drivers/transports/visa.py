@@ -35,9 +35,6 @@ class VisaTransport:
     """One instrument over VISA. Connects on first use; after a lost connection the next call reconnects."""
 
     def __init__(self, settings: TransportSettings, device: str, audit: AuditSink | None = None) -> None:
-        if not settings.read_termination:
-            # Without one a reply has no end: every query would wait for the whole timeout.
-            raise ValueError(f"{device}: read_termination must not be empty (e.g. '\\n')")
         self.settings = settings
         self.device = device
         self.address = settings.address

@@ -20,7 +20,7 @@ class VisaTransport(Strict):
         description="VISA resource, e.g. 'TCPIP0::10.0.0.5::5025::SOCKET' or 'ASRL/dev/ttyUSB0::INSTR'"
     )
     timeout_ms: int = Field(2000, gt=0, le=600_000)
-    read_termination: str = "\n"
+    read_termination: str = Field("\n", min_length=1, description="end of every reply (a trailing \\r is dropped)")
     write_termination: str = "\n"
 
 
@@ -29,7 +29,7 @@ class SerialTransport(Strict):
     port: str = Field(description="device path ('/dev/ttyUSB0') or pyserial URL ('socket://10.0.0.5:5025')")
     baudrate: int = Field(38400, gt=0)
     timeout_ms: int = Field(2000, gt=0, le=600_000)
-    read_termination: str = "\n"
+    read_termination: str = Field("\n", min_length=1, description="end of every reply (a trailing \\r is dropped)")
     write_termination: str = "\n"
 
 
