@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 from testbed.config.inventory import Inventory, MeshDevice, OcsDevice, transport_address
 from testbed.config.playbook import (
-    LINK_PATTERN,
     Configuration,
     FabricApply,
     FabricClear,
@@ -19,6 +18,7 @@ from testbed.config.playbook import (
 )
 from testbed.config.playbook import param_name as _param_name
 from testbed.errors import UserError
+from testbed.fabric.circuits import PathError, links_to_circuits, parse_link
 
 Pair = tuple[int, int]
 
@@ -125,32 +125,21 @@ def _sweep_points(sweep: dict[str, list]) -> list[dict[str, object]]:
 
 def _resolve(name: str, conf: Configuration, inv: Inventory) -> dict[str, tuple[Pair, ...]]:
     """Links and raw circuits -> circuits per switch, through the fibre map."""
-    out: dict[str, list[Pair]] = {sw: [tuple(p) for p in pairs] for sw, pairs in conf.circuits.items()}
-    for link in conf.links:
-        m = LINK_PATTERN.match(link)
-        a, b = (m.group(1), m.group(2)), (m.group(4), m.group(5))
-        directions = [(a, b)] if m.group(3) == "->" else [(a, b), (b, a)]
-        for src, dst in directions:
-            f_src, f_dst = inv.fibre_of(*src), inv.fibre_of(*dst)
-            if f_src is None or f_dst is None:
-                missing = src if f_src is None else dst
-                raise PlanError(f"configuration {name!r}: {missing[0]}:{missing[1]} has no fibre in the inventory")
-            if f_src.switch != f_dst.switch:
-                raise PlanError(
-                    f"configuration {name!r}: link {link!r} needs a path from {f_src.switch} to "
-                    f"{f_dst.switch}; paths through several switches are not supported yet"
-                )
-            out.setdefault(f_src.switch, []).append((f_src.ingress, f_dst.egress))
+    links = [link for text in conf.links for link in parse_link(text)]
+    try:
+        out = {sw: set(pairs) for sw, pairs in links_to_circuits(links, inv).items()}
+    except PathError as exc:
+        raise PlanError(f"configuration {name!r}: {exc}") from None
+    for sw, pairs in conf.circuits.items():
+        out.setdefault(sw, set()).update(tuple(p) for p in pairs)
     for sw, pairs in out.items():
-        ingress = [i for i, _ in pairs]
-        egress = [e for _, e in pairs]
-        for ports, what in ((ingress, "ingress"), (egress, "egress")):
+        for index, what in ((0, "ingress"), (1, "egress")):
+            ports = [p[index] for p in pairs]
             dup = sorted({p for p in ports if ports.count(p) > 1})
             if dup:
-                raise PlanError(
-                    f"configuration {name!r} uses {what} port(s) {dup} of {sw} twice; a port carries one circuit"
-                )
-    return {sw: tuple(sorted(set(pairs))) for sw, pairs in out.items()}
+                raise PlanError(f"configuration {name!r} uses {what} port(s) {dup} of {sw} twice; a port carries "
+                                "one circuit")
+    return {sw: tuple(sorted(pairs)) for sw, pairs in out.items()}
 
 
 def _managed_ports(circuits: dict[str, dict[str, tuple[Pair, ...]]]) -> dict[str, tuple[int, ...]]:

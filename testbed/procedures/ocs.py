@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from testbed.capabilities import CircuitSwitch
+from testbed.fabric.diff import circuit_diff
 from testbed.procedures.context import ProcedureContext
 from testbed.procedures.errors import VerificationError
 
@@ -58,9 +59,7 @@ def reconfigure(
     current = ctx.cache.get("connections")
     if current is None:
         current = switch.connections()
-    owned = set(managed)
-    remove = [(i, e) for i, e in current.items() if target.get(i) != e and (i in owned or e in owned)]
-    add = [(i, e) for i, e in target.items() if current.get(i) != e]
+    remove, add = circuit_diff(current, circuits, managed)
 
     # Commands go back to back and the error queue is read once the switch has acknowledged: *OPC?
     # answers after a refused command too, so nothing is missed, and the acknowledgement span holds
@@ -95,9 +94,8 @@ def reconfigure(
 
 def clear(switch: CircuitSwitch, ctx: ProcedureContext, *, managed: list[int]) -> dict:
     """Remove every circuit on `managed` ports; leave the rest of the switch alone."""
-    owned = set(managed)
     current = switch.connections()
-    remove = [(i, e) for i, e in current.items() if i in owned or e in owned]
+    remove, _ = circuit_diff(current, [], managed)
     ctx.mark("sent")
     if remove:
         switch.disconnect(remove)

@@ -1,0 +1,30 @@
+"""Which spare replaces a failed host: same rack (shared-risk group) first, then the least used, and
+among equals a choice that is fixed by the seed, so a run can be repeated."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+from testbed.config.inventory import GpuHostDevice, Inventory
+
+
+class NoSpareError(RuntimeError):
+    pass
+
+
+def choose_spare(failed: str, inv: Inventory, *, in_use: set[str], used_count: Mapping[str, int], seed: int) -> str:
+    free = [s for s in inv.spares if s not in in_use and s != failed]
+    if not free:
+        raise NoSpareError(f"no free spare for {failed}: spares {inv.spares}, all in use")
+    failed_dev = inv.devices[failed]
+    rack = failed_dev.rack if isinstance(failed_dev, GpuHostDevice) else None
+
+    def key(spare: str) -> tuple[int, int]:
+        dev = inv.devices[spare]
+        same_rack = rack is not None and isinstance(dev, GpuHostDevice) and dev.rack == rack
+        return (0 if same_rack else 1, used_count.get(spare, 0))
+
+    best = min(key(s) for s in free)
+    tied = sorted(s for s in free if key(s) == best)
+    return random.Random(f"{seed}:{failed}:{','.join(tied)}").choice(tied)
