@@ -40,6 +40,17 @@ class DeviceActor:
         self._cache: dict = {}
         self._node = socket.gethostname()
 
+    def where(self) -> dict:
+        """The Ray node this actor runs on, and a clock reading for the coordinator's offset estimate."""
+        import ray
+
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "hostname": self._node,
+            "address": ray.util.get_node_ip_address(),
+            "wall": time.time(),
+        }
+
     def run(self, procedure: str, kwargs: dict) -> OpResult:
         ctx = ProcedureContext(self.device, self.address, cache=self._cache)
         start = (time.monotonic_ns(), time.time())

@@ -16,6 +16,7 @@ from testbed.plan import Plan
 from testbed.progress import ProgressDisplay
 from testbed.recorder import Recorder
 from testbed.results import SummaryCollector, make_run_dir, run_info, write_json
+from testbed.runner.clocks import measure_clocks
 from testbed.runner.coordinator import Coordinator
 from testbed.runner.ray_session import ray_session
 
@@ -61,9 +62,11 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
                 inventory, endpoints = stack.enter_context(_twin(plan, console))
                 info["twin"] = endpoints
             with ray_session(options.ray_address) as ray:
-                # An emulated device lives on this machine, wherever the lab's cable is.
-                actors = _start_actors(ray, plan, inventory, pin=not options.emulate)
+                actors, notes = _start_actors(ray, plan, inventory, emulate=options.emulate)
                 stack.callback(_stop_actors, ray, actors)
+                for note in notes:
+                    console.print(f"[dim]{note}[/]")
+                info["placement"] = measure_clocks(ray, actors)
                 coordinator = Coordinator(plan, actors, recorder, ray)
                 stack.callback(coordinator.close)
                 info["devices"] = coordinator.identify()
@@ -159,18 +162,19 @@ def _settings(inv: Inventory, name: str) -> TransportSettings:
     raise UserError(f"{name}: transport {t.type!r} is not supported for a {inv.devices[name].kind} yet")
 
 
-def _start_actors(ray, plan: Plan, inv: Inventory, pin: bool) -> dict:
+def _start_actors(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict, list[str]]:
     from testbed.runner.device_actor import DeviceActor
     from testbed.runner.placement import actor_options
 
+    # Every pin and transport is resolved before the first actor starts: a mistake leaves nothing running.
+    placed = {name: actor_options(ray, name, inv.devices[name].node, emulate=emulate) for name in plan.devices}
+    settings = {name: _settings(inv, name) for name in plan.devices}
     remote_cls = ray.remote(DeviceActor)
-    actors = {}
-    for name in plan.devices:
-        dev = inv.devices[name]
-        actors[name] = remote_cls.options(**actor_options(ray, name, dev.node if pin else None)).remote(
-            name, dev.driver, _settings(inv, name)
-        )
-    return actors
+    actors = {
+        name: remote_cls.options(**placed[name][0]).remote(name, inv.devices[name].driver, settings[name])
+        for name in plan.devices
+    }
+    return actors, [note for _, note in placed.values() if note]
 
 
 def _stop_actors(ray, actors: dict) -> None:
