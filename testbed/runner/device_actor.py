@@ -10,10 +10,11 @@ import traceback
 from dataclasses import dataclass, field
 
 from drivers.audit import AuditRecord
-from drivers.errors import DeviceError, DeviceTimeout
+from drivers.errors import DeviceError, DeviceTimeout, InterlockError
 from drivers.registry import make_driver
 from drivers.transports import TransportSettings
 from testbed.procedures import PROCEDURES, ProcedureContext
+from testbed.runner.guard import GuardedSwitch, Policy
 
 
 @dataclass
@@ -32,11 +33,13 @@ class OpResult:
 
 
 class DeviceActor:
-    def __init__(self, device: str, driver: str, settings: TransportSettings) -> None:
+    def __init__(self, device: str, driver: str, settings: TransportSettings, policy: Policy | None = None) -> None:
         self.device = device
         self.address = settings.address
         self._audit: list[AuditRecord] = []
         self._driver = make_driver(driver, device, settings, self._audit.append)
+        if policy is not None:
+            self._driver = GuardedSwitch(self._driver, policy)
         self._cache: dict = {}
         self._node = socket.gethostname()
 
@@ -57,6 +60,8 @@ class DeviceActor:
         status, value, error, error_type = "ok", None, None, None
         try:
             value = PROCEDURES[procedure](self._driver, ctx, **kwargs)
+        except InterlockError as exc:  # refused before anything was sent: certainly did not happen
+            status, error, error_type = "fail", str(exc), type(exc).__name__
         except DeviceTimeout as exc:
             status, error, error_type = "info", str(exc), type(exc).__name__
         except DeviceError as exc:

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from drivers.transports import TransportSettings
-from testbed.config.inventory import Inventory, SerialTransport, VisaTransport
+from testbed.config.inventory import Inventory, OcsDevice, SerialTransport, VisaTransport, transport_address
 from testbed.errors import ExperimentFailed, UserError
 from testbed.plan import Plan
 from testbed.progress import ProgressDisplay
@@ -18,6 +18,8 @@ from testbed.recorder import Recorder
 from testbed.results import SummaryCollector, make_run_dir, run_info, write_json
 from testbed.runner.clocks import measure_clocks
 from testbed.runner.coordinator import Coordinator
+from testbed.runner.guard import Policy
+from testbed.runner.locks import device_locks
 from testbed.runner.ray_session import ray_session
 
 
@@ -61,6 +63,9 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
             if options.emulate:
                 inventory, endpoints = stack.enter_context(_twin(plan, console))
                 info["twin"] = endpoints
+            stack.enter_context(
+                device_locks({d: transport_address(inventory.devices[d].transport) for d in plan.devices}, run_id)
+            )
             with ray_session(options.ray_address) as ray:
                 actors, notes = _start_actors(ray, plan, inventory, emulate=options.emulate)
                 stack.callback(_stop_actors, ray, actors)
@@ -80,6 +85,10 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
     except ExperimentFailed as exc:
         status, error = "failed", str(exc)
         recorder.emit("mark", "run.failed", data={"error": error})
+    except UserError as exc:  # refused before the experiment began (a lock, a pin): recorded, then reported
+        status, error = "failed", str(exc)
+        recorder.emit("mark", "run.refused", data={"error": error})
+        raise
     finally:
         recorder.close()
         collector.write_trials_csv(run_dir / "trials.csv")
@@ -175,6 +184,15 @@ def _start_actors(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict,
         for name in plan.devices
     }
     return actors, [note for _, note in placed.values() if note]
+
+
+def policy(inv: Inventory, name: str) -> Policy | None:
+    """The interlocks the actor enforces for a switch (None for devices without ports to guard)."""
+    dev = inv.devices[name]
+    if not isinstance(dev, OcsDevice):
+        return None
+    allowed = frozenset(dev.allowed_ports) if dev.allowed_ports is not None else None
+    return Policy(name, transport_address(dev.transport), dev.read_only, allowed, frozenset(dev.reserved_ports))
 
 
 def _stop_actors(ray, actors: dict) -> None:
