@@ -57,3 +57,83 @@ class CircuitSwitch(Protocol):
     def set_port_enabled(self, ports: Iterable[int], enabled: bool) -> None: ...
 
     def port_states(self, ports: Iterable[int]) -> Mapping[int, str]: ...
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as nvidia-smi reports it. A lost GPU ("Unable to determine the device handle") has
+    lost=True, its bus id, and its index if the driver saw it healthy before (else -1)."""
+
+    index: int
+    name: str
+    uuid: str
+    bus_id: str
+    memory_total_mib: float | None = None
+    memory_used_mib: float | None = None
+    utilization_pct: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    lost: bool = False
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process on a GPU (nvidia-smi --query-compute-apps)."""
+
+    pid: int
+    name: str
+    gpu_uuid: str
+    used_memory_mib: float | None = None
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    """A job started in the background on a host: its process (group leader) id and its log file."""
+
+    host: str
+    name: str
+    pid: int
+    log: str  # path on the host (relative to the login directory unless absolute)
+    workdir: str
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """state: "running", "stopped" (SIGSTOPped / hung) or "exited"; progress: the last capture of the job's
+    progress pattern in the log tail (e.g. the step number), None if it has not matched yet."""
+
+    pid: int
+    state: str
+    progress: str | None
+    last_line: str | None
+
+
+@runtime_checkable
+class GpuHost(Protocol):
+    """A Linux GPU server: nvidia-smi, background jobs (one process group each), signals."""
+
+    def identify(self) -> Identity: ...
+
+    def gpus(self) -> list[GpuInfo]: ...
+
+    def processes(self) -> list[GpuProcess]: ...
+
+    def run_job(
+        self,
+        command: list[str],
+        *,
+        name: str,
+        gpus: list[int] | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> JobHandle: ...
+
+    def job_status(self, job: JobHandle, progress: str | None = None, tail_lines: int = 50) -> JobStatus: ...
+
+    def tail(self, path: str, lines: int = 50) -> str: ...
+
+    def signal(self, pid: int, sig: str = "TERM", *, group: bool = True) -> None: ...
+
+    def stop_job(self, job: JobHandle, grace_s: float = 5.0) -> str: ...
+
+    def kernel_xids(self) -> list[str]: ...

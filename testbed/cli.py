@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.add_argument("--json", action="store_true", help="print summary.json")
 
+    p = sub.add_parser("check", help="verify a run from its history (invokes closed, fabric, interlocks)")
+    p.add_argument("run_dir")
+
     p = sub.add_parser("schema", help="write JSON Schemas of inventories and playbooks (for editors)")
     p.add_argument("--out", default=".", help="folder to write inventory.schema.json and playbook.schema.json")
     return parser
@@ -173,6 +176,22 @@ def cmd_report(args, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_check(args, console: Console) -> int:
+    from testbed.check import check_run
+
+    result = check_run(Path(args.run_dir))
+    for name, problems in result.checks.items():
+        if problems:
+            console.print(f"[red]FAIL[/] {name}")
+            for problem in problems[:20]:
+                console.print(f"     {problem}", soft_wrap=True, markup=False)
+            if len(problems) > 20:
+                console.print(f"     ... and {len(problems) - 20} more")
+        else:
+            console.print(f"[green]ok[/]   {name}")
+    return EXIT_OK if result.ok else EXIT_EXPERIMENT_FAILED
+
+
 def cmd_schema(args, console: Console) -> int:
     from testbed.config.schema import write_schemas
 
@@ -187,6 +206,7 @@ COMMANDS = {
     "run": cmd_run,
     "emulate": cmd_emulate,
     "report": cmd_report,
+    "check": cmd_check,
     "schema": cmd_schema,
 }
 

@@ -137,8 +137,9 @@ def _resolve(name: str, conf: Configuration, inv: Inventory) -> dict[str, tuple[
             ports = [p[index] for p in pairs]
             dup = sorted({p for p in ports if ports.count(p) > 1})
             if dup:
-                raise PlanError(f"configuration {name!r} uses {what} port(s) {dup} of {sw} twice; a port carries "
-                                "one circuit")
+                raise PlanError(
+                    f"configuration {name!r} uses {what} port(s) {dup} of {sw} twice; a port carries one circuit"
+                )
     return {sw: tuple(sorted(pairs)) for sw, pairs in out.items()}
 
 

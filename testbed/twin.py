@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import re
 
+from emulators.gpuhost.spec import GpuHostSpec
 from emulators.spec import OcsSpec, TwinSpec
 from testbed.config.inventory import (
+    GpuHostDevice,
     Inventory,
     OcsDevice,
     SerialTransport,
+    SshTransport,
     VisaTransport,
     transport_address,
 )
 from testbed.errors import UserError
 
+# "gpu_host" joins once testbed/emulate_cmd.py prints endpoints per kind (it reads ep["visa"] for every
+# device) and the runner builds SshSettings from an SshTransport; twin_spec/point_at_twin handle it already.
 EMULATED_KINDS = {"ocs"}
 
 
@@ -38,6 +43,13 @@ def twin_spec(inv: Inventory, seed: int, only: set[str] | None = None) -> TwinSp
                     idn=e.idn,
                 )
             )
+        elif isinstance(dev, GpuHostDevice) and "gpu_host" in EMULATED_KINDS:
+            user = dev.transport.user if isinstance(dev.transport, SshTransport) else "lab"
+            devices.append(
+                GpuHostSpec(
+                    name=name, gpus=dev.gpus, gpu_name=dev.emulation.gpu_name, user=user, seed=seed * 1000 + index
+                )
+            )
     return TwinSpec(devices=devices)
 
 
@@ -57,6 +69,11 @@ def point_at_twin(inv: Inventory, endpoints: dict) -> Inventory:
             t = t.model_copy(update={"resource": resource})
         elif isinstance(t, SerialTransport):
             t = t.model_copy(update={"port": ep["serial"]})
+        elif isinstance(t, SshTransport):
+            host, _, port = ep["ssh"].rpartition(":")
+            t = t.model_copy(
+                update={"host": host, "port": int(port), "known_hosts": ep["known_hosts"], "key_file": ep["key_file"]}
+            )
         devices[name] = dev.model_copy(update={"transport": t})
     return inv.model_copy(update={"devices": devices})
 

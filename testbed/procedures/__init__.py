@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from testbed.procedures import ocs
+from testbed.procedures import gpu, ocs
 from testbed.procedures.context import ProcedureContext
 
 Procedure = Callable[..., object]
@@ -15,6 +15,10 @@ PROCEDURES: dict[str, Procedure] = {
     "ocs.reconfigure": ocs.reconfigure,
     "ocs.clear": ocs.clear,
     "ocs.connections": ocs.connections,
+    "gpu.identify": gpu.identify,
+    "gpu.start_job": gpu.start_job,
+    "gpu.job_status": gpu.job_status,
+    "gpu.stop_job": gpu.stop_job,
 }
 
 __all__ = ["PROCEDURES", "ProcedureContext"]

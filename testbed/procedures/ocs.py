@@ -31,7 +31,7 @@ def identify(switch: CircuitSwitch, ctx: ProcedureContext, *, expected_size: int
         "serial": ident.serial,
         "firmware": ident.firmware,
         "size": [n_in, n_out],
-        "circuits": len(ctx.cache["connections"]),
+        "circuits": ctx.cache["connections"],
     }
 
 

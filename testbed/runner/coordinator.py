@@ -73,6 +73,12 @@ class Coordinator:
         results = self.call(calls, "identify devices")
         return {name: {"node": r.node, **(r.value or {})} for name, r in results.items()}
 
+    def read_fabric(self) -> dict[str, dict[int, int]]:
+        """The circuits every switch of the run holds now."""
+        switches = [d for d in self.actors if self.plan.inventory.devices[d].kind == "ocs"]
+        results = self.call({d: ("ocs.connections", {}) for d in switches}, "final read-back")
+        return {d: r.value for d, r in results.items()}
+
     def _procedure(self, device: str, operation: str) -> str:
         kind = self.plan.inventory.devices[device].kind
         try:

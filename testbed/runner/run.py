@@ -120,12 +120,17 @@ def _execute(plan: Plan, coordinator: Coordinator, recorder: Recorder) -> tuple[
                 recorder.trial = None
             recorder.emit("mark", "trial.end", trial=trial.index, data={"status": "ok"})
     finally:
-        # Teardown runs even after a failure or Ctrl-C, so the lab is left as the playbook says.
+        # Teardown runs even after a failure or Ctrl-C, so the lab is left as the playbook says; then the
+        # fabric is read back, so `testbed check` can compare it with what the history implies.
         for step in plan.teardown:
             try:
                 coordinator.execute(step)
             except ExperimentFailed as exc:
                 failures.append(f"teardown: {exc}")
+        try:
+            recorder.emit("mark", "fabric.final", data={"circuits": coordinator.read_fabric()})
+        except ExperimentFailed as exc:
+            failures.append(f"final read-back: {exc}")
     recorder.emit("mark", "run.end", data={"failures": len(failures)})
     if failures:
         return "failed", "\n".join(failures)

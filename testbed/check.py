@@ -1,0 +1,162 @@
+"""`testbed check RUN_DIR`: verify a run from what it saved, in the manner of Jepsen's checkers.
+
+- every invoke is closed by exactly one ok / fail / info, in order, per device;
+- every fault injected was healed (fault events, once playbooks inject faults);
+- the fabric read back at the end of the run equals the fabric its history implies: the commands in
+  audit.jsonl replayed through the Polatis protocol engine (the same grammar model the emulator runs);
+- no command wrote to a port the inventory reserves or does not allow, or to a read-only device.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emulators.polatis import PolatisEngine
+from emulators.scpi import parse_channel_list
+from emulators.spec import OcsSpec
+from testbed.config.inventory import Inventory, OcsDevice
+from testbed.errors import UserError
+
+# Polatis SCPI commands that change the switch (short forms, upper case) and whether they carry ports.
+WRITE_HEADERS = (
+    ":OXC:SWIT:CONN:ADD",
+    ":OXC:SWIT:CONN:SUB",
+    ":OXC:SWIT:CONN:ONLY",
+    ":OXC:SWIT:DISC:ALL",
+    ":OXC:SWIT:PORT:DIS",
+    ":OXC:SWIT:PORT:ENAB",
+    "*RST",
+)
+
+
+@dataclass
+class CheckResult:
+    checks: dict[str, list[str]] = field(default_factory=dict)  # check name -> problems (empty: passed)
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.checks.values())
+
+
+def check_run(run_dir: Path) -> CheckResult:
+    run_dir = Path(run_dir)
+    try:
+        info = json.loads((run_dir / "run.json").read_text())
+        events = [json.loads(line) for line in _lines(run_dir / "events.jsonl")]
+        audit = [json.loads(line) for line in _lines(run_dir / "audit.jsonl")]
+        inventory = Inventory.model_validate(info["inventory"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise UserError(f"{run_dir}: not a readable run folder ({exc}); pass a folder `testbed run` wrote") from None
+    result = CheckResult()
+    result.checks["every invoke closed"] = _invokes_closed(events)
+    result.checks["every fault healed"] = _faults_healed(events)
+    result.checks["final fabric matches history"] = _fabric_matches(events, audit, inventory)
+    result.checks["writes within the inventory's interlocks"] = _writes_allowed(audit, inventory)
+    return result
+
+
+def _lines(path: Path) -> list[str]:
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _invokes_closed(events: list[dict]) -> list[str]:
+    pending: dict[str, list[dict]] = {}
+    problems = []
+    for e in events:
+        device = e.get("device") or "(run)"
+        if e["type"] == "invoke":
+            pending.setdefault(device, []).append(e)
+        elif e["type"] in ("ok", "fail", "info"):
+            queue = pending.get(device) or []
+            if not queue:
+                problems.append(f"seq {e['seq']}: {e['type']} {e['op']} on {device} closes no invoke")
+            elif queue[0]["op"] != e["op"]:
+                problems.append(
+                    f"seq {e['seq']}: {e['type']} {e['op']} on {device} but the open invoke is "
+                    f"{queue[0]['op']} (seq {queue[0]['seq']})"
+                )
+                queue.pop(0)
+            else:
+                queue.pop(0)
+    for device, queue in pending.items():
+        problems += [f"seq {e['seq']}: invoke {e['op']} on {device} never closed" for e in queue]
+    return problems
+
+
+def _faults_healed(events: list[dict]) -> list[str]:
+    active: dict[str, dict] = {}
+    for e in events:
+        if e["op"] == "fault.inject" and e["type"] == "ok":
+            active[e.get("data", {}).get("fault", str(e["seq"]))] = e
+        elif e["op"] == "fault.heal" and e["type"] == "ok":
+            active.pop(e.get("data", {}).get("fault", ""), None)
+    return [f"fault {name} injected at seq {e['seq']} was never healed" for name, e in active.items()]
+
+
+def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory) -> list[str]:
+    final = next((e for e in reversed(events) if e["op"] == "fabric.final"), None)
+    if final is None:
+        return ["no final read-back recorded (the run ended before it): cannot compare"]
+    problems = []
+    initial = {
+        e["device"]: e["data"]["value"]["circuits"] for e in events if e["op"] == "ocs.identify" and e["type"] == "ok"
+    }
+    for device, circuits in final["data"]["circuits"].items():
+        dev = inv.devices.get(device)
+        if not isinstance(dev, OcsDevice):
+            continue
+        start_circuits = initial.get(device)
+        if not isinstance(start_circuits, dict):
+            problems.append(f"{device}: no circuits recorded when the run identified it: cannot replay")
+            continue
+        start = {int(i): int(e) for i, e in start_circuits.items()}
+        commands = [a["data"] for a in audit if a["device"] == device and a["direction"] == "tx"]
+        implied = _replay(dev.size, start, commands)
+        seen = {int(i): int(e) for i, e in circuits.items()}
+        if implied != seen:
+            missing = sorted(set(implied.items()) - set(seen.items()))
+            extra = sorted(set(seen.items()) - set(implied.items()))
+            problems.append(
+                f"{device}: the switch holds {len(seen)} circuits, the history implies {len(implied)}; "
+                f"implied but absent {missing[:8]}, present but not implied {extra[:8]}"
+            )
+    return problems
+
+
+def _replay(size: int, start: dict[int, int], commands: list[str]) -> dict[int, int]:
+    """The circuits the switch holds after `commands`, from the circuits it held when the run identified it."""
+    engine = PolatisEngine(OcsSpec(name="model", size=size, switching_time_ms=0, jitter_ms=0), clock=lambda: 0.0)
+    engine.conn.update(start)
+    session = engine.new_session()
+    for line in commands:
+        session.handle(line.rstrip("\r\n"), 0.0)
+    return dict(engine.conn)
+
+
+def _writes_allowed(audit: list[dict], inv: Inventory) -> list[str]:
+    problems = []
+    for a in audit:
+        if a["direction"] != "tx":
+            continue
+        dev = inv.devices.get(a["device"])
+        text = a["data"].strip()
+        header = text.split(" ", 1)[0].upper()
+        if not isinstance(dev, OcsDevice) or not any(header.startswith(h) for h in WRITE_HEADERS):
+            continue
+        where = f"{a['device']} at {a['mono_ns']}: {text[:80]!r}"
+        if dev.read_only:
+            problems.append(f"{where}: write to a read-only device")
+            continue
+        if header.startswith((":OXC:SWIT:DISC:ALL", "*RST")):
+            if dev.reserved_ports or dev.allowed_ports is not None:
+                problems.append(f"{where}: removes every circuit, including reserved or disallowed ports")
+            continue
+        ports: list[int] = []
+        for chunk in text.split("(@")[1:]:
+            ports += parse_channel_list("(@" + chunk.split(")", 1)[0] + ")")
+        bad = sorted({p for p in ports if not dev.port_allowed(p)})
+        if bad:
+            problems.append(f"{where}: touches port(s) {bad}, reserved or not allowed by the inventory")
+    return problems

@@ -1,0 +1,87 @@
+"""`testbed check` passes a real run and catches each kind of broken history."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from testbed.check import check_run
+from testbed.cli import main
+
+
+@pytest.fixture(scope="module")
+def run_dir(ray_cluster, repo, tmp_path_factory) -> Path:
+    results = tmp_path_factory.mktemp("results")
+    assert (
+        main(
+            [
+                "run",
+                str(repo / "playbooks/ocs-reconfig.yaml"),
+                "--emulate",
+                "--trials",
+                "2",
+                "--results",
+                str(results),
+                "--inventory",
+                str(repo / "playbooks/inventory/emulated-rack.yaml"),
+            ]
+        )
+        == 0
+    )
+    return next(results.iterdir())
+
+
+def tampered(run_dir: Path, tmp_path: Path, file: str, edit) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    lines = [json.loads(line) for line in (copy / file).read_text().splitlines()]
+    (copy / file).write_text("".join(json.dumps(x) + "\n" for x in edit(lines)))
+    return copy
+
+
+def test_a_real_run_passes_every_check(run_dir, capsys):
+    assert check_run(run_dir).ok
+    assert main(["check", str(run_dir)]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["ok"] * 4
+
+
+def test_an_operation_without_its_completion_is_caught(run_dir, tmp_path):
+    def drop_last_ok(events):
+        last = max(i for i, e in enumerate(events) if e["type"] == "ok" and e["op"] == "ocs.reconfigure")
+        return events[:last] + events[last + 1 :]
+
+    result = check_run(tampered(run_dir, tmp_path, "events.jsonl", drop_last_ok))
+    assert any(
+        "never closed" in p or "closes no invoke" in p or "open invoke" in p
+        for p in result.checks["every invoke closed"]
+    )
+
+
+def test_a_write_to_a_reserved_port_is_caught(run_dir, tmp_path):
+    def add_write(audit):
+        forged = dict(audit[-1], direction="tx", data=":OXC:SWIT:CONN:ADD (@31),(@63)")
+        return [*audit, forged]
+
+    result = check_run(tampered(run_dir, tmp_path, "audit.jsonl", add_write))
+    assert any("[31, 63]" in p for p in result.checks["writes within the inventory's interlocks"])
+    # And the forged circuit is not on the switch: the fabric check sees the history disagree too.
+    assert result.checks["final fabric matches history"]
+
+
+def test_a_switch_changed_behind_the_runs_back_is_caught(run_dir, tmp_path):
+    def extra_circuit(events):
+        for e in events:
+            if e["op"] == "fabric.final":
+                e["data"]["circuits"]["ocs1"]["5"] = 40
+        return events
+
+    result = check_run(tampered(run_dir, tmp_path, "events.jsonl", extra_circuit))
+    assert any("present but not implied [(5, 40)]" in p for p in result.checks["final fabric matches history"])
+
+
+def test_check_on_a_folder_that_is_not_a_run_is_bad_input(tmp_path, capsys):
+    assert main(["check", str(tmp_path)]) == 2
+    assert "not a readable run folder" in capsys.readouterr().err
