@@ -90,6 +90,11 @@ class MeshEmulation(Strict):
     drive: Literal["voltage", "current"] = "current"
     crosstalk: float = Field(0.02, ge=0, le=1)
     insertion_loss_db: float = Field(0.1, ge=0, le=10)
+    heater_resistance_ohm: float = Field(1000.0, gt=0, le=1e6)
+    p_pi_mw: float = Field(30.0, gt=0, le=1000, description="nominal heater power for a pi phase shift")
+    alpha_spread: float = Field(0.05, ge=0, le=0.5, description="relative per-heater spread of the efficiency")
+    phi0_spread_rad: float = Field(6.283185307179586, ge=0, le=6.283185307179586)
+    noise_rel: float = Field(0.002, ge=0, le=0.5, description="photodiode relative noise (1 sigma)")
 
 
 class MeshDevice(_Device):

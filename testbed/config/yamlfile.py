@@ -7,6 +7,7 @@ paths too, so every validation error can be reported as `file:line: key.path: me
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from pydantic import BaseModel, ValidationError
 from testbed.errors import ConfigError, ConfigProblem
 
 Loc = tuple[str | int, ...]
+
+SECRET_KEY = re.compile(r"(?i)(password|passwd|passphrase|secret|token|api[_-]?key)")
 
 
 class LocatedData:
@@ -73,13 +76,35 @@ def parse_yaml(text: str, name: str = "<string>") -> LocatedData:
         raise ConfigError([ConfigProblem(name, 1, "", "the file is empty")])
     lines: dict[Loc, int] = {}
     problems: list[ConfigProblem] = []
-    data = _build(node, (), lines, problems, name)
+    try:
+        data = _build(node, (), lines, problems, name)
+    except _TooLarge:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    name,
+                    1,
+                    "",
+                    f"the document expands to more than {MAX_NODES} values "
+                    "(anchors and aliases referring to each other?)",
+                )
+            ]
+        ) from None
     if problems:
         raise ConfigError(problems)
     return LocatedData(name, data, lines)
 
 
+MAX_NODES = 200_000  # far above any real lab file; a "billion laughs" of aliases stops here
+
+
+class _TooLarge(Exception):
+    pass
+
+
 def _build(node: yaml.Node, loc: Loc, lines: dict[Loc, int], problems: list[ConfigProblem], name: str):
+    if len(lines) > MAX_NODES:
+        raise _TooLarge
     lines.setdefault(loc, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
@@ -89,9 +114,7 @@ def _build(node: yaml.Node, loc: Loc, lines: dict[Loc, int], problems: list[Conf
                     ConfigProblem(name, key_node.start_mark.line + 1, format_loc(loc), "keys must be plain scalars")
                 )
                 continue
-            key = (
-                yaml.safe_load(yaml.serialize(key_node)) if key_node.tag != "tag:yaml.org,2002:str" else key_node.value
-            )
+            key = _scalar(key_node, problems, name)
             if key in out:
                 # PyYAML keeps the last duplicate silently; a lab file with two values for one key
                 # is almost always a copy-paste mistake, so refuse it.
@@ -100,14 +123,42 @@ def _build(node: yaml.Node, loc: Loc, lines: dict[Loc, int], problems: list[Conf
                 )
                 continue
             lines[(*loc, key)] = key_node.start_mark.line + 1
+            if isinstance(key, str) and SECRET_KEY.fullmatch(key):
+                # Files get copied into results, committed and shared; a secret in them leaks.
+                problems.append(
+                    ConfigProblem(
+                        name,
+                        key_node.start_mark.line + 1,
+                        format_loc((*loc, key)),
+                        "secrets are not accepted in YAML files; use key_file or the SSH "
+                        "agent, or name an environment variable (e.g. password_env)",
+                    )
+                )
+                continue
             out[key] = _build(value_node, (*loc, key), lines, problems, name)
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_build(item, (*loc, i), lines, problems, name) for i, item in enumerate(node.value)]
-    # Scalars: let the safe constructor resolve ints, floats, bools, nulls exactly as yaml.safe_load.
-    return (
-        yaml.SafeLoader(yaml.serialize(node)).get_single_data() if node.tag != "tag:yaml.org,2002:str" else node.value
-    )
+    return _scalar(node, problems, name)
+
+
+def _scalar(node: yaml.Node, problems: list[ConfigProblem], name: str):
+    """A scalar resolved exactly as yaml.safe_load resolves it (ints, floats, bools, nulls, timestamps);
+    an unknown tag such as `!python/object` is a problem at its line, not an exception."""
+    try:
+        value = yaml.constructor.SafeConstructor().construct_object(node, deep=True)
+    except yaml.YAMLError as exc:
+        problems.append(
+            ConfigProblem(
+                name, node.start_mark.line + 1, "", f"cannot read this value: {getattr(exc, 'problem', None) or exc}"
+            )
+        )
+        return None
+    try:
+        hash(value)
+    except TypeError:
+        value = str(value)  # only reachable for keys such as a tagged set; keep it printable
+    return value
 
 
 def validate(model: type[BaseModel], located: LocatedData, context: dict | None = None):

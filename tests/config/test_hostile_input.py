@@ -1,0 +1,82 @@
+"""Whatever a file holds, loading it ends in a model or in located ConfigErrors: never a crash, never a hang."""
+
+from __future__ import annotations
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from testbed.config.inventory import Inventory
+from testbed.config.playbook import Playbook
+from testbed.config.yamlfile import parse_yaml, validate
+from testbed.errors import ConfigError
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.text(max_size=20)
+)
+keys = st.sampled_from(
+    [
+        "name",
+        "devices",
+        "kind",
+        "ocs",
+        "driver",
+        "transport",
+        "type",
+        "size",
+        "fibres",
+        "host",
+        "port",
+        "switch",
+        "ingress",
+        "egress",
+        "steps",
+        "action",
+        "configurations",
+        "links",
+        "circuits",
+        "trials",
+        "sweep",
+        "ms",
+        "resource",
+        "spares",
+    ]
+) | st.text(max_size=8)
+documents = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=5), max_leaves=30
+)
+
+
+def load(text: str, model) -> None:
+    try:
+        located = parse_yaml(text, "fuzz.yaml")
+        if isinstance(located.data, dict):
+            validate(model, located)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            assert problem.file == "fuzz.yaml"
+            assert problem.line is None or 1 <= problem.line <= text.count("\n") + 2
+            assert problem.message
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=300))
+def test_random_text_never_crashes_the_loader(text):
+    load(text, Inventory)
+    load(text, Playbook)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents)
+def test_random_structures_give_located_errors(doc):
+    text = yaml.safe_dump(doc, sort_keys=False)
+    load(text, Inventory)
+    load(text, Playbook)
+
+
+def test_a_billion_laughs_is_refused_quickly():
+    # Aliases expanding exponentially: the loader must not build the expansion.
+    text = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+    )
+    load(text, Inventory)
