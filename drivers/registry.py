@@ -33,10 +33,33 @@ def _polatis_scpi(device: str, settings: TransportSettings, audit: AuditSink | N
     return PolatisScpi(open_transport(settings, device, audit), device)
 
 
+def _ssh_gpu_host(device: str, settings: Any, audit: AuditSink | None) -> Any:
+    # settings: drivers.ssh.SshSettings. Imported here: paramiko loads only for labs with SSH hosts.
+    from .gpuhost import GpuHostSsh
+    from .ssh import SshTransport
+
+    return GpuHostSsh(SshTransport(settings, device, audit), device)
+
+
+def _qontrol_mesh(device: str, settings: TransportSettings, audit: AuditSink | None):
+    from .mesh import QontrolMesh
+
+    return QontrolMesh(open_transport(settings, device, audit), device)
+
+
+def _scpi_mesh(device: str, settings: TransportSettings, audit: AuditSink | None):
+    from .mesh import ScpiMesh
+
+    return ScpiMesh(open_transport(settings, device, audit), device)
+
+
 # Built-in drivers. They win over an entry point of the same name, so an installed package cannot
 # silently replace a driver the project ships and tests.
 DRIVERS: dict[str, DriverFactory] = {
     "polatis-scpi": _polatis_scpi,
+    "qontrol-mesh": _qontrol_mesh,
+    "scpi-mesh": _scpi_mesh,
+    "ssh": _ssh_gpu_host,
 }
 
 

@@ -20,6 +20,8 @@ from emulators.spec import OcsSpec
 # kind -> (spec dataclass, adapter class)
 KINDS: dict[str, tuple[str, str]] = {
     "ocs": ("emulators.spec:OcsSpec", "emulators.devices:OcsDevice"),
+    "photonic_mesh": ("emulators.mesh.spec:MeshSpec", "emulators.mesh.device:MeshDevice"),
+    "gpu_host": ("emulators.gpuhost.spec:GpuHostSpec", "emulators.gpuhost.device:GpuHostAdapter"),
 }
 
 
@@ -70,8 +72,11 @@ class OcsDevice:
 
     async def start(self, loop: asyncio.AbstractEventLoop) -> dict[str, str]:
         address = await self._tcp.start()
-        return {"tcp": address, "visa": f"TCPIP0::{self._tcp.host}::{self._tcp.port}::SOCKET",
-                "serial": self._pty.start(loop)}
+        return {
+            "tcp": address,
+            "visa": f"TCPIP0::{self._tcp.host}::{self._tcp.port}::SOCKET",
+            "serial": self._pty.start(loop),
+        }
 
     async def close(self) -> None:
         await self._tcp.close()

@@ -12,6 +12,26 @@ from testbed.errors import EXIT_OK
 from testbed.twin import EMULATED_KINDS, twin_spec
 
 
+def endpoint_lines(ep: dict) -> list[str]:
+    """How to reach one emulated device with ordinary tools, one line per endpoint."""
+    lines = []
+    if "visa" in ep:
+        lines.append(f"pyvisa: {ep['visa']}")
+    if "serial" in ep:
+        lines.append(f"serial: {ep['serial']}   (pyvisa: ASRL{ep['serial']}::INSTR)")
+    if "qontrol" in ep:
+        lines.append(f"qontrol: {ep['qontrol']}   (qontrol.QXOutput(serial_port_name=...))")
+    if "ssh" in ep:
+        host, _, port = ep["ssh"].rpartition(":")
+        lines.append(
+            f"ssh: ssh -F /dev/null -p {port} -i {ep['key_file']} -o UserKnownHostsFile={ep['known_hosts']} "
+            f"-o StrictHostKeyChecking=yes {ep['user']}@{host} nvidia-smi"
+        )
+    if "tcp" in ep:
+        lines.append(f"tcp: {ep['tcp']}")
+    return lines
+
+
 def serve_twin(inventory_file: str, seed: int, console: Console) -> int:
     from emulators.twin import TwinProcess
 
@@ -23,11 +43,8 @@ def serve_twin(inventory_file: str, seed: int, console: Console) -> int:
         console.print(f"emulated twin of {inv.name} ({inventory_file})", style="bold")
         for name, ep in endpoints["devices"].items():
             console.print(f"{name} ({ep['kind']})", style="bold", highlight=False)
-            console.print(f"  pyvisa: {ep['visa']}", soft_wrap=True, markup=False)
-            console.print(
-                f"  serial: {ep['serial']}   (pyvisa: ASRL{ep['serial']}::INSTR)", soft_wrap=True, markup=False
-            )
-            console.print(f"  tcp:    {ep['tcp']}", soft_wrap=True, markup=False)
+            for line in endpoint_lines(ep):
+                console.print(f"  {line}", soft_wrap=True, markup=False, highlight=False)
         skipped = [n for n, d in inv.devices.items() if d.kind not in EMULATED_KINDS]
         if skipped:
             console.print(f"not emulated yet: {', '.join(skipped)}", style="dim", soft_wrap=True)

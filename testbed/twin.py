@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 
 from emulators.gpuhost.spec import GpuHostSpec
+from emulators.mesh.spec import MeshSpec
 from emulators.spec import OcsSpec, TwinSpec
 from testbed.config.inventory import (
     GpuHostDevice,
     Inventory,
+    MeshDevice,
     OcsDevice,
     SerialTransport,
     SshTransport,
@@ -18,9 +20,7 @@ from testbed.config.inventory import (
 )
 from testbed.errors import UserError
 
-# "gpu_host" joins once testbed/emulate_cmd.py prints endpoints per kind (it reads ep["visa"] for every
-# device) and the runner builds SshSettings from an SshTransport; twin_spec/point_at_twin handle it already.
-EMULATED_KINDS = {"ocs"}
+EMULATED_KINDS = {"ocs", "photonic_mesh", "gpu_host"}
 
 
 def twin_spec(inv: Inventory, seed: int, only: set[str] | None = None) -> TwinSpec:
@@ -43,7 +43,27 @@ def twin_spec(inv: Inventory, seed: int, only: set[str] | None = None) -> TwinSp
                     idn=e.idn,
                 )
             )
-        elif isinstance(dev, GpuHostDevice) and "gpu_host" in EMULATED_KINDS:
+        elif isinstance(dev, MeshDevice):
+            lit = {f.ingress: f.launch_power_dbm for f in inv.fibres if f.switch == name}
+            e = dev.emulation
+            devices.append(
+                MeshSpec(
+                    name=name,
+                    size=dev.size,
+                    settling_time_us=e.settling_time_us,
+                    drive=e.drive,
+                    crosstalk=e.crosstalk,
+                    insertion_loss_db=e.insertion_loss_db,
+                    heater_resistance_ohm=e.heater_resistance_ohm,
+                    p_pi_mw=e.p_pi_mw,
+                    alpha_spread=e.alpha_spread,
+                    phi0_spread_rad=e.phi0_spread_rad,
+                    noise_rel=e.noise_rel,
+                    input_power_dbm=lit,
+                    seed=seed * 1000 + index,
+                )
+            )
+        elif isinstance(dev, GpuHostDevice):
             user = dev.transport.user if isinstance(dev.transport, SshTransport) else "lab"
             devices.append(
                 GpuHostSpec(
@@ -65,10 +85,12 @@ def point_at_twin(inv: Inventory, endpoints: dict) -> Inventory:
         t = dev.transport
         if isinstance(t, VisaTransport):
             # Keep the wiring the lab uses: a LAN instrument stays on TCP, a serial one on the pty.
-            resource = ep["visa"] if t.resource.upper().startswith("TCPIP") else f"ASRL{ep['serial']}::INSTR"
+            # A chip's SCPI source is on TCP only; its pty ("qontrol") speaks the Qontrol protocol.
+            on_tcp = t.resource.upper().startswith("TCPIP") or ep.get("kind") == "photonic_mesh" or "serial" not in ep
+            resource = ep["visa"] if on_tcp else f"ASRL{ep['serial']}::INSTR"
             t = t.model_copy(update={"resource": resource})
         elif isinstance(t, SerialTransport):
-            t = t.model_copy(update={"port": ep["serial"]})
+            t = t.model_copy(update={"port": ep["serial"] if "serial" in ep else ep["qontrol"]})
         elif isinstance(t, SshTransport):
             host, _, port = ep["ssh"].rpartition(":")
             t = t.model_copy(

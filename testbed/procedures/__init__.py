@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from testbed.procedures import gpu, ocs
+from testbed.procedures import gpu, mesh, ocs
 from testbed.procedures.context import ProcedureContext
 
 Procedure = Callable[..., object]
@@ -15,6 +15,9 @@ PROCEDURES: dict[str, Procedure] = {
     "ocs.reconfigure": ocs.reconfigure,
     "ocs.clear": ocs.clear,
     "ocs.connections": ocs.connections,
+    "mesh.identify": mesh.identify,
+    "mesh.calibrate": mesh.calibrate,
+    "mesh.reconfigure": mesh.reconfigure,
     "gpu.identify": gpu.identify,
     "gpu.start_job": gpu.start_job,
     "gpu.job_status": gpu.job_status,

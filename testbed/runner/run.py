@@ -10,7 +10,14 @@ from pathlib import Path
 from rich.console import Console
 
 from drivers.transports import TransportSettings
-from testbed.config.inventory import Inventory, OcsDevice, SerialTransport, VisaTransport, transport_address
+from testbed.config.inventory import (
+    Inventory,
+    OcsDevice,
+    SerialTransport,
+    SshTransport,
+    VisaTransport,
+    transport_address,
+)
 from testbed.errors import ExperimentFailed, UserError
 from testbed.plan import Plan
 from testbed.progress import ProgressDisplay
@@ -172,6 +179,17 @@ def _settings(inv: Inventory, name: str) -> TransportSettings:
             baudrate=t.baudrate,
             write_termination=t.write_termination,
             read_termination=t.read_termination,
+        )
+    if isinstance(t, SshTransport):
+        from drivers.ssh import SshSettings
+
+        return SshSettings(
+            host=t.host,
+            port=t.port,
+            user=t.user,
+            key_file=t.key_file,
+            known_hosts=t.known_hosts,
+            timeout_s=t.timeout_ms / 1000,
         )
     raise UserError(f"{name}: transport {t.type!r} is not supported for a {inv.devices[name].kind} yet")
 

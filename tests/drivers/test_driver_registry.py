@@ -54,7 +54,7 @@ def test_third_party_driver_from_an_entry_point(monkeypatch):
 
     monkeypatch.setattr(registry, "entry_points", fake_entry_points)
     monkeypatch.setattr(registry, "_polatis_scpi", lambda *a: made.setdefault("args", a))
-    assert set(available_drivers()) == {"lab-switch", "polatis-scpi"}
+    assert set(available_drivers()) == {"lab-switch", *registry.DRIVERS}
     settings = TransportSettings("visa", "TCPIP0::h::5025::SOCKET")
     make_driver("lab-switch", "ocs9", settings, None)
     assert made["args"] == ("ocs9", settings, None)

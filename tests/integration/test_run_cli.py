@@ -80,7 +80,8 @@ def test_a_dark_circuit_fails_the_experiment_with_exit_code_1(ray_cluster, repo,
     assert fails and fails[0]["data"]["error_type"] == "VerificationError"
     # Teardown ran after the failure: the last device operation is the clear, and it succeeded.
     device_ops = [e for e in events if e.get("device") == "ocs1" and e["type"] in ("ok", "fail")]
-    assert device_ops[-1]["op"] == "ocs.clear" and device_ops[-1]["type"] == "ok"
+    assert device_ops[-1]["op"] == "ocs.connections"  # the final read-back, for `testbed check`
+    assert device_ops[-2]["op"] == "ocs.clear" and device_ops[-2]["type"] == "ok"
 
 
 def test_real_run_of_an_emulated_only_inventory_is_refused(repo, capsys):

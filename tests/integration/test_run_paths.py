@@ -102,7 +102,8 @@ def test_ctrl_c_aborts_cleanly_and_runs_teardown(ray_cluster, repo, tmp_path):
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "aborted"
     assert any(e["op"] == "run.aborted" for e in events)
     closes = [e for e in events if e.get("device") == "ocs1" and e["type"] in ("ok", "fail", "info")]
-    assert closes[-1]["op"] == "ocs.clear" and closes[-1]["type"] == "ok"  # teardown restored the fabric
+    assert closes[-1]["op"] == "ocs.connections" and closes[-1]["type"] == "ok"  # final read-back
+    assert closes[-2]["op"] == "ocs.clear" and closes[-2]["type"] == "ok"  # teardown restored the fabric
 
 
 def test_local_ray_listens_on_loopback_only(ray_cluster):

@@ -1,0 +1,257 @@
+"""GpuHost over SSH: nvidia-smi CSV, background jobs with a log file each, signals (testbed.capabilities).
+
+Everything is plain POSIX shell + nvidia-smi, so the same calls work on a lab host's OpenSSH server and
+on an emulated host. A job is started as
+
+    CUDA_VISIBLE_DEVICES=0,1 TESTBED_JOB=NAME setsid env -C WORKDIR PROGRAM ARGS > LOG 2>&1 < /dev/null & echo $!
+
+so its pid leads its own process group (stop and signal reach every process of the job) and it outlives
+the SSH channel. WORKDIR and LOG are relative to the login directory unless absolute.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from collections.abc import Mapping
+
+from testbed.capabilities import GpuInfo, GpuProcess, Identity, JobHandle, JobStatus
+
+from .errors import DeviceCommandError, DeviceError, DeviceProtocolError
+from .ssh import ExecResult, SshTransport
+
+GPU_QUERY = "index,name,uuid,pci.bus_id,memory.total,memory.used,utilization.gpu,temperature.gpu,power.draw"
+APP_QUERY = "pid,process_name,used_memory,gpu_uuid"
+LOST = re.compile(r"Unable to determine the device handle for (?:GPU|gpu )?\s*([0-9A-Fa-f:.]+)")
+DRIVER_FAILURES = ("NVIDIA-SMI has failed", "Failed to initialize NVML", "couldn't communicate with the NVIDIA driver")
+JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+SIGNALS = {"TERM", "KILL", "INT", "HUP", "STOP", "CONT", "USR1", "USR2", "QUIT"}
+MARK = "--testbed-tail--"
+
+
+def _bus_key(bus_id: str) -> str:
+    """'00000000:2A:00.0' and '0000:2A:00.0' name the same GPU: compare on BUS:DEV.FN, upper case."""
+    return bus_id.strip().upper()[-7:]
+
+
+def _number(text: str) -> float | None:
+    text = text.strip()
+    if text.startswith("[") or text in ("", "N/A"):
+        return None
+    return float(text.split()[0])
+
+
+class GpuHostSsh:
+    def __init__(self, transport: SshTransport, device: str) -> None:
+        self.transport = transport
+        self.device = device
+        self.address = transport.address
+        self._bus_index: dict[str, int] = {}
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def exec(self, command: str, **kwargs) -> ExecResult:
+        return self.transport.exec(command, **kwargs)
+
+    def _error(self, cls, message: str, **kw) -> DeviceError:
+        return cls(message, device=self.device, address=self.address, **kw)
+
+    # --- identity and GPUs ---------------------------------------------------------------------
+
+    def identify(self) -> Identity:
+        hostname = self.exec("hostname").stdout.strip()
+        r = self._smi("--query-gpu=driver_version,name --format=csv,noheader")
+        rows = [line.split(", ") for line in r.stdout.splitlines() if line and not LOST.search(line)]
+        if not rows or len(rows[0]) < 2:
+            raise self._error(DeviceProtocolError, "nvidia-smi listed no GPU", sent=r.command, received=r.stdout)
+        version, name = rows[0][0], rows[0][1]
+        return Identity(vendor="NVIDIA", model=f"{len(rows)}x {name}", serial=hostname, firmware=version)
+
+    def _smi(self, args: str) -> ExecResult:
+        r = self.exec(f"nvidia-smi {args}", check=False)
+        text = r.stdout + r.stderr
+        if r.status == 0 or (r.status == 15 and LOST.search(text)):
+            return r
+        if any(f in text for f in DRIVER_FAILURES):
+            raise self._error(
+                DeviceCommandError,
+                f"nvidia-smi cannot reach the NVIDIA driver (exit status {r.status}): {text.strip()[:300]}",
+                sent=r.command,
+                received=text,
+                hint="the driver is not loaded or mismatches the library (after an update: reboot or reload the "
+                "nvidia modules); `dmesg | grep NVRM` on the host shows why",
+            )
+        if "No devices were found" in text:
+            return ExecResult(r.command, "", r.stderr, 0)
+        raise self._error(
+            DeviceCommandError,
+            f"nvidia-smi failed with exit status {r.status}: {text.strip()[:300]}",
+            sent=r.command,
+            received=text,
+            hint="127 means nvidia-smi is not on the PATH of a non-interactive login; 2 means this nvidia-smi "
+            "does not know a queried field (driver too old?)",
+        )
+
+    def gpus(self) -> list[GpuInfo]:
+        r = self._smi(f"--query-gpu={GPU_QUERY} --format=csv,noheader,nounits")
+        out: list[GpuInfo] = []
+        for line in r.stdout.splitlines():
+            if not line.strip():
+                continue
+            lost = LOST.search(line)
+            if lost:
+                bus = lost.group(1).rstrip(":")
+                out.append(GpuInfo(self._bus_index.get(_bus_key(bus), -1), "", "", bus, lost=True))
+                continue
+            cells = [c.strip() for c in line.split(", ")]
+            try:
+                if len(cells) != 9:
+                    raise ValueError(f"expected 9 fields, got {len(cells)}")
+                gpu = GpuInfo(
+                    index=int(cells[0]),
+                    name=cells[1],
+                    uuid=cells[2],
+                    bus_id=cells[3],
+                    memory_total_mib=_number(cells[4]),
+                    memory_used_mib=_number(cells[5]),
+                    utilization_pct=_number(cells[6]),
+                    temperature_c=_number(cells[7]),
+                    power_w=_number(cells[8]),
+                )
+            except ValueError as exc:
+                raise self._error(
+                    DeviceProtocolError,
+                    f"cannot parse nvidia-smi's CSV row {line!r}: {exc}",
+                    sent=r.command,
+                    received=r.stdout,
+                    hint="this nvidia-smi prints a format the driver does not know; report it with the output",
+                ) from exc
+            self._bus_index[_bus_key(gpu.bus_id)] = gpu.index
+            out.append(gpu)
+        return sorted(out, key=lambda g: (g.index < 0, g.index))
+
+    def processes(self) -> list[GpuProcess]:
+        r = self._smi(f"--query-compute-apps={APP_QUERY} --format=csv,noheader,nounits")
+        out = []
+        for line in r.stdout.splitlines():
+            if not line.strip() or LOST.search(line) or line.startswith("No running"):
+                continue
+            cells = [c.strip() for c in line.split(", ")]
+            try:
+                out.append(GpuProcess(int(cells[0]), cells[1], cells[3], _number(cells[2])))
+            except (ValueError, IndexError) as exc:
+                raise self._error(
+                    DeviceProtocolError,
+                    f"cannot parse nvidia-smi's compute-apps row {line!r}: {exc}",
+                    sent=r.command,
+                    received=r.stdout,
+                ) from exc
+        return out
+
+    def kernel_xids(self) -> list[str]:
+        """The kernel log's `NVRM: Xid` lines (dmesg, or journalctl -k where dmesg is restricted)."""
+        r = self.exec("dmesg", check=False)
+        if r.status != 0:
+            r = self.exec("journalctl -k --no-pager -o short", check=True)
+        return [line for line in r.stdout.splitlines() if "NVRM: Xid" in line]
+
+    # --- jobs ----------------------------------------------------------------------------------
+
+    def run_job(
+        self,
+        command: list[str],
+        *,
+        name: str,
+        gpus: list[int] | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> JobHandle:
+        """Start `command` in the background in its own process group; returns its pid and log file."""
+        if not JOB_NAME.match(name):
+            raise ValueError(f"job name {name!r}: use 1-64 letters, digits, '_', '.', '-'")
+        if not command:
+            raise ValueError("empty job command")
+        workdir = workdir or f"testbed-jobs/{name}"
+        log = f"{workdir}/{name}.log"
+        assignments = {"TESTBED_JOB": name, **(env or {})}
+        if gpus is not None:
+            assignments["CUDA_VISIBLE_DEVICES"] = ",".join(str(int(g)) for g in gpus)
+        for key in assignments:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"invalid environment variable name {key!r}")
+        self.exec(f"mkdir -p {shlex.quote(workdir)}")
+        line = " ".join(
+            [f"{k}={shlex.quote(str(v))}" for k, v in assignments.items()]
+            + ["setsid", "env", "-C", shlex.quote(workdir)]
+            + [shlex.quote(str(a)) for a in command]
+            + [">", shlex.quote(log), "2>&1", "<", "/dev/null", "&", "echo", "$!"]
+        )
+        r = self.exec(line, check=False)
+        pid_text = r.stdout.strip()
+        if r.status != 0 or not pid_text.isdigit():
+            raise self._error(
+                DeviceCommandError,
+                f"job {name!r} did not start (exit status {r.status}): {(r.stderr or r.stdout).strip()[:300]}",
+                sent=line,
+                received=r.stdout + r.stderr,
+                hint=f"check that {command[0]!r} is installed on the host (and allowed, on an emulated host)",
+            )
+        return JobHandle(host=self.device, name=name, pid=int(pid_text), log=log, workdir=workdir)
+
+    def job_status(self, job: JobHandle, progress: str | None = r"step (\d+)", tail_lines: int = 50) -> JobStatus:
+        """Whether the job's process still runs, and its latest progress (`progress` matched on the log tail)."""
+        r = self.exec(
+            f"ps -o stat= -p {int(job.pid)} ; echo {MARK} ; tail -n {int(tail_lines)} {shlex.quote(job.log)}",
+            check=False,
+        )
+        stat, _, tail = r.stdout.partition(MARK + "\n")
+        stat = stat.strip()
+        if not stat or stat[0] in "ZX":
+            state = "exited"
+        elif stat[0] in "Tt":
+            state = "stopped"
+        else:
+            state = "running"
+        lines = [line for line in tail.splitlines() if line.strip()]
+        found = None
+        if progress:
+            rx = re.compile(progress)
+            for line in reversed(lines):
+                m = rx.search(line)
+                if m:
+                    found = m.group(1) if m.groups() else m.group(0)
+                    break
+        return JobStatus(job.pid, state, found, lines[-1] if lines else None)
+
+    def tail(self, path: str, lines: int = 50) -> str:
+        return self.exec(f"tail -n {int(lines)} {shlex.quote(path)}").stdout
+
+    def signal(self, pid: int, sig: str = "TERM", *, group: bool = True) -> None:
+        """Send SIG to the job's whole process group (group=True) or to the one process."""
+        sig = sig.upper().removeprefix("SIG")
+        if sig not in SIGNALS and not sig.isdigit():
+            raise ValueError(f"signal {sig!r}: use one of {sorted(SIGNALS)} or a number")
+        target = f"-- -{int(pid)}" if group else str(int(pid))
+        self.exec(f"kill -{sig} {target}")
+
+    def stop_job(self, job: JobHandle, grace_s: float = 5.0, poll_s: float = 0.05) -> str:
+        """SIGTERM the job's process group (and SIGCONT, should it be stopped); SIGKILL after grace_s.
+
+        Returns "not running", "terminated" or "killed"."""
+        r = self.exec(f"kill -TERM -- -{int(job.pid)}", check=False)
+        if r.status != 0:
+            return "not running"
+        self.exec(f"kill -CONT -- -{int(job.pid)}", check=False)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if not self._alive(job.pid):
+                return "terminated"
+            time.sleep(poll_s)
+        self.exec(f"kill -KILL -- -{int(job.pid)}", check=False)
+        return "killed"
+
+    def _alive(self, pid: int) -> bool:
+        stat = self.exec(f"ps -o stat= -p {int(pid)}", check=False).stdout.strip()
+        return bool(stat) and stat[0] not in "ZX"

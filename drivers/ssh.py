@@ -1,0 +1,266 @@
+"""SSH transport (paramiko): one reused connection per host, exec channels, host keys always verified.
+
+Host keys are checked against a known_hosts file with paramiko's RejectPolicy: an unknown or changed
+key is an error naming the file and the command that fixes it, never accepted silently. Authentication
+uses a key file, or the SSH agent when no key file is given. Every exec is audited (the command as
+"tx", its output, stderr and exit status as "rx"). A connection that dropped is re-opened once, only
+before the command was sent, so a command is never run twice.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import paramiko
+
+from .audit import AuditSink, record
+from .errors import DeviceCommandError, DeviceConnectionError, DeviceTimeout
+
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    host: str
+    user: str
+    port: int = 22
+    key_file: str | None = None  # None: use the SSH agent
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts
+    timeout_s: float = 10.0
+
+    @property
+    def address(self) -> str:
+        return f"{self.user}@{self.host}:{self.port}"
+
+    @property
+    def known_hosts_path(self) -> str:
+        return os.path.expanduser(self.known_hosts or DEFAULT_KNOWN_HOSTS)
+
+    @property
+    def host_key_name(self) -> str:
+        """The name the host is looked up under in known_hosts."""
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    command: str
+    stdout: str
+    stderr: str
+    status: int
+
+
+class SshTransport:
+    def __init__(self, settings: SshSettings, device: str, audit: AuditSink | None = None) -> None:
+        self.settings = settings
+        self.device = device
+        self.audit = audit
+        self.address = settings.address
+        self._client: paramiko.SSHClient | None = None
+        self._lock = threading.Lock()
+
+    # --- connection ----------------------------------------------------------------------------
+
+    def _error(self, cls, message: str, *, sent: str | None = None, received=None, hint: str | None = None):
+        return cls(message, device=self.device, address=self.address, sent=sent, received=received, hint=hint)
+
+    def _transport(self) -> paramiko.Transport:
+        with self._lock:
+            client = self._client
+            if client is not None:
+                t = client.get_transport()
+                if t is not None and t.is_active():
+                    return t
+                client.close()
+                self._client = None
+            self._client = self._connect()
+            t = self._client.get_transport()
+            assert t is not None
+            return t
+
+    def _connect(self) -> paramiko.SSHClient:
+        s = self.settings
+        kh = s.known_hosts_path
+        client = paramiko.SSHClient()
+        try:
+            client.load_host_keys(kh)
+        except FileNotFoundError:
+            pass  # every key is then unknown: RejectPolicy says so below, naming the file
+        except (OSError, paramiko.SSHException) as exc:
+            raise self._error(
+                DeviceConnectionError,
+                f"cannot read the known_hosts file {kh}: {exc}",
+                hint="set known_hosts in the inventory's ssh transport to a readable OpenSSH known_hosts file",
+            ) from exc
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        keyscan = f"ssh-keyscan -p {s.port} -t ed25519,ecdsa,rsa {s.host} >> {kh}"
+        try:
+            client.connect(
+                s.host,
+                port=s.port,
+                username=s.user,
+                key_filename=s.key_file,
+                allow_agent=s.key_file is None,
+                look_for_keys=False,
+                timeout=s.timeout_s,
+                banner_timeout=s.timeout_s,
+                auth_timeout=s.timeout_s,
+                channel_timeout=s.timeout_s,
+            )
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise self._error(
+                DeviceConnectionError,
+                f"the host key of {s.host_key_name} does not match the one in {kh} (got "
+                f"{exc.key.get_name()} {exc.key.fingerprint}): the host was reinstalled, or someone is in "
+                "between",
+                hint=f"find out which; if the change is expected, remove the old key with "
+                f"`ssh-keygen -f {kh} -R '{s.host_key_name}'`, then verify and add the new one ({keyscan})",
+            ) from exc
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            how = f"the key {s.key_file}" if s.key_file else "the keys in the SSH agent (SSH_AUTH_SOCK)"
+            raise self._error(
+                DeviceConnectionError,
+                f"authentication as {s.user!r} failed with {how}: {exc}",
+                hint="check `user` and `key_file` in the inventory's ssh transport, that the public key is in "
+                f"~{s.user}/.ssh/authorized_keys on the host, and that the key file is readable (mode 0600)",
+            ) from exc
+        except paramiko.SSHException as exc:
+            client.close()
+            if "not found in known_hosts" in str(exc):
+                raise self._error(
+                    DeviceConnectionError,
+                    f"the host key of {s.host_key_name} is not in {kh}; refusing to connect to an unknown host",
+                    hint=f"verify the host's key fingerprint out of band, then add it: `{keyscan}` (or set "
+                    "known_hosts in the inventory's ssh transport); keys are never accepted automatically",
+                ) from exc
+            raise self._error(
+                DeviceConnectionError,
+                f"SSH handshake with {s.host}:{s.port} failed: {exc}",
+                hint="check that an SSH server (not another service) listens on that port",
+            ) from exc
+        except FileNotFoundError as exc:
+            client.close()
+            raise self._error(
+                DeviceConnectionError,
+                f"the key file {s.key_file} does not exist",
+                hint="set key_file in the inventory's ssh transport to a private key (or omit it to use the agent)",
+            ) from exc
+        except TimeoutError as exc:
+            client.close()
+            raise self._error(
+                DeviceConnectionError,
+                f"no answer from {s.host}:{s.port} within {s.timeout_s:g} s",
+                hint="check that the host is powered on and reachable (BMC/IPMI power status, the network); "
+                "raise timeout_ms in the inventory if the network is slow",
+            ) from exc
+        except (OSError, EOFError) as exc:
+            client.close()
+            raise self._error(
+                DeviceConnectionError,
+                f"cannot connect to {s.host}:{s.port}: {exc}",
+                hint="the host is off or rebooting, sshd is not running, or host/port in the inventory are wrong",
+            ) from exc
+        t = client.get_transport()
+        if t is not None:
+            t.set_keepalive(max(1, int(s.timeout_s)))
+        return client
+
+    # --- exec ----------------------------------------------------------------------------------
+
+    def exec(self, command: str, *, timeout_s: float | None = None, check: bool = True) -> ExecResult:
+        """Run one command; raise DeviceCommandError on a non-zero exit status when check is true."""
+        timeout = timeout_s if timeout_s is not None else self.settings.timeout_s
+        channel = self._open_channel(command)
+        record(self.audit, self.device, self.address, "tx", command)
+        try:
+            channel.settimeout(timeout)
+            channel.exec_command(command)
+            deadline = time.monotonic() + timeout
+            out = _read_all(channel.makefile("rb"), deadline)
+            err = _read_all(channel.makefile_stderr("rb"), deadline)
+            if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
+                raise TimeoutError
+            status = channel.recv_exit_status()
+        except TimeoutError as exc:
+            record(self.audit, self.device, self.address, "rx", "(timeout)")
+            channel.close()
+            raise self._error(
+                DeviceTimeout,
+                f"no complete answer within {timeout:g} s",
+                sent=command,
+                hint="the host is overloaded or the command hangs; the command may still be running there",
+            ) from exc
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            record(self.audit, self.device, self.address, "rx", f"(connection lost: {exc})")
+            self.close()
+            raise self._error(
+                DeviceConnectionError,
+                f"the connection dropped while running the command: {exc!r}",
+                sent=command,
+                hint="the host went down or sshd restarted; the next call reconnects, but whether this command ran "
+                "is unknown",
+            ) from exc
+        finally:
+            channel.close()
+        stdout = out.decode("utf-8", errors="backslashreplace")
+        stderr = err.decode("utf-8", errors="backslashreplace")
+        rx = stdout + (f"\n[stderr] {stderr}" if stderr else "") + f"\n[exit {status}]"
+        record(self.audit, self.device, self.address, "rx", rx)
+        result = ExecResult(command, stdout, stderr, status)
+        if check and status != 0:
+            raise self._error(
+                DeviceCommandError,
+                f"command failed with exit status {status}: {(stderr or stdout).strip()[:500]}",
+                sent=command,
+                received=(stderr or stdout)[-2000:],
+                hint=_status_hint(status),
+            )
+        return result
+
+    def _open_channel(self, command: str) -> paramiko.Channel:
+        for attempt in (1, 2):
+            transport = self._transport()
+            try:
+                return transport.open_session(timeout=self.settings.timeout_s)
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                self.close()  # a dead connection: reconnect once (nothing was sent yet)
+                if attempt == 2:
+                    raise self._error(
+                        DeviceConnectionError,
+                        f"cannot open a session channel: {exc!r}",
+                        sent=command,
+                        hint="the host refuses new sessions (MaxSessions in sshd_config?) or went down",
+                    ) from exc
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
+def _read_all(stream, deadline: float) -> bytes:
+    chunks = []
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError
+        chunk = stream.read(65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _status_hint(status: int) -> str:
+    if status == 127:
+        return "the program is not installed on the host, or not on the PATH of a non-interactive login"
+    if status == 126:
+        return "the program exists but cannot be executed (permissions, or not on the host's allowlist)"
+    if status == 255:
+        return "ssh or the remote side failed; check the host's sshd log"
+    return "see the command's stderr above"

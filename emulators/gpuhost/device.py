@@ -1,0 +1,72 @@
+"""The twin's adapter for kind "gpu_host": one engine, one SSH server on 127.0.0.1:ephemeral."""
+
+from __future__ import annotations
+
+import asyncio
+
+from emulators.gpuhost.host import GpuHostEngine
+from emulators.gpuhost.keys import keystore, new_ed25519
+from emulators.gpuhost.server import SshServer
+from emulators.gpuhost.shell import Shell
+from emulators.gpuhost.spec import GpuHostSpec
+
+
+class GpuHostAdapter:
+    kind = "gpu_host"
+    control_ops = GpuHostEngine.control_ops
+
+    def __init__(self, spec: GpuHostSpec) -> None:
+        self.name = spec.name
+        self.spec = spec
+        self.keys = keystore()
+        self.engine = GpuHostEngine(spec, self.keys.host_dir(spec.name))
+        self.shell = Shell(self.engine)
+        self.host_key = new_ed25519()[0]
+        self.server = SshServer(spec.name, self.host_key, spec.user, self.keys.client_key, self._run)
+        self.engine.on_power = self._power
+        self._closed = False
+
+    def __getattr__(self, op: str):
+        if op in GpuHostEngine.control_ops:
+            return getattr(self.engine, op)
+        raise AttributeError(op)
+
+    def _run(self, command: str) -> tuple[str, str, int]:
+        if not self.engine.powered:  # a channel that raced power_off
+            return "", "", 255
+        return self.shell.run(command)
+
+    def _power(self, on: bool) -> None:
+        if on:
+            self.server.listen()
+        else:
+            self.server.stop_listening()
+
+    def endpoints(self) -> dict[str, str]:
+        return {
+            "ssh": self.server.address,
+            "user": self.spec.user,
+            "known_hosts": str(self.keys.known_hosts),
+            "key_file": str(self.keys.key_file),
+        }
+
+    async def start(self, loop: asyncio.AbstractEventLoop | None = None) -> dict[str, str]:
+        self.start_sync()
+        return self.endpoints()
+
+    def start_sync(self) -> dict[str, str]:
+        """Start serving (outside an event loop, e.g. in tests)."""
+        self.server.listen()
+        self.keys.add_known_host(self.server.port, self.host_key)
+        return self.endpoints()
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.close_sync)
+
+    def close_sync(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.server.stop_listening()
+        self.engine.close()
+        self.keys.release()

@@ -1,0 +1,420 @@
+"""The emulated GPU host's state: GPUs, job processes, kernel log, power; and its control ops.
+
+Thread-safe: SSH channel threads run commands (emulators/gpuhost/shell.py) while the twin's event loop
+calls the control ops. Job processes are real child processes, each in its own process group, started in
+the host's private directory; nothing outside the allowlist is ever executed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emulators.gpuhost.nvsmi import App, Gpu, View
+from emulators.gpuhost.spec import GpuHostSpec
+
+XID_TEXT = {
+    13: "Graphics Exception: ESR 0x404600=0x80000001",
+    31: "Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f0f_0c000000.",
+    43: "Ch 00000010, engmask 00000101, intr 10000000",
+    45: "Ch 00000010, engmask 00000101, intr 10000000",
+    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 2.",
+    63: "Row Remapper: New row marked for remapping, reset gpu to activate.",
+    64: "Row Remapper Error: All reserved rows for bank are remapped",
+    74: "NVLink: fatal error detected on link 3(0x10000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
+    79: "GPU has fallen off the bus.",
+    92: "High single-bit ECC error rate",
+    94: "Contained ECC error.",
+    95: "Uncontained ECC error.",
+    119: "Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL).",
+    120: "GSP task exception",
+}
+BOOT_LINES = (
+    "Linux version 6.1.0-18-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) 12.2.0)",
+    "Command line: BOOT_IMAGE=/boot/vmlinuz-6.1.0-18-amd64 root=/dev/md0 ro quiet",
+    "nvidia: loading out-of-tree module taints kernel.",
+    "nvidia-nvlink: Nvlink Core is being initialized, major device number 236",
+)
+GPU_MEMORY_PER_JOB_MIB = 30_000
+
+
+@dataclass
+class Job:
+    pid: int
+    argv: list[str]
+    name: str | None  # TESTBED_JOB in its environment, if any
+    gpus: list[int]
+    log: str | None  # path relative to the host's home, if its output goes to a file
+    started: float  # monotonic
+    proc: subprocess.Popen
+    returncode: int | None = None
+    straggle: threading.Event | None = None  # set to stop the duty-cycle thread
+
+    @property
+    def alive(self) -> bool:
+        return self.returncode is None
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@dataclass
+class KernelLog:
+    boot: float = field(default_factory=time.monotonic)  # monotonic time of "boot"
+    boot_wall: float = field(default_factory=time.time)
+    lines: list[tuple[float, str]] = field(default_factory=list)  # (seconds since boot, message)
+
+    def add(self, message: str) -> None:
+        self.lines.append((time.monotonic() - self.boot, message))
+
+
+class GpuHostEngine:
+    """One host. Its home is a private directory; `programs` resolves an allowlisted name to a path."""
+
+    def __init__(self, spec: GpuHostSpec, home: Path) -> None:
+        self.spec = spec
+        self.home = home.resolve()
+        self._lock = threading.RLock()
+        rng = random.Random(f"{spec.seed}:{spec.name}")
+        self.gpus = [
+            Gpu(
+                index=i,
+                name=spec.gpu_name,
+                uuid=f"GPU-{uuid.UUID(int=rng.getrandbits(128), version=4)}",
+                serial=str(1650000000000 + rng.randrange(10**9)),
+                memory_mib=spec.memory_mib,
+                driver_version=spec.driver_version,
+                base_temp=28 + rng.randrange(8),
+            )
+            for i in range(spec.gpus)
+        ]
+        self.jobs: dict[int, Job] = {}
+        self.powered = True
+        self.driver_loaded = True
+        self.kernel = self._boot_log()
+        self.on_power: Callable[[bool], None] | None = None  # the SSH server listens / stops listening
+
+    # --- queries used by the shell -------------------------------------------------------------
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+    def view(self) -> View:
+        with self._lock:
+            apps = [
+                App(j.pid, j.argv[0], g, GPU_MEMORY_PER_JOB_MIB, running=_proc_state(j.pid) not in ("T", "t"))
+                for j in self.jobs.values()
+                if j.alive
+                for g in j.gpus
+            ]
+            return View([_copy_gpu(g) for g in self.gpus], apps, self.driver_loaded)
+
+    def live_jobs(self) -> list[Job]:
+        with self._lock:
+            return [j for j in self.jobs.values() if j.alive and _proc_state(j.pid) not in (None, "Z")]
+
+    def program_path(self, name: str) -> str | None:
+        if name not in self.spec.jobs:
+            return None
+        search = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)])
+        return shutil.which(name, path=search)
+
+    def job_env(self, assignments: dict[str, str]) -> dict[str, str]:
+        path = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"])
+        env = {
+            "PATH": path,
+            "HOME": str(self.home),
+            "USER": self.spec.user,
+            "LOGNAME": self.spec.user,
+            "HOSTNAME": self.spec.name,
+            "LANG": "C.UTF-8",
+        }
+        if os.environ.get("PYTHONPATH"):  # the twin's own import path: run the same testbed-train
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        env.update(assignments)
+        return env
+
+    def spawn(
+        self,
+        argv: list[str],
+        executable: str,
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        stdin,
+        stdout,
+        stderr,
+        log: str | None,
+    ) -> Job:
+        """Start one job program as a real child process in a new process group (session)."""
+        gpus = _visible(env.get("CUDA_VISIBLE_DEVICES"), len(self.gpus))
+        with self._lock:
+            proc = subprocess.Popen(  # argv[0] is an allowlisted program; never a shell
+                [executable, *argv[1:]],
+                cwd=cwd,
+                env=env,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+                close_fds=True,
+            )
+            job = Job(proc.pid, list(argv), env.get("TESTBED_JOB"), gpus, log, time.monotonic(), proc)
+            self.jobs[proc.pid] = job
+            broken = not self.driver_loaded or any(self.gpus[g].lost for g in gpus)
+        threading.Thread(target=self._reap, args=(job,), name=f"reap-{proc.pid}", daemon=True).start()
+        if broken:  # CUDA initialisation fails on a lost GPU / without a driver: the process dies at once
+            job.signal_group(signal.SIGKILL)
+        return job
+
+    def _reap(self, job: Job) -> None:
+        code = job.proc.wait()
+        with self._lock:
+            job.returncode = code
+            if job.straggle is not None:
+                job.straggle.set()
+
+    # --- control ops (called by the twin) ------------------------------------------------------
+
+    control_ops = (
+        "fail_gpu",
+        "recover_gpu",
+        "unload_driver",
+        "load_driver",
+        "power_off",
+        "power_on",
+        "straggle",
+        "stop_straggle",
+        "reset",
+        "state",
+    )
+
+    def fail_gpu(self, index: int, xid: int = 79) -> dict:
+        """The GPU raises an Xid and is lost (nvidia-smi cannot reach it); its processes die."""
+        with self._lock:
+            gpu = self._gpu(index)
+            gpu.lost, gpu.xid = True, int(xid)
+            victims = [j for j in self.jobs.values() if j.alive and index in j.gpus]
+            pci = f"PCI:0000:{gpu.short_bus_id[5:7]}:00"
+            pid = f"pid={victims[0].pid}, " if victims else "pid='<unknown>', "
+            self.kernel.add(f"NVRM: GPU at {pci}: {gpu.uuid}")
+            self.kernel.add(f"NVRM: GPU Board Serial Number: {gpu.serial}")
+            self.kernel.add(f"NVRM: Xid ({pci}): {int(xid)}, {pid}{XID_TEXT.get(int(xid), 'Unknown Error')}")
+            if int(xid) == 79:
+                self.kernel.add(f"NVRM: GPU {gpu.short_bus_id}: GPU has fallen off the bus.")
+            for job in victims:
+                job.signal_group(signal.SIGKILL)
+            return {"gpu": index, "xid": int(xid), "killed": [j.pid for j in victims]}
+
+    def recover_gpu(self, index: int) -> dict:
+        with self._lock:
+            gpu = self._gpu(index)
+            gpu.lost, gpu.xid = False, None
+            self.kernel.add(f"NVRM: GPU {gpu.short_bus_id}: GPU recovered after reset.")
+            return {"gpu": index}
+
+    def unload_driver(self) -> dict:
+        """The NVIDIA kernel module is gone: nvidia-smi fails (exit 9), GPU processes die."""
+        with self._lock:
+            self.driver_loaded = False
+            victims = [j for j in self.jobs.values() if j.alive and j.gpus]
+            for job in victims:
+                job.signal_group(signal.SIGKILL)
+            self.kernel.add("nvidia-nvlink: Unregistered Nvlink Core, major device number 236")
+            return {"killed": [j.pid for j in victims]}
+
+    def load_driver(self) -> dict:
+        with self._lock:
+            self.driver_loaded = True
+            self.kernel.add("nvidia-nvlink: Nvlink Core is being initialized, major device number 236")
+            return {}
+
+    def power_off(self) -> dict:
+        """The host goes dark: its job processes die and SSH refuses connections until power_on."""
+        with self._lock:
+            self.powered = False
+            killed = self._kill_all()
+        if self.on_power is not None:
+            self.on_power(False)
+        return {"killed": killed}
+
+    def power_on(self) -> dict:
+        with self._lock:
+            was = self.powered
+            self.powered = True
+            if not was:
+                self.kernel = self._boot_log()
+        if self.on_power is not None:
+            self.on_power(True)
+        return {}
+
+    def straggle(
+        self, pid: int | None = None, job: str | None = None, duty: float = 0.5, period_ms: float = 200.0
+    ) -> dict:
+        """Slow a job down: each period it runs for duty*period, then sits SIGSTOPped for the rest."""
+        if not 0.0 < duty <= 1.0 or period_ms <= 0:
+            raise ValueError(f"need 0 < duty <= 1 and period_ms > 0, got duty={duty}, period_ms={period_ms}")
+        targets = self._select(pid, job)
+        for j in targets:
+            self._stop_straggle(j)
+            if duty >= 1.0:
+                continue
+            stop = threading.Event()
+            j.straggle = stop
+            threading.Thread(
+                target=_duty_cycle, args=(j, stop, duty, period_ms / 1000), name=f"straggle-{j.pid}", daemon=True
+            ).start()
+        return {"pids": [j.pid for j in targets], "duty": duty, "period_ms": period_ms}
+
+    def stop_straggle(self, pid: int | None = None, job: str | None = None) -> dict:
+        targets = self._select(pid, job, required=False)
+        for j in targets:
+            self._stop_straggle(j)
+        return {"pids": [j.pid for j in targets]}
+
+    def reset(self) -> dict:
+        """Back to the initial state: no jobs, healthy GPUs, driver loaded, powered, empty home."""
+        with self._lock:
+            killed = self._kill_all()
+            self.jobs.clear()
+            for g in self.gpus:
+                g.lost, g.xid = False, None
+            self.driver_loaded = True
+            self.kernel = self._boot_log()
+        for child in self.home.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+        self.power_on()
+        return {"killed": killed}
+
+    def state(self) -> dict:
+        with self._lock:
+            return {
+                "name": self.spec.name,
+                "powered": self.powered,
+                "driver_loaded": self.driver_loaded,
+                "home": str(self.home),
+                "gpus": [{"index": g.index, "uuid": g.uuid, "lost": g.lost, "xid": g.xid} for g in self.gpus],
+                "jobs": [
+                    {
+                        "pid": j.pid,
+                        "job": j.name,
+                        "argv": j.argv,
+                        "gpus": j.gpus,
+                        "log": j.log,
+                        "alive": j.alive,
+                        "returncode": j.returncode,
+                        "straggling": j.straggle is not None and not j.straggle.is_set(),
+                    }
+                    for j in self.jobs.values()
+                ],
+            }
+
+    def close(self) -> None:
+        with self._lock:
+            self._kill_all()
+
+    # --- internals -----------------------------------------------------------------------------
+
+    def _gpu(self, index: int) -> Gpu:
+        if not 0 <= int(index) < len(self.gpus):
+            raise ValueError(f"GPU index {index} out of range: {self.spec.name} has GPUs 0..{len(self.gpus) - 1}")
+        return self.gpus[int(index)]
+
+    def _select(self, pid: int | None, job: str | None, required: bool = True) -> list[Job]:
+        with self._lock:
+            live = [j for j in self.jobs.values() if j.alive]
+        if pid is not None:
+            chosen = [j for j in live if j.pid == int(pid)]
+        elif job is not None:
+            chosen = [j for j in live if j.name == job]
+        else:
+            chosen = [] if required else live
+        if required and not chosen:
+            known = ", ".join(f"{j.pid} ({j.name or '-'})" for j in live) or "none"
+            raise ValueError(f"no live job with pid={pid} job={job!r} on {self.spec.name} (live jobs: {known})")
+        return chosen
+
+    def _stop_straggle(self, job: Job) -> None:
+        if job.straggle is not None:
+            job.straggle.set()
+            job.straggle = None
+        job.signal_group(signal.SIGCONT)
+
+    def _kill_all(self) -> list[int]:
+        victims = [j for j in self.jobs.values() if j.alive]
+        for j in victims:
+            if j.straggle is not None:
+                j.straggle.set()
+            j.signal_group(signal.SIGKILL)
+        for j in victims:
+            try:
+                j.returncode = j.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        return [j.pid for j in victims]
+
+    def _boot_log(self) -> KernelLog:
+        log = KernelLog()
+        uptime = 1234.5 + random.Random(f"{self.spec.seed}:{self.spec.name}:boot").random() * 100
+        log.boot -= uptime
+        log.boot_wall -= uptime
+        step = 0.0
+        for line in BOOT_LINES:
+            step += 0.8
+            log.lines.append((step, line))
+        return log
+
+
+def _copy_gpu(g: Gpu) -> Gpu:
+    return Gpu(g.index, g.name, g.uuid, g.serial, g.memory_mib, g.driver_version, g.base_temp, g.lost, g.xid)
+
+
+def _visible(value: str | None, count: int) -> list[int]:
+    """GPU indices a process uses: CUDA_VISIBLE_DEVICES (indices), or GPU 0 when it is unset."""
+    if value is None:
+        return [0] if count else []
+    out = []
+    for part in value.split(","):
+        part = part.strip()
+        if part.isdigit() and int(part) < count and int(part) not in out:
+            out.append(int(part))
+    return out
+
+
+def _proc_state(pid: int) -> str | None:
+    """The kernel's one-letter state of a process (R, S, T, Z, ...), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _duty_cycle(job: Job, stop: threading.Event, duty: float, period: float) -> None:
+    try:
+        while not stop.is_set():
+            job.signal_group(signal.SIGCONT)
+            if stop.wait(duty * period):
+                break
+            job.signal_group(signal.SIGSTOP)
+            if stop.wait((1 - duty) * period):
+                break
+    finally:
+        job.signal_group(signal.SIGCONT)

@@ -1,0 +1,169 @@
+"""An SSH server (paramiko, thread-based) in front of one emulated host's shell.
+
+Public-key authentication only (one user, one client key). Exec channels only: the command is recorded
+in check_channel_exec_request and run after transport.accept() hands over the channel (devices.md 3.2),
+each channel in its own thread. `listen()` / `stop_listening()` let power_off refuse connections on the
+same port that power_on opens again.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable
+
+import paramiko
+
+log = logging.getLogger(__name__)
+
+Runner = Callable[[str], tuple[str, str, int]]
+EXEC_WAIT_S = 30.0  # a client that opens a session but never sends exec is dropped after this
+
+
+class _Interface(paramiko.ServerInterface):
+    def __init__(self, user: str, client_key: paramiko.PKey) -> None:
+        self.user = user
+        self.client_key = client_key
+        self.commands: dict[int, str] = {}
+        self.cond = threading.Condition()
+
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        if username == self.user and key.get_name() == self.client_key.get_name():
+            if key.asbytes() == self.client_key.asbytes():
+                return paramiko.AUTH_SUCCESSFUL
+        return paramiko.AUTH_FAILED
+
+    def check_channel_request(self, kind: str, chanid: int) -> int:
+        if kind == "session":
+            return paramiko.OPEN_SUCCEEDED
+        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
+        # Only record it: running it here races the exec reply (the client sees "Channel closed").
+        with self.cond:
+            self.commands[channel.get_id()] = command.decode("utf-8", errors="replace")
+            self.cond.notify_all()
+        return True
+
+    def check_channel_shell_request(self, channel: paramiko.Channel) -> bool:
+        return False  # no interactive shells: exec only
+
+    def check_channel_pty_request(self, *args) -> bool:
+        return False
+
+    def check_channel_env_request(self, channel: paramiko.Channel, name: bytes, value: bytes) -> bool:
+        return False  # like sshd without AcceptEnv
+
+    def wait_command(self, chanid: int, timeout: float) -> str | None:
+        with self.cond:
+            self.cond.wait_for(lambda: chanid in self.commands, timeout)
+            return self.commands.pop(chanid, None)
+
+
+class SshServer:
+    def __init__(self, name: str, host_key: paramiko.PKey, user: str, client_key: paramiko.PKey, run: Runner):
+        self.name = name
+        self.host_key = host_key
+        self.user = user
+        self.client_key = client_key
+        self.run = run
+        self.port = 0
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._transports: set[paramiko.Transport] = set()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def listen(self) -> None:
+        """Start accepting (on the same port as before, if there was one)."""
+        with self._lock:
+            if self._sock is not None:
+                return
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", self.port))
+            sock.listen(64)
+            self.port = sock.getsockname()[1]
+            self._sock = sock
+            self._thread = threading.Thread(
+                target=self._accept_loop, args=(sock,), name=f"ssh-{self.name}", daemon=True
+            )
+            self._thread.start()
+
+    def stop_listening(self) -> None:
+        """Refuse new connections and drop the open ones."""
+        with self._lock:
+            sock, self._sock = self._sock, None
+            thread, self._thread = self._thread, None
+            transports, self._transports = list(self._transports), set()
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept() on Linux
+            except OSError:
+                pass
+            sock.close()
+        for t in transports:
+            t.close()
+        if thread is not None:
+            thread.join(5)
+
+    def _accept_loop(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), name=f"ssh-{self.name}-conn", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        transport = paramiko.Transport(conn)
+        with self._lock:
+            if self._sock is None:  # powered off between accept and here
+                transport.close()
+                return
+            self._transports.add(transport)
+        try:
+            transport.add_server_key(self.host_key)
+            iface = _Interface(self.user, self.client_key)
+            try:
+                transport.start_server(server=iface)
+            except (paramiko.SSHException, EOFError, OSError):
+                return  # a client that hung up during the handshake (e.g. ssh-keyscan)
+            while transport.is_active():
+                channel = transport.accept(timeout=1.0)
+                if channel is None:
+                    continue
+                threading.Thread(
+                    target=self._channel, args=(iface, channel), name=f"ssh-{self.name}-chan", daemon=True
+                ).start()
+        finally:
+            transport.close()
+            with self._lock:
+                self._transports.discard(transport)
+
+    def _channel(self, iface: _Interface, channel: paramiko.Channel) -> None:
+        try:
+            command = iface.wait_command(channel.get_id(), EXEC_WAIT_S)
+            if command is None:
+                return
+            try:
+                out, err, rc = self.run(command)
+            except Exception:  # a bug in the emulator must not look like a hung host
+                log.exception("emulated host %s failed on %r", self.name, command)
+                out, err, rc = "", f"emulated host {self.name}: internal error running {command!r}\n", 255
+            if out:
+                channel.sendall(out.encode())
+            if err:
+                channel.sendall_stderr(err.encode())
+            channel.send_exit_status(rc)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # the client went away
+        finally:
+            channel.close()

@@ -1,0 +1,131 @@
+"""Photonic-chip procedures over a mesh driver (drivers/mesh), shaped like the OCS ones so the coordinator
+can treat a chip as a switch: circuits are (input 1..N, output N+1..2N) pairs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from testbed.photonics.calibration import CalibrationSettings
+from testbed.procedures.context import ProcedureContext
+from testbed.procedures.errors import VerificationError
+
+POLL_INTERVAL_S = 0.001
+
+
+def identify(mesh, ctx: ProcedureContext, *, expected_size: int | None = None) -> dict:
+    ident = mesh.identify()
+    n_in, n_out = mesh.size()
+    if expected_size is not None and n_in != expected_size:
+        raise VerificationError(
+            f"the chip has {n_in}x{n_out} ports ({mesh.heater_count()} heaters) but the inventory says "
+            f"{expected_size}x{expected_size}",
+            device=ctx.device,
+            address=ctx.address,
+            hint="correct `size` in the inventory, or check that the address points at the right chip",
+        )
+    return {
+        "vendor": ident.vendor,
+        "model": ident.model,
+        "serial": ident.serial,
+        "firmware": ident.firmware,
+        "size": [n_in, n_out],
+        "heaters": mesh.heater_count(),
+        "calibrated": getattr(mesh, "calibration", None) is not None,
+    }
+
+
+def calibrate(
+    mesh,
+    ctx: ProcedureContext,
+    *,
+    path: str | None = None,
+    reuse: bool = False,
+    points: int = 24,
+    sweep_max_mw: float = 80.0,
+) -> dict:
+    """Sweep every heater and store P_pi and offsets (JSON at `path`); `reuse` loads `path` if it exists."""
+    if reuse and path and Path(path).exists():
+        cal = mesh.load_calibration(path)
+        ctx.mark("loaded")
+    else:
+        ctx.mark("sweep_started")
+        cal = mesh.calibrate(CalibrationSettings(points=points, sweep_max_mw=sweep_max_mw))
+        ctx.mark("swept")
+        if path:
+            cal.save(path)
+    ctx.cache.pop("circuits", None)
+    p_pi = [h.p_pi_mw for h in cal.heaters]
+    return {
+        "heaters": len(cal.heaters),
+        "crosstalk": cal.crosstalk,
+        "p_pi_mw": [min(p_pi), max(p_pi)],
+        "uncalibrated": cal.meta.get("uncalibrated", []),
+        "path": path,
+    }
+
+
+def reconfigure(
+    mesh,
+    ctx: ProcedureContext,
+    *,
+    circuits: list[tuple[int, int]],
+    managed: list[int],
+    verify_light: bool = True,
+    min_power_dbm: float = -20.0,
+    timeout_s: float = 5.0,
+) -> dict:
+    """Make the chip hold `circuits`, keeping circuits on ports outside `managed`; other inputs go anywhere.
+
+    Marks: sent (first heater written), acked (every set answered / settled), lit (every target output
+    reads light above `min_power_dbm`). Same return shape as ocs.reconfigure.
+    """
+    target = dict(circuits)
+    current = ctx.cache.get("circuits")
+    if current is None:
+        current = mesh.circuits()
+    owned = set(managed)
+    keep = {
+        i: e
+        for i, e in current.items()
+        if i not in owned and e not in owned and i not in target and e not in target.values()
+    }
+    want = {**keep, **target}
+    removed = [(i, e) for i, e in current.items() if want.get(i) != e and (i in owned or e in owned)]
+    added = [(i, e) for i, e in target.items() if current.get(i) != e]
+    ctx.mark("sent")
+    mesh.program(want)
+    ctx.mark("acked")
+    now = mesh.circuits()
+    ctx.cache["circuits"] = now
+    wrong = {i: (e, now.get(i)) for i, e in want.items() if now.get(i) != e}
+    if wrong:
+        detail = ", ".join(f"{i}->{w} (holds {g or 'nothing'})" for i, (w, g) in sorted(wrong.items()))
+        raise VerificationError(
+            f"after programming the chip does not hold {len(wrong)} circuit(s): {detail}",
+            device=ctx.device,
+            address=ctx.address,
+            hint="another client may be driving the heaters; recalibrate if the chip drifted",
+        )
+    powers: dict[int, float] = {}
+    if verify_light and target:
+        egress = sorted(target.values())
+        deadline = time.monotonic() + timeout_s
+        while True:
+            powers = mesh.output_power(egress)
+            dark = [p for p in egress if powers[p] < min_power_dbm]
+            if not dark:
+                break
+            if time.monotonic() >= deadline:
+                shown = ", ".join(f"{p}: {powers[p]:.2f} dBm" for p in dark[:8])
+                raise VerificationError(
+                    f"no light on {len(dark)} output(s) of the chip within {timeout_s:g} s "
+                    f"(threshold {min_power_dbm} dBm): {shown}",
+                    device=ctx.device,
+                    address=ctx.address,
+                    hint="check that the hosts cabled to these inputs transmit, recalibrate the chip "
+                    "(mesh.calibrate) if it drifted, or lower min_power_dbm",
+                )
+            time.sleep(POLL_INTERVAL_S)
+        ctx.mark("lit")
+    return {"added": len(added), "removed": len(removed), "min_power_dbm": min(powers.values()) if powers else None}
