@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from testbed.config.inventory import Inventory, MeshDevice, OcsDevice, transport_address
 from testbed.config.playbook import (
     Configuration,
+    DeviceCalibrate,
     FabricApply,
     FabricClear,
+    FabricCycle,
     Parallel,
     Playbook,
     Wait,
@@ -19,6 +21,7 @@ from testbed.config.playbook import (
 from testbed.config.playbook import param_name as _param_name
 from testbed.errors import UserError
 from testbed.fabric.circuits import PathError, links_to_circuits, parse_link
+from testbed.fabric.topology import all_to_all_schedule
 
 Pair = tuple[int, int]
 
@@ -40,6 +43,14 @@ class ApplyStep:
     verify_light: bool
     min_power_dbm: float
     timeout_s: float
+    crosstalk: bool = False
+
+
+@dataclass(frozen=True)
+class CalibrateStep:
+    label: str
+    device: str
+    reuse: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,7 +71,7 @@ class ParallelStep:
     steps: tuple[PlannedStep, ...]
 
 
-PlannedStep = ApplyStep | ClearStep | WaitStep | ParallelStep
+PlannedStep = ApplyStep | CalibrateStep | ClearStep | WaitStep | ParallelStep
 
 
 @dataclass(frozen=True)
@@ -91,11 +102,19 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
     if n_trials < 1:
         raise PlanError(f"--trials must be at least 1 (got {n_trials})")
     circuits = {name: _resolve(name, conf, inventory) for name, conf in playbook.configurations.items()}
+    schedules = {}
+    for name, schedule in playbook.schedules.items():
+        schedules[name] = [f"{name}[{k}]" for k in range(1, len(schedule.hosts))]
+        for conf_name, links in zip(schedules[name], all_to_all_schedule(schedule.hosts, schedule.port), strict=True):
+            try:
+                circuits[conf_name] = links_to_circuits(links, inventory)
+            except PathError as exc:
+                raise PlanError(f"schedule {name!r}: {exc}") from None
     managed = _managed_ports(circuits)
     _check_interlocks(circuits, managed, inventory)
 
     def resolve_steps(steps, point) -> tuple[PlannedStep, ...]:
-        return tuple(_resolve_step(s, i, point, circuits, managed) for i, s in enumerate(steps))
+        return tuple(p for s in steps for p in _resolve_step(s, point, circuits, managed, schedules))
 
     points = _sweep_points(playbook.sweep)
     trial_plans = []
@@ -103,7 +122,16 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
         steps = resolve_steps(playbook.steps, point)
         for _ in range(n_trials):
             trial_plans.append(TrialPlan(len(trial_plans), point, steps))
-    touched = sorted({sw for conf in circuits.values() for sw in conf}, key=list(inventory.devices).index)
+    calibrated = {
+        s.device
+        for section in (playbook.setup, playbook.steps, playbook.teardown)
+        for s in _flatten(section)
+        if isinstance(s, DeviceCalibrate)
+    }
+    for device in calibrated:
+        if inventory.devices[device].read_only:
+            raise PlanError(f"interlock: {device} is read-only in the inventory, but the playbook calibrates it")
+    touched = sorted({sw for conf in circuits.values() for sw in conf} | calibrated, key=list(inventory.devices).index)
     return Plan(
         playbook=playbook,
         inventory=inventory,
@@ -114,6 +142,13 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
         trials=tuple(trial_plans),
         teardown=resolve_steps(playbook.teardown, points[-1]),
     )
+
+
+def _flatten(steps):
+    for step in steps:
+        yield step
+        if isinstance(step, Parallel):
+            yield from _flatten(step.steps)
 
 
 def _sweep_points(sweep: dict[str, list]) -> list[dict[str, object]]:
@@ -171,26 +206,36 @@ def _check_interlocks(circuits, managed, inv: Inventory) -> None:
         raise PlanError("interlock: " + "; ".join(problems))
 
 
-def _resolve_step(step, index, point, circuits, managed) -> PlannedStep:
-    if isinstance(step, FabricApply):
-        return ApplyStep(
-            label=step.name or f"apply {step.configuration}",
-            configuration=step.configuration,
-            circuits=circuits[step.configuration],
-            managed={sw: managed[sw] for sw in circuits[step.configuration]},
-            measure=step.measure,
-            verify_light=step.verify_light,
-            min_power_dbm=step.min_power_dbm,
-            timeout_s=step.timeout_ms / 1000,
+def _resolve_step(step, point, circuits, managed, schedules) -> tuple[PlannedStep, ...]:
+    """A playbook step as the steps the coordinator executes (a cycle becomes one apply per configuration)."""
+    if isinstance(step, FabricApply | FabricCycle):
+        names = [step.configuration] if isinstance(step, FabricApply) else schedules[step.schedule]
+        return tuple(
+            ApplyStep(
+                label=step.name if step.name and isinstance(step, FabricApply) else f"apply {name}",
+                configuration=name,
+                circuits=circuits[name],
+                managed={sw: managed[sw] for sw in circuits[name]},
+                measure=step.measure,
+                verify_light=step.verify_light,
+                min_power_dbm=step.min_power_dbm,
+                timeout_s=step.timeout_ms / 1000,
+                crosstalk=getattr(step, "crosstalk", False),
+            )
+            for name in names
         )
+    if isinstance(step, DeviceCalibrate):
+        return (CalibrateStep(label=step.name or f"calibrate {step.device}", device=step.device, reuse=step.reuse),)
     if isinstance(step, FabricClear):
-        return ClearStep(label=step.name or "clear fabric", managed=dict(managed))
+        return (ClearStep(label=step.name or "clear fabric", managed=dict(managed)),)
     if isinstance(step, Wait):
         ms = point[_param_name(step.ms)] if isinstance(step.ms, str) else step.ms
         if not isinstance(ms, int | float) or isinstance(ms, bool) or ms < 0:
             raise PlanError(f"wait: {step.ms} = {ms!r} is not a duration in ms")
-        return WaitStep(label=step.name or f"wait {ms:g} ms", seconds=float(ms) / 1000)
+        return (WaitStep(label=step.name or f"wait {ms:g} ms", seconds=float(ms) / 1000),)
     if isinstance(step, Parallel):
-        inner = tuple(_resolve_step(s, i, point, circuits, managed) for i, s in enumerate(step.steps))
-        return ParallelStep(label=step.name or f"parallel ({len(inner)} steps)", steps=inner)
+        if any(isinstance(s, FabricCycle) for s in step.steps):
+            raise PlanError("fabric.cycle is a sequence of changes and cannot run inside `parallel`")
+        inner = tuple(p for s in step.steps for p in _resolve_step(s, point, circuits, managed, schedules))
+        return (ParallelStep(label=step.name or f"parallel ({len(inner)} steps)", steps=inner),)
     raise TypeError(f"unplannable step {step!r}")  # a new step type without a planner case

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.tree import Tree
 
-from testbed.plan import ApplyStep, ClearStep, ParallelStep, Plan, PlannedStep, WaitStep
+from testbed.plan import ApplyStep, CalibrateStep, ClearStep, ParallelStep, Plan, PlannedStep, WaitStep
 
 
 def print_plan(console: Console, plan: Plan, inventory_file: str) -> None:
@@ -45,8 +45,12 @@ def _steps(branch: Tree, steps: tuple[PlannedStep, ...]) -> None:
                 node.add(f"{sw}: {len(pairs)} circuits: {shown}")
             if step.verify_light:
                 node.add(f"verify light above {step.min_power_dbm} dBm within {step.timeout_s:g} s")
+            if step.crosstalk:
+                node.add("record crosstalk per output port (emulated devices only)")
         elif isinstance(step, ClearStep):
             branch.add(f"{step.label}: " + ", ".join(f"{sw} ({len(p)} ports)" for sw, p in step.managed.items()))
+        elif isinstance(step, CalibrateStep):
+            branch.add(step.label + (f" (loading {step.reuse})" if step.reuse else " (sweep every heater)"))
         elif isinstance(step, WaitStep):
             branch.add(step.label)
         elif isinstance(step, ParallelStep):

@@ -60,6 +60,18 @@ def print_summary(console: Console, summary: dict) -> None:
                 "[dim]* fewer than 100 samples: p99 is close to the maximum of a few and is not a "
                 "stable estimate; quote the median with its CI and the max.[/]"
             )
+    for span, steps in summary.get("by_step", {}).items():
+        console.print(spans_table(steps, f"{span} per step"))
+    for device, c in summary.get("crosstalk", {}).items():
+        table = Table(
+            title=f"{device}: worst crosstalk per output port over the run ({c['source']})", title_justify="left"
+        )
+        table.add_column("output port")
+        table.add_column("crosstalk dB", justify="right")
+        table.add_column("extinction dB", justify="right")
+        for port, db in c["worst_db"].items():
+            table.add_row(str(port), f"{db:.1f}", f"{-db:.1f}")
+        console.print(table)
     for point in summary.get("sweep", []):
         label = ", ".join(f"{k}={v}" for k, v in point["point"].items())
         console.print(spans_table(point["spans"], f"sweep point {label}"))

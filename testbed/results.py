@@ -94,6 +94,7 @@ class SummaryCollector:
         self.rows: list[dict] = []
         self.trial_status: dict[int, str] = {}
         self.sweep_points: dict[int, dict] = {}
+        self.crosstalk: dict[str, dict] = {}  # device -> {"source": ..., "worst_db": {port: dB}}
 
     def on_event(self, event: Event) -> None:
         if event.type == "measure":
@@ -107,6 +108,10 @@ class SummaryCollector:
                     "sweep": json.dumps(self.sweep_points.get(event.trial, {}), sort_keys=True),
                 }
             )
+        elif event.op == "crosstalk" and event.device:
+            entry = self.crosstalk.setdefault(event.device, {"source": event.data.get("source"), "worst_db": {}})
+            for port, db in event.data.get("per_port_db", {}).items():
+                entry["worst_db"][port] = max(db, entry["worst_db"].get(port, -1e9))
         elif event.op == "trial.end":
             self.trial_status[event.trial] = event.data.get("status", "?")
         elif event.op == "trial.start":
@@ -136,6 +141,20 @@ class SummaryCollector:
             },
             "spans": {name: summarize(values) for name, values in spans.items()},
         }
+        by_step: dict[str, dict[str, list[float]]] = {}
+        for row in self.rows:
+            by_step.setdefault(row["span"], {}).setdefault(row["step"], []).append(row["duration_ms"])
+        steps = {span: {step: summarize(v) for step, v in per.items()} for span, per in by_step.items() if len(per) > 1}
+        if steps:
+            out["by_step"] = steps
+        if self.crosstalk:
+            out["crosstalk"] = {
+                device: {
+                    "source": c["source"],
+                    "worst_db": dict(sorted(c["worst_db"].items(), key=lambda kv: int(kv[0]))),
+                }
+                for device, c in self.crosstalk.items()
+            }
         if len(by_point) > 1:
             out["sweep"] = [
                 {"point": json.loads(point), "spans": {n: summarize(v) for n, v in s.items()}}

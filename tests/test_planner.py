@@ -98,3 +98,35 @@ def test_parallel_steps_are_planned_recursively(inventory):
 def test_trials_override_must_be_positive(inventory):
     with pytest.raises(PlanError):
         make_plan(playbook(), inventory, trials=0)
+
+
+def test_a_schedule_cycle_expands_into_one_measured_apply_per_matching(inventory):
+    hosts = [f"gpu{i:02d}" for i in range(1, 9)]
+    pb = Playbook.model_validate(
+        {
+            "name": "a2a",
+            "trials": 1,
+            "schedules": {"a2a": {"kind": "all-to-all", "hosts": hosts, "port": "p2"}},
+            "setup": [{"action": "device.calibrate", "device": "chip1"}],
+            "steps": [{"action": "fabric.cycle", "schedule": "a2a", "measure": "m", "crosstalk": True}],
+        }
+    )
+    plan = make_plan(pb, inventory)
+    steps = plan.trials[0].steps
+    assert [s.configuration for s in steps] == [f"a2a[{k}]" for k in range(1, 8)]
+    assert all(isinstance(s, ApplyStep) and s.measure == "m" and s.crosstalk for s in steps)
+    # Matching k on the chip: host i's input i goes to host i+k's output 8 + (i+k).
+    assert steps[0].circuits == {"chip1": tuple((i, 8 + (i % 8) + 1) for i in range(1, 9))}
+    assert plan.devices == ("chip1",)
+    assert plan.setup[0].device == "chip1"
+
+
+def test_calibrating_a_read_only_device_is_refused(inventory):
+    ro = inventory.model_copy(
+        update={
+            "devices": {**inventory.devices, "chip1": inventory.devices["chip1"].model_copy(update={"read_only": True})}
+        }
+    )
+    pb = playbook(setup=[{"action": "device.calibrate", "device": "chip1"}])
+    with pytest.raises(PlanError, match="chip1 is read-only"):
+        make_plan(pb, ro)

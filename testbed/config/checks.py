@@ -6,7 +6,16 @@ from collections.abc import Iterator
 
 from testbed.config.common import Name
 from testbed.config.inventory import GpuHostDevice, Inventory, MeshDevice, OcsDevice
-from testbed.config.playbook import LINK_PATTERN, FabricApply, Parallel, Playbook, Wait, param_name
+from testbed.config.playbook import (
+    LINK_PATTERN,
+    DeviceCalibrate,
+    FabricApply,
+    FabricCycle,
+    Parallel,
+    Playbook,
+    Wait,
+    param_name,
+)
 
 Problem = tuple[tuple, str]  # (key path, message)
 
@@ -82,12 +91,26 @@ def check_playbook(pb: Playbook, inv: Inventory | None) -> list[Problem]:
                         f"no configuration named {step.configuration!r} (configurations: {known})",
                     )
                 )
+            if isinstance(step, FabricCycle) and step.schedule not in pb.schedules:
+                known = ", ".join(pb.schedules) or "none defined"
+                problems.append(((*loc, "schedule"), f"no schedule named {step.schedule!r} (schedules: {known})"))
+            if isinstance(step, DeviceCalibrate) and inv is not None and step.device not in inv.devices:
+                problems.append(((*loc, "device"), f"no device named {step.device!r} in the inventory"))
             if isinstance(step, Wait) and isinstance(step.ms, str) and param_name(step.ms) not in pb.sweep:
                 problems.append(((*loc, "ms"), f"{step.ms} names no parameter under `sweep`"))
     for key, values in pb.sweep.items():
         if not values:
             problems.append((("sweep", key), "a swept parameter needs at least one value"))
     if inv is not None:
+        for sname, schedule in pb.schedules.items():
+            for i, host in enumerate(schedule.hosts):
+                if inv.fibre_of(host, schedule.port) is None:
+                    problems.append(
+                        (
+                            (("schedules", sname, "hosts", i)),
+                            f"{host}:{schedule.port} is not in the inventory's fibre map ({inv.name})",
+                        )
+                    )
         for cname, conf in pb.configurations.items():
             loc = ("configurations", cname)
             for i, link in enumerate(conf.links):

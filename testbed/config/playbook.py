@@ -65,6 +65,18 @@ def param_name(ref: str) -> str:
     return ref[2:-1]
 
 
+class Schedule(Strict):
+    """A sequence of configurations generated from a pattern over hosts.
+
+    all-to-all: N-1 matchings over `hosts` on `port`; in matching k each host transmits to the host k
+    places further on, so over the cycle every ordered pair is connected once (PipSwitch).
+    """
+
+    kind: Literal["all-to-all"]
+    hosts: list[Name] = Field(min_length=2)
+    port: Name = "p0"
+
+
 class _Step(Strict):
     name: str | None = Field(None, description="label shown in progress and events; default derived")
 
@@ -78,6 +90,29 @@ class FabricApply(_Step):
     verify_light: bool = True
     min_power_dbm: float = Field(-20.0, description="light is verified when every new egress reads above this")
     timeout_ms: int = Field(5000, gt=0, description="for acknowledgement and light to appear")
+
+
+class FabricCycle(_Step):
+    """Apply every configuration of a schedule in turn, each measured like a fabric.apply."""
+
+    action: Literal["fabric.cycle"]
+    schedule: Name
+    measure: Name | None = None
+    verify_light: bool = True
+    min_power_dbm: float = -20.0
+    timeout_ms: int = Field(5000, gt=0)
+    crosstalk: bool = Field(
+        False,
+        description="record crosstalk per output port where the device can tell (the emulated chip's ground truth)",
+    )
+
+
+class DeviceCalibrate(_Step):
+    """Calibrate a device (a photonic chip's heaters); the calibration file is kept in the run folder."""
+
+    action: Literal["device.calibrate"]
+    device: Name
+    reuse: str | None = Field(None, description="a calibration file to load instead of sweeping")
 
 
 class FabricClear(_Step):
@@ -98,7 +133,9 @@ class Parallel(_Step):
     steps: list[Step] = Field(min_length=1)
 
 
-Step = Annotated[FabricApply | FabricClear | Wait | Parallel, Field(discriminator="action")]
+Step = Annotated[
+    FabricApply | FabricCycle | FabricClear | DeviceCalibrate | Wait | Parallel, Field(discriminator="action")
+]
 Parallel.model_rebuild()
 
 
@@ -111,6 +148,7 @@ class Playbook(Strict):
         "abort", description="after a failed trial: stop the run (teardown still runs) or go on with the next"
     )
     configurations: dict[Name, Configuration] = Field(default_factory=dict)
+    schedules: dict[Name, Schedule] = Field(default_factory=dict)
     sweep: dict[Name, list[Any]] = Field(
         default_factory=dict,
         description="parameters to sweep; the trials run once per combination (cartesian product)",

@@ -129,3 +129,17 @@ def reconfigure(
             time.sleep(POLL_INTERVAL_S)
         ctx.mark("lit")
     return {"added": len(added), "removed": len(removed), "min_power_dbm": min(powers.values()) if powers else None}
+
+
+def clear(mesh, ctx: ProcedureContext, *, managed: list[int]) -> dict:
+    """Return the chip to its idle routing (input i to output N+i). A chip cannot disconnect: light always
+    leaves by some output, so "clear" means the playbook's circuits are gone, not that the chip is dark."""
+    n = mesh.size()[0]
+    current = ctx.cache.get("circuits") or mesh.circuits()
+    idle = {i: n + i for i in range(1, n + 1)}
+    removed = [(i, e) for i, e in current.items() if idle.get(i) != e and (i in managed or e in managed)]
+    ctx.mark("sent")
+    mesh.program(idle)
+    ctx.mark("acked")
+    ctx.cache["circuits"] = idle
+    return {"removed": len(removed)}

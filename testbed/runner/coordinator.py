@@ -12,11 +12,14 @@ it certainly did not happen).
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from testbed.errors import ExperimentFailed
-from testbed.plan import ApplyStep, ClearStep, ParallelStep, Plan, PlannedStep, WaitStep
+from testbed.plan import ApplyStep, CalibrateStep, ClearStep, ParallelStep, Plan, PlannedStep, WaitStep
 from testbed.recorder import Recorder
 from testbed.runner.device_actor import OpResult
 
@@ -25,7 +28,12 @@ SEGMENTS = (("ack", "sent", "acked"), ("light", "acked", "lit"), ("total", "sent
 # The procedure that does a generic operation on each kind of device: a chip is driven like a switch.
 PROCEDURES_BY_KIND = {
     "ocs": {"identify": "ocs.identify", "reconfigure": "ocs.reconfigure", "clear": "ocs.clear"},
-    "photonic_mesh": {"identify": "mesh.identify", "reconfigure": "mesh.reconfigure", "clear": "mesh.clear"},
+    "photonic_mesh": {
+        "identify": "mesh.identify",
+        "reconfigure": "mesh.reconfigure",
+        "clear": "mesh.clear",
+        "calibrate": "mesh.calibrate",
+    },
     "gpu_host": {"identify": "gpu.identify"},
 }
 
@@ -37,11 +45,23 @@ class StepFailed(ExperimentFailed):
 
 
 class Coordinator:
-    def __init__(self, plan: Plan, actors: dict, recorder: Recorder, ray) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        actors: dict,
+        recorder: Recorder,
+        ray,
+        *,
+        artifacts: Path | None = None,
+        ground_truth: Callable[[str], list[list[float]]] | None = None,
+    ) -> None:
         self.plan = plan
         self.actors = actors
         self.recorder = recorder
         self.ray = ray
+        self.artifacts = artifacts  # where files a step produces are kept (the run folder)
+        # device -> power transfer matrix |T[out][in]|^2, known only to an emulated device (the twin)
+        self.ground_truth = ground_truth
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="step")
 
     # --- devices --------------------------------------------------------------------------------
@@ -148,6 +168,17 @@ class Coordinator:
             results = self.call(self._calls(step), step.label)
             if isinstance(step, ApplyStep):
                 self._measure(step, list(results.values()))
+        elif isinstance(step, CalibrateStep):
+            path = str(self.artifacts / f"calibration-{step.device}.json") if self.artifacts else None
+            self.call(
+                {
+                    step.device: (
+                        self._procedure(step.device, "calibrate"),
+                        {"path": step.reuse or path, "reuse": step.reuse is not None},
+                    )
+                },
+                step.label,
+            )
         elif isinstance(step, WaitStep):
             self.recorder.emit("mark", "wait", step=step.label, data={"seconds": step.seconds})
             time.sleep(step.seconds)  # the experiment asks for this pause; it is not synchronisation
@@ -161,6 +192,8 @@ class Coordinator:
 
     def _measure(self, step: ApplyStep, results: list[OpResult]) -> None:
         """Spans over all switches of the step: from the first command sent to the last switch done."""
+        if step.crosstalk:
+            self._crosstalk(step)
         if not step.measure:
             return
         for segment, start_mark, end_mark in SEGMENTS:
@@ -176,6 +209,31 @@ class Coordinator:
                 wall=wall,
                 step=step.label,
                 data={"ms": (end - start) / 1e6, "start_ns": start, "end_ns": end},
+            )
+
+    def _crosstalk(self, step: ApplyStep) -> None:
+        """Per output port of a chip: power from every other input over power from the intended one, with
+        all inputs lit alike. Photodiodes alone cannot separate the two, so this needs the device's own
+        transfer matrix, which only the twin has; on a real chip nothing is recorded."""
+        if self.ground_truth is None:
+            return
+        for device, pairs in step.circuits.items():
+            if self.plan.inventory.devices[device].kind != "photonic_mesh":
+                continue
+            t = self.ground_truth(device)
+            n = len(t)
+            per_port = {}
+            for ingress, egress in pairs:
+                row = t[egress - n - 1]
+                signal = row[ingress - 1]
+                leak = sum(row) - signal
+                per_port[egress] = round(10 * math.log10(max(leak, 1e-30) / max(signal, 1e-30)), 2)
+            self.recorder.emit(
+                "mark",
+                "crosstalk",
+                device=device,
+                step=step.label,
+                data={"source": "twin ground truth", "per_port_db": per_port},
             )
 
     def _calls(self, step: ApplyStep | ClearStep) -> dict[str, tuple[str, dict]]:
@@ -201,6 +259,10 @@ class Coordinator:
 
 
 def _single_device(step: PlannedStep) -> str | None:
+    """The one device a step drives, if it can join a batch. A step that reads the device's ground truth
+    after it ran cannot: the truth must be read before the next step changes the device."""
+    if isinstance(step, ApplyStep) and step.crosstalk:
+        return None
     if isinstance(step, ApplyStep | ClearStep):
         devices = step.circuits if isinstance(step, ApplyStep) else step.managed
         if len(devices) == 1:

@@ -29,7 +29,10 @@ def ray_session(address: str | None = None):
     common = dict(include_dashboard=False, log_to_driver=False, configure_logging=False, namespace="testbed")
     try:
         if address is None:
+            # address="local": always a new private instance; without it Ray joins any cluster it finds
+            # running on this machine (another run's, a test's), which is not ours to use.
             ray.init(
+                address="local",
                 num_cpus=LOCAL_CPUS,
                 object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                 _node_ip_address="127.0.0.1",

@@ -66,9 +66,9 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
     status, error = "failed", None
     try:
         with contextlib.ExitStack() as stack:
-            inventory = plan.inventory
+            inventory, twin = plan.inventory, None
             if options.emulate:
-                inventory, endpoints = stack.enter_context(_twin(plan, console))
+                inventory, endpoints, twin = stack.enter_context(_twin(plan, console))
                 info["twin"] = endpoints
             stack.enter_context(
                 device_locks({d: transport_address(inventory.devices[d].transport) for d in plan.devices}, run_id)
@@ -79,7 +79,8 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
                 for note in notes:
                     console.print(f"[dim]{note}[/]")
                 info["placement"] = measure_clocks(ray, actors)
-                coordinator = Coordinator(plan, actors, recorder, ray)
+                truth = _ground_truth(twin) if twin is not None else None
+                coordinator = Coordinator(plan, actors, recorder, ray, artifacts=run_dir, ground_truth=truth)
                 stack.callback(coordinator.close)
                 info["devices"] = coordinator.identify()
                 write_json(run_dir / "run.json", info)
@@ -158,7 +159,16 @@ def _twin(plan: Plan, console: Console):
         inventory = point_at_twin(plan.inventory, endpoints)
         assert_loopback(inventory, plan.devices)
         console.print(f"[dim]emulated twin: {', '.join(endpoints['devices'])} (control {endpoints['control']})")
-        yield inventory, endpoints
+        yield inventory, endpoints, twin
+
+
+def _ground_truth(twin):
+    """What only the twin knows of a device (a chip's transfer matrix), for measurements a lab cannot make."""
+
+    def transfer(device: str) -> list[list[float]]:
+        return twin.control.call(device, "transfer_power")
+
+    return transfer
 
 
 def _settings(inv: Inventory, name: str) -> TransportSettings:
