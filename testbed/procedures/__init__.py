@@ -18,6 +18,7 @@ PROCEDURES: dict[str, Procedure] = {
     "mesh.identify": mesh.identify,
     "mesh.calibrate": mesh.calibrate,
     "mesh.reconfigure": mesh.reconfigure,
+    "mesh.clear": mesh.clear,
     "gpu.identify": gpu.identify,
     "gpu.start_job": gpu.start_job,
     "gpu.job_status": gpu.job_status,
