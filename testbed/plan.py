@@ -5,6 +5,7 @@ beyond the playbook's seed. `testbed plan` prints exactly what `testbed run` wil
 from __future__ import annotations
 
 import itertools
+import random
 from dataclasses import dataclass, field
 
 from testbed.config.inventory import Inventory, MeshDevice, OcsDevice, transport_address
@@ -14,6 +15,10 @@ from testbed.config.playbook import (
     FabricApply,
     FabricClear,
     FabricCycle,
+    FaultDetect,
+    HostsHealth,
+    JobStart,
+    JobStop,
     Parallel,
     Playbook,
     Wait,
@@ -54,6 +59,36 @@ class CalibrateStep:
 
 
 @dataclass(frozen=True)
+class JobStartStep:
+    label: str
+    wait_steps: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class JobStopStep:
+    label: str
+
+
+@dataclass(frozen=True)
+class FaultDetectStep:
+    label: str
+    kind: str
+    rank: int
+    xid: int
+    heartbeat_s: float
+    stall_timeout_s: float
+    timeout_s: float
+    measure: str | None
+
+
+@dataclass(frozen=True)
+class HealthStep:
+    label: str
+    hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ClearStep:
     label: str
     managed: dict[str, tuple[int, ...]]
@@ -71,7 +106,17 @@ class ParallelStep:
     steps: tuple[PlannedStep, ...]
 
 
-PlannedStep = ApplyStep | CalibrateStep | ClearStep | WaitStep | ParallelStep
+PlannedStep = (
+    ApplyStep
+    | CalibrateStep
+    | ClearStep
+    | WaitStep
+    | ParallelStep
+    | JobStartStep
+    | JobStopStep
+    | FaultDetectStep
+    | HealthStep
+)
 
 
 @dataclass(frozen=True)
@@ -113,15 +158,21 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
     managed = _managed_ports(circuits)
     _check_interlocks(circuits, managed, inventory)
 
-    def resolve_steps(steps, point) -> tuple[PlannedStep, ...]:
-        return tuple(p for s in steps for p in _resolve_step(s, point, circuits, managed, schedules))
+    world = len(playbook.job.ranks) if playbook.job else 0
+    gpu_hosts = tuple(n for n, d in inventory.devices.items() if d.kind == "gpu_host")
+
+    def resolve_steps(steps, point, trial: int = -1) -> tuple[PlannedStep, ...]:
+        # rank:random is drawn per trial from the seed, so a run repeats exactly.
+        rng = random.Random(f"{seed if seed is not None else playbook.seed}:{trial}")
+        ctx = _StepContext(point, circuits, managed, schedules, world, rng, gpu_hosts)
+        return tuple(p for s in steps for p in _resolve_step(s, ctx))
 
     points = _sweep_points(playbook.sweep)
     trial_plans = []
     for point in points:
-        steps = resolve_steps(playbook.steps, point)
         for _ in range(n_trials):
-            trial_plans.append(TrialPlan(len(trial_plans), point, steps))
+            index = len(trial_plans)
+            trial_plans.append(TrialPlan(index, point, resolve_steps(playbook.steps, point, index)))
     calibrated = {
         s.device
         for section in (playbook.setup, playbook.steps, playbook.teardown)
@@ -131,13 +182,23 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
     for device in calibrated:
         if inventory.devices[device].read_only:
             raise PlanError(f"interlock: {device} is read-only in the inventory, but the playbook calibrates it")
-    touched = sorted({sw for conf in circuits.values() for sw in conf} | calibrated, key=list(inventory.devices).index)
+    job_hosts = set(playbook.job.ranks) if playbook.job else set()
+    checked = {
+        h
+        for section in (playbook.setup, playbook.steps, playbook.teardown)
+        for step in _flatten(section)
+        if isinstance(step, HostsHealth)
+        for h in (step.hosts or gpu_hosts)
+    }
+    order = list(inventory.devices).index
+    writes = {sw for conf in circuits.values() for sw in conf} | calibrated | job_hosts  # starting a job writes
+    touched = sorted(writes | checked, key=order)
     return Plan(
         playbook=playbook,
         inventory=inventory,
         seed=playbook.seed if seed is None else seed,
         devices=tuple(touched),
-        writes=tuple(touched),
+        writes=tuple(sorted(writes, key=order)),
         setup=resolve_steps(playbook.setup, points[0]),
         trials=tuple(trial_plans),
         teardown=resolve_steps(playbook.teardown, points[-1]),
@@ -206,8 +267,41 @@ def _check_interlocks(circuits, managed, inv: Inventory) -> None:
         raise PlanError("interlock: " + "; ".join(problems))
 
 
-def _resolve_step(step, point, circuits, managed, schedules) -> tuple[PlannedStep, ...]:
+@dataclass
+class _StepContext:
+    point: dict
+    circuits: dict
+    managed: dict
+    schedules: dict
+    world: int
+    rng: random.Random
+    gpu_hosts: tuple[str, ...]
+
+
+def _resolve_step(step, ctx: _StepContext) -> tuple[PlannedStep, ...]:
     """A playbook step as the steps the coordinator executes (a cycle becomes one apply per configuration)."""
+    point, circuits, managed, schedules = ctx.point, ctx.circuits, ctx.managed, ctx.schedules
+    if isinstance(step, JobStart):
+        return (JobStartStep(step.name or "start job", step.wait_steps, step.timeout_ms / 1000),)
+    if isinstance(step, JobStop):
+        return (JobStopStep(step.name or "stop job"),)
+    if isinstance(step, FaultDetect):
+        target = step.fault.target.split(":")[1]
+        rank = ctx.rng.randrange(ctx.world) if target == "random" else int(target)
+        return (
+            FaultDetectStep(
+                step.name or f"{step.fault.kind} on rank {rank}, detect",
+                step.fault.kind,
+                rank,
+                step.fault.xid,
+                step.heartbeat_ms / 1000,
+                step.stall_timeout_ms / 1000,
+                step.timeout_ms / 1000,
+                step.measure,
+            ),
+        )
+    if isinstance(step, HostsHealth):
+        return (HealthStep(step.name or "health check", tuple(step.hosts or ctx.gpu_hosts)),)
     if isinstance(step, FabricApply | FabricCycle):
         names = [step.configuration] if isinstance(step, FabricApply) else schedules[step.schedule]
         return tuple(
@@ -236,6 +330,6 @@ def _resolve_step(step, point, circuits, managed, schedules) -> tuple[PlannedSte
     if isinstance(step, Parallel):
         if any(isinstance(s, FabricCycle) for s in step.steps):
             raise PlanError("fabric.cycle is a sequence of changes and cannot run inside `parallel`")
-        inner = tuple(p for s in step.steps for p in _resolve_step(s, point, circuits, managed, schedules))
+        inner = tuple(p for s in step.steps for p in _resolve_step(s, ctx))
         return (ParallelStep(label=step.name or f"parallel ({len(inner)} steps)", steps=inner),)
     raise TypeError(f"unplannable step {step!r}")  # a new step type without a planner case

@@ -60,6 +60,24 @@ def print_summary(console: Console, summary: dict) -> None:
                 "[dim]* fewer than 100 samples: p99 is close to the maximum of a few and is not a "
                 "stable estimate; quote the median with its CI and the max.[/]"
             )
+    if summary.get("health"):
+        table = Table(title="hosts", title_justify="left")
+        for col in ("host", "health", "GPUs", "model", "lost", "Xid"):
+            table.add_column(col)
+        for host, h in summary["health"].items():
+            gpus = h.get("gpus", [])
+            lost = [str(g.get("index")) for g in gpus if g.get("lost")]
+            names = sorted({g.get("name") or "?" for g in gpus if not g.get("lost")})
+            xids = h.get("xids", [])
+            table.add_row(
+                host,
+                "[green]ok[/]" if h.get("ok") else "[red]FAIL[/]",
+                str(len(gpus)),
+                ", ".join(names),
+                ", ".join(lost) or "-",
+                str(len(xids)) if xids else "-",
+            )
+        console.print(table)
     for span, steps in summary.get("by_step", {}).items():
         console.print(spans_table(steps, f"{span} per step"))
     for device, c in summary.get("crosstalk", {}).items():

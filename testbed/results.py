@@ -95,6 +95,7 @@ class SummaryCollector:
         self.trial_status: dict[int, str] = {}
         self.sweep_points: dict[int, dict] = {}
         self.crosstalk: dict[str, dict] = {}  # device -> {"source": ..., "worst_db": {port: dB}}
+        self.health: dict[str, dict] = {}  # host -> the last health check it answered
 
     def on_event(self, event: Event) -> None:
         if event.type == "measure":
@@ -108,6 +109,8 @@ class SummaryCollector:
                     "sweep": json.dumps(self.sweep_points.get(event.trial, {}), sort_keys=True),
                 }
             )
+        elif event.op == "health" and event.device:
+            self.health[event.device] = event.data
         elif event.op == "crosstalk" and event.device:
             entry = self.crosstalk.setdefault(event.device, {"source": event.data.get("source"), "worst_db": {}})
             for port, db in event.data.get("per_port_db", {}).items():
@@ -147,6 +150,8 @@ class SummaryCollector:
         steps = {span: {step: summarize(v) for step, v in per.items()} for span, per in by_step.items() if len(per) > 1}
         if steps:
             out["by_step"] = steps
+        if self.health:
+            out["health"] = self.health
         if self.crosstalk:
             out["crosstalk"] = {
                 device: {

@@ -11,6 +11,10 @@ from testbed.config.playbook import (
     DeviceCalibrate,
     FabricApply,
     FabricCycle,
+    FaultDetect,
+    HostsHealth,
+    JobStart,
+    JobStop,
     Parallel,
     Playbook,
     Wait,
@@ -96,11 +100,31 @@ def check_playbook(pb: Playbook, inv: Inventory | None) -> list[Problem]:
                 problems.append(((*loc, "schedule"), f"no schedule named {step.schedule!r} (schedules: {known})"))
             if isinstance(step, DeviceCalibrate) and inv is not None and step.device not in inv.devices:
                 problems.append(((*loc, "device"), f"no device named {step.device!r} in the inventory"))
+            if isinstance(step, JobStart | JobStop | FaultDetect) and pb.job is None:
+                problems.append(((*loc, "action"), f"{step.action} needs a `job:` section in the playbook"))
+            if isinstance(step, FaultDetect) and pb.job is not None and step.fault.target != "rank:random":
+                rank = int(step.fault.target.split(":")[1])
+                if rank >= len(pb.job.ranks):
+                    problems.append(
+                        (
+                            (*loc, "fault", "target"),
+                            f"rank {rank} does not exist: the job has "
+                            f"{len(pb.job.ranks)} ranks (0..{len(pb.job.ranks) - 1})",
+                        )
+                    )
+            if isinstance(step, HostsHealth) and inv is not None:
+                for i, host in enumerate(step.hosts or []):
+                    if not isinstance(inv.devices.get(host), GpuHostDevice):
+                        problems.append(((*loc, "hosts", i), _unknown("GPU host", host, inv, GpuHostDevice)))
             if isinstance(step, Wait) and isinstance(step.ms, str) and param_name(step.ms) not in pb.sweep:
                 problems.append(((*loc, "ms"), f"{step.ms} names no parameter under `sweep`"))
     for key, values in pb.sweep.items():
         if not values:
             problems.append((("sweep", key), "a swept parameter needs at least one value"))
+    if inv is not None and pb.job is not None:
+        for i, host in enumerate(pb.job.ranks):
+            if not isinstance(inv.devices.get(host), GpuHostDevice):
+                problems.append((("job", "ranks", i), _unknown("GPU host", host, inv, GpuHostDevice)))
     if inv is not None:
         for sname, schedule in pb.schedules.items():
             for i, host in enumerate(schedule.hosts):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from testbed.config.common import Name, Strict
 
@@ -77,6 +77,49 @@ class Schedule(Strict):
     port: Name = "p0"
 
 
+class Job(Strict):
+    """A command started on GPU hosts, one rank per entry of `ranks` (a host may hold several ranks).
+
+    Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, TESTBED_PEERS (host:port of every rank, rank r listening
+    on port + r), TESTBED_CHECKPOINT_DIR and CUDA_VISIBLE_DEVICES in its environment.
+    """
+
+    command: list[str] = Field(
+        min_length=1, description="program and arguments, e.g. [testbed-train, --steps, '100000']"
+    )
+    ranks: list[Name] = Field(min_length=1, description="the host of each rank, in rank order")
+    progress: str = Field(r"step (\d+)", description="regex on the job's output; group 1 is the step number")
+    checkpoint_dir: str = "checkpoints"
+    env: dict[str, str] = Field(default_factory=dict)
+    port: int = Field(29500, ge=1024, le=65000)
+
+    @field_validator("progress")
+    @classmethod
+    def _one_group(cls, value: str) -> str:
+        try:
+            groups = re.compile(value).groups
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        if groups < 1:
+            raise ValueError("needs a group for the step number, e.g. 'step (\\d+)'")
+        return value
+
+
+FaultKind = Literal["gpu.fail", "process.kill", "process.hang"]
+
+
+class Fault(Strict):
+    """What to break. Every fault is healed when the step ends (and on abort)."""
+
+    kind: FaultKind
+    target: str = Field(
+        "rank:random",
+        pattern=r"^rank:(random|\d+)$",
+        description="rank:random (drawn from the seed for each trial) or rank:N",
+    )
+    xid: int = Field(79, description="for gpu.fail: the Xid the kernel log shows (79: fallen off the bus)")
+
+
 class _Step(Strict):
     name: str | None = Field(None, description="label shown in progress and events; default derived")
 
@@ -115,6 +158,37 @@ class DeviceCalibrate(_Step):
     reuse: str | None = Field(None, description="a calibration file to load instead of sweeping")
 
 
+class JobStart(_Step):
+    """Start every rank of the playbook's job at once, then wait for steady progress on all of them."""
+
+    action: Literal["job.start"]
+    wait_steps: int = Field(1, ge=0, description="wait until every rank has printed at least this step")
+    timeout_ms: int = Field(120_000, gt=0)
+
+
+class JobStop(_Step):
+    action: Literal["job.stop"]
+
+
+class FaultDetect(_Step):
+    """Watch every rank, inject the fault, and measure fault_injected -> failure_detected; then heal the
+    fault and stop the job."""
+
+    action: Literal["fault.detect"]
+    fault: Fault
+    heartbeat_ms: float = Field(50, gt=0, le=60_000)
+    stall_timeout_ms: float = Field(5000, gt=0)
+    timeout_ms: int = Field(60_000, gt=0, description="give up waiting for a detection after this long")
+    measure: Name | None = "detect"
+
+
+class HostsHealth(_Step):
+    """Identify and health-check hosts in parallel (every GPU host of the inventory unless `hosts`)."""
+
+    action: Literal["hosts.health"]
+    hosts: list[Name] | None = None
+
+
 class FabricClear(_Step):
     """Remove every circuit this playbook's configurations use (other circuits are left alone)."""
 
@@ -134,7 +208,17 @@ class Parallel(_Step):
 
 
 Step = Annotated[
-    FabricApply | FabricCycle | FabricClear | DeviceCalibrate | Wait | Parallel, Field(discriminator="action")
+    FabricApply
+    | FabricCycle
+    | FabricClear
+    | DeviceCalibrate
+    | JobStart
+    | JobStop
+    | FaultDetect
+    | HostsHealth
+    | Wait
+    | Parallel,
+    Field(discriminator="action"),
 ]
 Parallel.model_rebuild()
 
@@ -149,6 +233,7 @@ class Playbook(Strict):
     )
     configurations: dict[Name, Configuration] = Field(default_factory=dict)
     schedules: dict[Name, Schedule] = Field(default_factory=dict)
+    job: Job | None = None
     sweep: dict[Name, list[Any]] = Field(
         default_factory=dict,
         description="parameters to sweep; the trials run once per combination (cartesian product)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -12,9 +13,12 @@ class ProcedureContext:
     address: str
     cache: dict = field(default_factory=dict)  # survives between calls: one actor owns one device
     marks: dict[str, tuple[int, float]] = field(default_factory=dict)
+    on_mark: Callable[[str], None] | None = None  # lets the actor tell a waiting coordinator
 
     def mark(self, name: str) -> int:
         """Record a milestone now (monotonic ns and wall time), in the actor's process."""
         ns = time.monotonic_ns()
         self.marks[name] = (ns, time.time())
+        if self.on_mark is not None:
+            self.on_mark(name)
         return ns

@@ -19,7 +19,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from testbed.errors import ExperimentFailed
-from testbed.plan import ApplyStep, CalibrateStep, ClearStep, ParallelStep, Plan, PlannedStep, WaitStep
+from testbed.plan import (
+    ApplyStep,
+    CalibrateStep,
+    ClearStep,
+    FaultDetectStep,
+    HealthStep,
+    JobStartStep,
+    JobStopStep,
+    ParallelStep,
+    Plan,
+    PlannedStep,
+    WaitStep,
+)
 from testbed.recorder import Recorder
 from testbed.runner.device_actor import OpResult
 
@@ -60,6 +72,7 @@ class Coordinator:
         self.recorder = recorder
         self.ray = ray
         self.artifacts = artifacts  # where files a step produces are kept (the run folder)
+        self.jobs = None  # a testbed.runner.jobs.JobController when the playbook has a job
         # device -> power transfer matrix |T[out][in]|^2, known only to an emulated device (the twin)
         self.ground_truth = ground_truth
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="step")
@@ -179,6 +192,16 @@ class Coordinator:
                 },
                 step.label,
             )
+        elif isinstance(step, JobStartStep | JobStopStep | FaultDetectStep):
+            if self.jobs is None:
+                raise StepFailed(f"{step.label}: the playbook has no job")
+            {JobStartStep: self.jobs.start, JobStopStep: self.jobs.stop, FaultDetectStep: self.jobs.detect}[type(step)](
+                step
+            )
+        elif isinstance(step, HealthStep):
+            from testbed.runner.jobs import health_check  # jobs builds on this module
+
+            health_check(self, step)
         elif isinstance(step, WaitStep):
             self.recorder.emit("mark", "wait", step=step.label, data={"seconds": step.seconds})
             time.sleep(step.seconds)  # the experiment asks for this pause; it is not synchronisation

@@ -5,6 +5,7 @@ trips). Results come back as data (OpResult), errors included, never as Ray exce
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -42,6 +43,22 @@ class DeviceActor:
             self._driver = GuardedSwitch(self._driver, policy)
         self._cache: dict = {}
         self._node = socket.gethostname()
+        self._marks_seen: set[str] = set()
+        self._marked = threading.Condition()
+
+    def wait_mark(self, name: str, timeout_s: float) -> bool:
+        """Block until the running procedure passes milestone `name` (True), or `timeout_s` passes.
+
+        Needs an actor started with max_concurrency >= 2: the procedure runs on one thread while the
+        coordinator waits here on another (a watcher must be watching before a fault is injected).
+        """
+        with self._marked:
+            return self._marked.wait_for(lambda: name in self._marks_seen, timeout_s)
+
+    def _seen(self, name: str) -> None:
+        with self._marked:
+            self._marks_seen.add(name)
+            self._marked.notify_all()
 
     def where(self) -> dict:
         """The Ray node this actor runs on, and a clock reading for the coordinator's offset estimate."""
@@ -55,7 +72,9 @@ class DeviceActor:
         }
 
     def run(self, procedure: str, kwargs: dict) -> OpResult:
-        ctx = ProcedureContext(self.device, self.address, cache=self._cache)
+        with self._marked:
+            self._marks_seen.clear()
+        ctx = ProcedureContext(self.device, self.address, cache=self._cache, on_mark=self._seen)
         start = (time.monotonic_ns(), time.time())
         status, value, error, error_type = "ok", None, None, None
         try:

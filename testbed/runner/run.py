@@ -81,6 +81,8 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
                 info["placement"] = measure_clocks(ray, actors)
                 truth = _ground_truth(twin) if twin is not None else None
                 coordinator = Coordinator(plan, actors, recorder, ray, artifacts=run_dir, ground_truth=truth)
+                if plan.playbook.job is not None:
+                    coordinator.jobs = _job_controller(ray, plan, inventory, coordinator, twin, options.emulate)
                 stack.callback(coordinator.close)
                 info["devices"] = coordinator.identify()
                 write_json(run_dir / "run.json", info)
@@ -130,6 +132,11 @@ def _execute(plan: Plan, coordinator: Coordinator, recorder: Recorder) -> tuple[
     finally:
         # Teardown runs even after a failure or Ctrl-C, so the lab is left as the playbook says; then the
         # fabric is read back, so `testbed check` can compare it with what the history implies.
+        if coordinator.jobs is not None and coordinator.jobs.handles:
+            try:
+                coordinator.jobs.stop(label="stop job (abort)")
+            except ExperimentFailed as exc:
+                failures.append(f"stopping the job: {exc}")
         for step in plan.teardown:
             try:
                 coordinator.execute(step)
@@ -160,6 +167,30 @@ def _twin(plan: Plan, console: Console):
         assert_loopback(inventory, plan.devices)
         console.print(f"[dim]emulated twin: {', '.join(endpoints['devices'])} (control {endpoints['control']})")
         yield inventory, endpoints, twin
+
+
+def _job_controller(ray, plan: Plan, inv: Inventory, coordinator: Coordinator, twin, emulate: bool):
+    """The job's ranks, a watcher actor per host (its own connection; two threads so the coordinator can
+    wait for it to be watching), and how faults are injected here."""
+    from testbed.runner.device_actor import DeviceActor
+    from testbed.runner.jobs import FaultInjector, JobController
+    from testbed.runner.placement import actor_options
+
+    remote_cls = ray.remote(DeviceActor)
+    watchers = {}
+    for host in dict.fromkeys(plan.playbook.job.ranks):
+        options, _ = actor_options(ray, host, inv.devices[host].node, emulate=emulate)
+        watchers[host] = remote_cls.options(**options, max_concurrency=2).remote(
+            host, inv.devices[host].driver, _settings(inv, host)
+        )
+
+    def address_of(host: str) -> str:
+        # Emulated ranks all run on this machine; on a lab, ranks reach each other at the host's address.
+        t = inv.devices[host].transport
+        return "127.0.0.1" if emulate else getattr(t, "host", host)
+
+    faults = FaultInjector(coordinator, twin.control if twin is not None else None)
+    return JobController(coordinator, plan.playbook.job, watchers, address_of, faults)
 
 
 def _ground_truth(twin):
