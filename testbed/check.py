@@ -62,25 +62,21 @@ def _lines(path: Path) -> list[str]:
 
 
 def _invokes_closed(events: list[dict]) -> list[str]:
-    pending: dict[str, list[dict]] = {}
+    """Each completion closes the oldest open invoke of the same operation on the same device (an
+    operation such as fault.inject may wrap device operations, so a device can have several open)."""
+    pending: dict[tuple[str, str], list[dict]] = {}
     problems = []
     for e in events:
-        device = e.get("device") or "(run)"
+        key = (e.get("device") or "(run)", e["op"])
         if e["type"] == "invoke":
-            pending.setdefault(device, []).append(e)
+            pending.setdefault(key, []).append(e)
         elif e["type"] in ("ok", "fail", "info"):
-            queue = pending.get(device) or []
+            queue = pending.get(key) or []
             if not queue:
-                problems.append(f"seq {e['seq']}: {e['type']} {e['op']} on {device} closes no invoke")
-            elif queue[0]["op"] != e["op"]:
-                problems.append(
-                    f"seq {e['seq']}: {e['type']} {e['op']} on {device} but the open invoke is "
-                    f"{queue[0]['op']} (seq {queue[0]['seq']})"
-                )
-                queue.pop(0)
+                problems.append(f"seq {e['seq']}: {e['type']} {e['op']} on {key[0]} closes no invoke")
             else:
                 queue.pop(0)
-    for device, queue in pending.items():
+    for (device, _), queue in pending.items():
         problems += [f"seq {e['seq']}: invoke {e['op']} on {device} never closed" for e in queue]
     return problems
 

@@ -133,6 +133,12 @@ def cmd_run(args, console: Console) -> int:
                 f"{inventory_file} describes an emulated lab (emulated_only: true); add --emulate, or "
                 "pass --inventory with your lab's inventory"
             )
+        twin_only = _twin_only_faults(plan)
+        if twin_only:
+            raise UserError(
+                f"{', '.join(sorted(twin_only))}: only the emulated twin can inject these so far (a lab "
+                "needs a BMC for power and a duty-cycle agent for stragglers); run with --emulate"
+            )
         if plan.writes and not args.yes:
             _confirm(plan)
     options = RunOptions(
@@ -148,6 +154,20 @@ def cmd_run(args, console: Console) -> int:
         Console(stderr=True).print(f"[red]{outcome.status}:[/] {outcome.error}", soft_wrap=True, markup=True)
     console.print(f"results: {outcome.run_dir}", soft_wrap=True, markup=False, highlight=False)
     return EXIT_OK if outcome.status == "ok" else EXIT_EXPERIMENT_FAILED
+
+
+def _twin_only_faults(plan) -> set[str]:
+    from testbed.plan import FaultDetectStep, FaultInjectStep, ParallelStep
+    from testbed.runner.jobs import TWIN_ONLY_FAULTS
+
+    def walk(steps):
+        for step in steps:
+            yield step
+            if isinstance(step, ParallelStep):
+                yield from walk(step.steps)
+
+    steps = [*plan.setup, *plan.teardown, *(s for t in plan.trials for s in t.steps)]
+    return {s.kind for s in walk(steps) if isinstance(s, FaultDetectStep | FaultInjectStep)} & TWIN_ONLY_FAULTS
 
 
 def _confirm(plan) -> None:

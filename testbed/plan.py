@@ -16,6 +16,7 @@ from testbed.config.playbook import (
     FabricClear,
     FabricCycle,
     FaultDetect,
+    FaultInject,
     HostsHealth,
     JobStart,
     JobStop,
@@ -80,6 +81,18 @@ class FaultDetectStep:
     stall_timeout_s: float
     timeout_s: float
     measure: str | None
+
+
+@dataclass(frozen=True)
+class FaultInjectStep:
+    label: str
+    kind: str
+    rank: int
+    xid: int
+    duty: float
+    period_s: float
+    when_s: float
+    duration_s: float
 
 
 @dataclass(frozen=True)
@@ -298,6 +311,22 @@ def _resolve_step(step, ctx: _StepContext) -> tuple[PlannedStep, ...]:
                 step.stall_timeout_ms / 1000,
                 step.timeout_ms / 1000,
                 step.measure,
+            ),
+        )
+    if isinstance(step, FaultInject):
+        target = step.fault.target.split(":")[1]
+        rank = ctx.rng.randrange(ctx.world) if target == "random" else int(target)
+        f = step.fault
+        return (
+            FaultInjectStep(
+                step.name or f"{f.kind} on rank {rank}",
+                f.kind,
+                rank,
+                f.xid,
+                f.duty,
+                f.period_ms / 1000,
+                step.when_ms / 1000,
+                step.duration_ms / 1000,
             ),
         )
     if isinstance(step, HostsHealth):

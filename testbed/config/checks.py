@@ -12,6 +12,7 @@ from testbed.config.playbook import (
     FabricApply,
     FabricCycle,
     FaultDetect,
+    FaultInject,
     HostsHealth,
     JobStart,
     JobStop,
@@ -100,9 +101,13 @@ def check_playbook(pb: Playbook, inv: Inventory | None) -> list[Problem]:
                 problems.append(((*loc, "schedule"), f"no schedule named {step.schedule!r} (schedules: {known})"))
             if isinstance(step, DeviceCalibrate) and inv is not None and step.device not in inv.devices:
                 problems.append(((*loc, "device"), f"no device named {step.device!r} in the inventory"))
-            if isinstance(step, JobStart | JobStop | FaultDetect) and pb.job is None:
+            if isinstance(step, JobStart | JobStop | FaultDetect | FaultInject) and pb.job is None:
                 problems.append(((*loc, "action"), f"{step.action} needs a `job:` section in the playbook"))
-            if isinstance(step, FaultDetect) and pb.job is not None and step.fault.target != "rank:random":
+            if (
+                isinstance(step, FaultDetect | FaultInject)
+                and pb.job is not None
+                and step.fault.target != "rank:random"
+            ):
                 rank = int(step.fault.target.split(":")[1])
                 if rank >= len(pb.job.ranks):
                     problems.append(

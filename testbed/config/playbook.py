@@ -105,7 +105,7 @@ class Job(Strict):
         return value
 
 
-FaultKind = Literal["gpu.fail", "process.kill", "process.hang"]
+FaultKind = Literal["gpu.fail", "process.kill", "process.hang", "host.straggle", "host.power_off"]
 
 
 class Fault(Strict):
@@ -118,6 +118,8 @@ class Fault(Strict):
         description="rank:random (drawn from the seed for each trial) or rank:N",
     )
     xid: int = Field(79, description="for gpu.fail: the Xid the kernel log shows (79: fallen off the bus)")
+    duty: float = Field(0.5, gt=0, lt=1, description="for host.straggle: fraction of each period the rank is stopped")
+    period_ms: float = Field(200, gt=0, description="for host.straggle: length of one stop/run cycle")
 
 
 class _Step(Strict):
@@ -180,6 +182,15 @@ class FaultDetect(_Step):
     stall_timeout_ms: float = Field(5000, gt=0)
     timeout_ms: int = Field(60_000, gt=0, description="give up waiting for a detection after this long")
     measure: Name | None = "detect"
+
+
+class FaultInject(_Step):
+    """Inject a fault, keep it for `duration_ms`, then heal it (a step of its own: the trial goes on after)."""
+
+    action: Literal["fault.inject"]
+    fault: Fault
+    when_ms: float = Field(0, ge=0, description="wait this long after the step starts")
+    duration_ms: float = Field(1000, ge=0)
 
 
 class HostsHealth(_Step):

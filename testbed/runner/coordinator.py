@@ -24,6 +24,7 @@ from testbed.plan import (
     CalibrateStep,
     ClearStep,
     FaultDetectStep,
+    FaultInjectStep,
     HealthStep,
     JobStartStep,
     JobStopStep,
@@ -192,12 +193,16 @@ class Coordinator:
                 },
                 step.label,
             )
-        elif isinstance(step, JobStartStep | JobStopStep | FaultDetectStep):
+        elif isinstance(step, JobStartStep | JobStopStep | FaultDetectStep | FaultInjectStep):
             if self.jobs is None:
                 raise StepFailed(f"{step.label}: the playbook has no job")
-            {JobStartStep: self.jobs.start, JobStopStep: self.jobs.stop, FaultDetectStep: self.jobs.detect}[type(step)](
-                step
-            )
+            run = {
+                JobStartStep: self.jobs.start,
+                JobStopStep: self.jobs.stop,
+                FaultDetectStep: self.jobs.detect,
+                FaultInjectStep: self.jobs.inject,
+            }
+            run[type(step)](step)
         elif isinstance(step, HealthStep):
             from testbed.runner.jobs import health_check  # jobs builds on this module
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from testbed.config.playbook import Job
-from testbed.plan import FaultDetectStep, HealthStep, JobStartStep, JobStopStep
+from testbed.plan import FaultDetectStep, FaultInjectStep, HealthStep, JobStartStep, JobStopStep
 from testbed.runner.coordinator import Coordinator, StepFailed, _raise_failures
 
 WATCH_READY_TIMEOUT_S = 20.0
@@ -27,6 +27,10 @@ class Rank:
     local: int  # index among the ranks of its host: its GPU
 
 
+# Faults only the twin can apply: a lab needs a BMC (power) or a duty-cycle agent (straggle) for them.
+TWIN_ONLY_FAULTS = {"host.power_off", "host.straggle"}
+
+
 class FaultInjector:
     """Injects and heals one fault; returns the monotonic time of injection when it takes it itself."""
 
@@ -34,10 +38,19 @@ class FaultInjector:
         self.coordinator = coordinator
         self.twin = twin_control  # None on a real lab
 
-    def inject(self, kind: str, rank: Rank, job: dict, label: str, xid: int) -> int:
-        if kind == "gpu.fail" and self.twin is not None:
+    def inject(
+        self, kind: str, rank: Rank, job: dict, label: str, xid: int, duty: float = 0.5, period_s: float = 0.2
+    ) -> int:
+        if kind in TWIN_ONLY_FAULTS and self.twin is None:
+            raise StepFailed(f"{kind} is not supported on a real lab yet (it needs a BMC / a duty-cycle agent)")
+        if self.twin is not None and kind in ("gpu.fail", "host.power_off", "host.straggle"):
             ns = time.monotonic_ns()
-            self.twin.call(rank.host, "fail_gpu", index=rank.local, xid=xid)
+            if kind == "gpu.fail":
+                self.twin.call(rank.host, "fail_gpu", index=rank.local, xid=xid)
+            elif kind == "host.power_off":
+                self.twin.call(rank.host, "power_off")
+            else:
+                self.twin.call(rank.host, "straggle", pid=job.get("pid"), duty=duty, period_ms=period_s * 1000)
             return ns
         # On a real lab gpu.fail kills the rank (its GPU is marked failed in the run's events); process.kill
         # and process.hang are signals on any lab.
@@ -48,6 +61,10 @@ class FaultInjector:
     def heal(self, kind: str, rank: Rank, job: dict, label: str) -> None:
         if kind == "gpu.fail" and self.twin is not None:
             self.twin.call(rank.host, "recover_gpu", index=rank.local)
+        elif kind == "host.power_off" and self.twin is not None:
+            self.twin.call(rank.host, "power_on")
+        elif kind == "host.straggle" and self.twin is not None:
+            self.twin.call(rank.host, "stop_straggle", pid=job.get("pid"))
         elif kind == "process.hang":
             self.coordinator.call({rank.host: ("gpu.kill_job", {"job": job, "signal": "CONT"})}, label)
 
@@ -181,10 +198,12 @@ class JobController:
         )
         if step.kind == "gpu.fail" and self.faults.twin is None:
             self.c.recorder.emit("mark", "gpu_marked_failed", device=target.host, step=step.label, data=data)
+        job = self.handles[target.index]
         try:
             first = self._first_detection(refs, step)
         finally:
-            self.faults.heal(step.kind, target, self.handles.get(target.index, {}), step.label)
+            self.c.recorder.emit("invoke", "fault.heal", device=target.host, step=step.label, data=data)
+            self.faults.heal(step.kind, target, job, step.label)
             self.c.recorder.emit("ok", "fault.heal", device=target.host, step=step.label, data=data)
         if first is None:
             raise StepFailed(
@@ -224,6 +243,39 @@ class JobController:
             if mark and (result.value or {}).get("detected") and (first is None or mark[0] < first[1]):
                 first = (rank, mark[0], result.value)
         return first
+
+    def inject(self, step: FaultInjectStep) -> None:
+        """A fault kept for a while and then healed; the job's own reaction is what the playbook measures."""
+        if len(self.handles) != len(self.ranks):
+            raise StepFailed("fault.inject: the job is not running; add a job.start step before it")
+        target = self.ranks[step.rank]
+        data = {
+            "fault": f"{step.kind}@rank{target.index}",
+            "kind": step.kind,
+            "rank": target.index,
+            "host": target.host,
+            "gpu": target.local,
+            "duration_s": step.duration_s,
+        }
+        if step.when_s:
+            time.sleep(step.when_s)  # the playbook's schedule for the fault, not synchronisation
+        self.c.recorder.emit("invoke", "fault.inject", device=target.host, step=step.label, data=data)
+        job = self.handles[target.index]
+        try:
+            injected = self.faults.inject(step.kind, target, job, step.label, step.xid, step.duty, step.period_s)
+        except StepFailed:
+            self.c.recorder.emit("fail", "fault.inject", device=target.host, step=step.label, data=data)
+            raise
+        self.c.recorder.emit("ok", "fault.inject", device=target.host, step=step.label, data=data)
+        self.c.recorder.emit(
+            "mark", "fault_injected", mono_ns=injected, wall=time.time(), device=target.host, step=step.label, data=data
+        )
+        try:
+            time.sleep(step.duration_s)  # how long the playbook keeps the fault: part of the experiment
+        finally:
+            self.c.recorder.emit("invoke", "fault.heal", device=target.host, step=step.label, data=data)
+            self.faults.heal(step.kind, target, job, step.label)
+            self.c.recorder.emit("ok", "fault.heal", device=target.host, step=step.label, data=data)
 
     # --- health ---------------------------------------------------------------------------------
 
