@@ -35,16 +35,26 @@ class OcsSpec:
 @dataclass
 class TwinSpec:
     devices: list = field(default_factory=list)  # OcsSpec and the spec classes in emulators.devices.KINDS
+    # Put a seeded FaultProxy (emulators/proxy) in front of every device's "tcp" endpoint, driven through
+    # the control API's proxy.* ops (see emulators/twin.py). Off: the twin serves exactly as without it.
+    fault_proxy: bool = False
 
     def to_json(self) -> str:
-        return json.dumps({"devices": [asdict(d) for d in self.devices]})
+        out: dict = {"devices": [asdict(d) for d in self.devices]}
+        if self.fault_proxy:
+            out["fault_proxy"] = True
+        return json.dumps(out)
 
     @classmethod
     def from_json(cls, text: str) -> TwinSpec:
         from emulators.devices import spec_class
 
+        raw = json.loads(text)
         devices = []
-        for d in json.loads(text)["devices"]:
+        for d in raw["devices"]:
             spec = spec_class(d.get("kind", "ocs"))
             devices.append(spec.from_dict(d) if hasattr(spec, "from_dict") else spec(**d))
-        return cls(devices=devices)
+        fault_proxy = raw.get("fault_proxy", False)
+        if not isinstance(fault_proxy, bool):
+            raise ValueError(f"fault_proxy must be true or false, got {fault_proxy!r}")
+        return cls(devices=devices, fault_proxy=fault_proxy)

@@ -7,6 +7,23 @@ endpoints, and serves until SIGTERM/SIGINT (or stdin EOF with --exit-on-stdin-eo
 In the caller: `TwinProcess(spec)` spawns that process, reads the JSON line into `Endpoints`, and gives
 a `TwinControl` for fault injection. The twin never runs inside the caller's process: its timers must
 not compete with the caller's work (Ray, the GIL), and a crashed twin must not take the caller down.
+
+Fault proxy (TwinSpec.fault_proxy = True): every device that announces a "tcp" endpoint gets a
+FaultProxy (emulators/proxy, seeded with the device spec's seed) in front of it, on the twin's loop.
+The announced "tcp" and "visa" endpoints then lead through the proxy; "tcp_direct" is the device's own
+endpoint (pty and SSH endpoints are not proxied). Control ops, all on the device's name:
+
+    proxy.add_toxic     name, type, stream="downstream", toxicity=1.0, attributes={}  -> the toxic
+                        (types and attributes as Toxiproxy's: latency, bandwidth, slow_close, timeout,
+                        reset_peer, slicer, limit_data; see emulators/proxy/toxics.py)
+    proxy.update_toxic  name, toxicity=None, attributes={}                            -> the toxic
+    proxy.remove_toxic  name
+    proxy.set_enabled   enabled  (false = "down": new connections refused, open ones closed)
+    proxy.reset         every toxic removed and the proxy up (also twin-wide: "device": null)
+    proxy.state         {name, listen, upstream, enabled, toxics, seed, connections}
+    proxy.connections   recent connections with the toxics applied to each (for repeatability checks)
+
+Without the field the twin opens no proxy and the proxy.* ops answer an error.
 """
 
 from __future__ import annotations
@@ -28,6 +45,7 @@ from typing import IO, Any
 from emulators.control import TwinControl
 from emulators.devices import EmulatedDevice, build_device
 from emulators.endpoints import precise_event_loop
+from emulators.proxy import FaultProxy
 from emulators.spec import TwinSpec
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the directory that holds `emulators/`
@@ -55,6 +73,9 @@ class TwinServer:
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate device names in twin spec: {names}")
         self.devices: dict[str, EmulatedDevice] = {d.name: build_device(d) for d in spec.devices}
+        self.fault_proxy = spec.fault_proxy
+        self._seeds = {d.name: int(getattr(d, "seed", 0)) for d in spec.devices}
+        self.proxies: dict[str, FaultProxy] = {}
         self._control: asyncio.Server | None = None
         self.endpoints: Endpoints | None = None
 
@@ -64,10 +85,26 @@ class TwinServer:
         port = self._control.sockets[0].getsockname()[1]
         self.endpoints = Endpoints(control=f"127.0.0.1:{port}")
         for name, device in self.devices.items():
-            self.endpoints.devices[name] = {"kind": device.kind, **await device.start(loop)}
+            endpoints = {"kind": device.kind, **await device.start(loop)}
+            if self.fault_proxy and "tcp" in endpoints:
+                endpoints = await self._put_proxy_in_front(name, endpoints)
+            self.endpoints.devices[name] = endpoints
         return self.endpoints
 
+    async def _put_proxy_in_front(self, name: str, endpoints: dict[str, str]) -> dict[str, str]:
+        direct = endpoints["tcp"]
+        host, _, port = direct.rpartition(":")
+        proxy = FaultProxy(name, (host, int(port)), seed=self._seeds[name], listen=(host, 0))
+        address = await proxy.start()
+        self.proxies[name] = proxy
+        out = {**endpoints, "tcp": address, "tcp_direct": direct}
+        if endpoints.get("visa") == f"TCPIP0::{host}::{port}::SOCKET":
+            out["visa"] = f"TCPIP0::{host}::{proxy.listen[1]}::SOCKET"
+        return out
+
     async def close(self) -> None:
+        for proxy in self.proxies.values():
+            await proxy.close()
         for device in self.devices.values():
             await device.close()
         if self._control is not None:
@@ -81,6 +118,8 @@ class TwinServer:
         device, op, args = request.get("device"), request.get("op"), request.get("args") or {}
         if not isinstance(args, dict):
             return {"ok": False, "error": f"args must be a JSON object, got {type(args).__name__}"}
+        if isinstance(op, str) and op.startswith("proxy."):
+            return self._proxy_op(device, op, args)
         if device is None:
             if op == "ping":
                 return {"ok": True, "result": "pong"}
@@ -97,6 +136,28 @@ class TwinServer:
         except Exception as exc:  # bad arguments, out-of-range ports: the caller gets the message
             return {"ok": False, "error": f"{op} on {device!r} failed: {type(exc).__name__}: {exc}"}
 
+    def _proxy_op(self, device: Any, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if not self.fault_proxy:
+            return {"ok": False, "error": f"{op}: this twin has no fault proxy (start it with fault_proxy=True)"}
+        if device is None:
+            if op != "proxy.reset":
+                return {"ok": False, "error": f"{op} needs a device (twin-wide proxy op: proxy.reset)"}
+            for proxy in self.proxies.values():
+                proxy.reset()
+            return {"ok": True, "result": None}
+        proxy = self.proxies.get(device)
+        if proxy is None:
+            if device in self.devices:
+                return {"ok": False, "error": f"device {device!r} has no TCP endpoint behind a fault proxy"}
+            return {"ok": False, "error": f"unknown device {device!r} (devices: {sorted(self.devices)})"}
+        handler = _PROXY_OPS.get(op)
+        if handler is None:
+            return {"ok": False, "error": f"unknown proxy op {op!r} (proxy ops: {', '.join(_PROXY_OPS)})"}
+        try:
+            return {"ok": True, "result": handler(proxy, **args)}
+        except Exception as exc:  # a bad toxic, an unknown name: the caller gets the message
+            return {"ok": False, "error": f"{op} on {device!r} failed: {type(exc).__name__}: {exc}"}
+
     async def _control_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while line := await reader.readline():
@@ -110,6 +171,42 @@ class TwinServer:
             pass  # client vanished, or sent an over-long line: drop the connection
         finally:
             writer.close()
+
+
+def _attributes(attributes: Any) -> dict[str, Any]:
+    if attributes is None:
+        return {}
+    if not isinstance(attributes, dict):
+        raise ValueError(f"attributes must be an object, got {attributes!r}")
+    return attributes
+
+
+def _add_toxic(
+    proxy: FaultProxy,
+    name: str,
+    type: str,
+    stream: str = "downstream",
+    toxicity: float = 1.0,
+    attributes: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return proxy.add_toxic(name, type, stream, toxicity, **_attributes(attributes))
+
+
+def _update_toxic(
+    proxy: FaultProxy, name: str, toxicity: float | None = None, attributes: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return proxy.update_toxic(name, toxicity, **_attributes(attributes))
+
+
+_PROXY_OPS = {
+    "proxy.add_toxic": _add_toxic,
+    "proxy.update_toxic": _update_toxic,
+    "proxy.remove_toxic": lambda proxy, name: proxy.remove_toxic(name),
+    "proxy.set_enabled": lambda proxy, enabled: proxy.set_enabled(enabled),
+    "proxy.reset": lambda proxy: proxy.reset(),
+    "proxy.state": lambda proxy: proxy.state(),
+    "proxy.connections": lambda proxy: proxy.connections(),
+}
 
 
 def serve(spec: TwinSpec, *, exit_on_stdin_eof: bool = False, out: IO[str] | None = None) -> int:

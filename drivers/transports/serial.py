@@ -5,10 +5,16 @@ servers, raw SCPI over TCP) and `rfc2217://` work with the same code (`socket://
 class with a close() that does not sleep, see _SocketPort). pyserial signals a timeout by
 returning b'' or a partial line with no exception (devices.md §0.5); that is turned into DeviceTimeout
 here, carrying whatever bytes did arrive.
+
+Over `socket://` the connection is checked before each command: one the peer has closed (a device
+that rebooted, a terminal server that dropped idle sessions) is reopened before sending, so the
+command is not lost in a dead socket; and one that may still carry the late reply to a query that
+timed out is replaced too, so that reply cannot be read as the answer to the next query.
 """
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,6 +52,18 @@ class _SocketPort(protocol_socket.Serial):
         if sock is not None:
             sock.close()
 
+    def take_input(self) -> tuple[bytes, bool]:
+        """Whatever has arrived, without waiting, and whether the peer has closed (or reset) the connection."""
+        data = bytearray()
+        try:
+            while chunk := self._socket.recv(65536, socket.MSG_DONTWAIT):
+                data += chunk
+        except BlockingIOError:
+            return bytes(data), False
+        except OSError:
+            return bytes(data), True
+        return bytes(data), True  # end of stream
+
 
 class SerialTransport:
     """One instrument on a serial line. Opens on first use; after a lost connection the next call reopens."""
@@ -56,24 +74,25 @@ class SerialTransport:
         self.address = settings.address
         self._audit = audit
         self._port: serial.SerialBase | None = None
+        self._unanswered = 0  # queries on this connection that timed out: their replies may still come
 
     # -- MessageTransport -------------------------------------------------------------------------
 
     def write(self, message: str) -> None:
-        port = self._open(message)
         with self._mapped(message):
+            port = self._ready(message, discard=False)
             self._send(port, message)
 
     def query(self, message: str) -> str:
-        port = self._open(message)
         with self._mapped(message):
             # A reply that arrived after an earlier query timed out would otherwise be read as this
             # query's answer.
-            port.reset_input_buffer()
+            port = self._ready(message, discard=True)
             self._send(port, message)
             raw = self._read_line(port)
         term = self.settings.read_termination.encode()
         if not raw.endswith(term):
+            self._unanswered += 1
             raise DeviceTimeout(
                 f"no complete reply within {self.settings.timeout_s * 1000:.0f} ms"
                 + (" (a partial line arrived)" if raw else ""),
@@ -87,6 +106,7 @@ class SerialTransport:
 
     def close(self) -> None:
         port, self._port = self._port, None
+        self._unanswered = 0
         if port is None:
             return
         try:  # a socket:// port is a _SocketPort: closing it does not sleep
@@ -121,6 +141,28 @@ class SerialTransport:
                 hint=serial_open_hint(self.address),
             ) from exc
         return self._port
+
+    def _ready(self, message: str, *, discard: bool) -> serial.SerialBase:
+        """The port to send `message` on, with input nobody asked for discarded (if `discard`).
+
+        A socket:// connection is replaced first if the peer has closed it, or if a query on it timed
+        out and its reply has not turned up since (it may still be on its way: it would be taken as the
+        answer to this query). A real serial line cannot be replaced: its input buffer is flushed.
+        """
+        port = self._open(message)
+        if not isinstance(port, _SocketPort) or not hasattr(socket, "MSG_DONTWAIT"):
+            if discard:
+                port.reset_input_buffer()
+            return port
+        stale, closed = port.take_input()
+        if stale:
+            record(self._audit, self.device, self.address, "rx", stale)
+            term = self.settings.read_termination.encode()
+            self._unanswered = max(0, self._unanswered - stale.count(term))
+        if closed or self._unanswered:
+            self.close()
+            port = self._open(message)
+        return port
 
     def _send(self, port: serial.SerialBase, message: str) -> None:
         data = (message + self.settings.write_termination).encode()

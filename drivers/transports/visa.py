@@ -5,6 +5,9 @@ resources. pyvisa-py's failure signatures differ from what one would guess (devi
 surfaces as a raw ConnectionResetError, a peer that closed (FIN) as VI_ERROR_TMO after the full
 timeout, a partial line as VI_ERROR_TMO with the bytes dropped, a refused port only on the first write,
 and open errors as a bare Exception. Every one of them leaves here as a drivers.errors type.
+
+A SOCKET session the peer has already closed (a device that rebooted or dropped an idle session) is
+reopened before a command is sent on it, so the command is not lost in a dead socket.
 """
 
 from __future__ import annotations
@@ -62,8 +65,9 @@ class VisaTransport:
         res = self._open(message)
         data = (message + self.settings.write_termination).encode()
         try:
-            if want_reply:
-                self._discard_stale(res)
+            if self._discard_stale(res) if want_reply else self._peer_closed(res):
+                self._drop()
+                res = self._open(message)
             record(self._audit, self.device, self.address, "tx", data)
             res.write_raw(data)
             if not want_reply:
@@ -138,24 +142,30 @@ class VisaTransport:
         self._res = res
         return res
 
-    def _discard_stale(self, res: pyvisa.resources.MessageBasedResource) -> None:
-        # Input nobody asked for (an unsolicited line, a second line, a reply that came after its query
-        # timed out on a serial line) would be read as this query's answer.
+    def _discard_stale(self, res: pyvisa.resources.MessageBasedResource) -> bool:
+        """Drop input nobody asked for; returns whether the peer has closed (or reset) the session.
+
+        Input nobody asked for (an unsolicited line, a second line, a reply that came after its query
+        timed out on a serial line) would be read as this query's answer.
+        """
         if isinstance(res, pyvisa.resources.SerialInstrument):
             res.flush(constants.BufferOperation.discard_read_buffer)
-            return
+            return False
         # SOCKET: pyvisa-py's own buffer, then the socket without waiting (its viClear drains for
         # 100 ms, and loops forever on a closed peer).
         res.flush(constants.BufferOperation.discard_read_buffer_no_io)
         sock = self._socket(res)
         if sock is None:
-            return
+            return False
         stale = b""
         try:
             while chunk := sock.recv(4096, socket.MSG_DONTWAIT):
                 stale += chunk
+            return True  # end of stream: the peer closed
         except BlockingIOError:
-            pass  # drained; a reset propagates and is mapped like any other
+            return False  # drained, still open
+        except OSError:
+            return True  # reset
         finally:
             if stale:
                 record(self._audit, self.device, self.address, "rx", stale)

@@ -11,7 +11,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from drivers.audit import AuditRecord
-from drivers.errors import DeviceError, DeviceTimeout, InterlockError
+from drivers.errors import DeviceConnectionError, DeviceError, DeviceTimeout, InterlockError
 from drivers.registry import make_driver
 from drivers.transports import TransportSettings
 from testbed.procedures import PROCEDURES, ProcedureContext
@@ -81,8 +81,11 @@ class DeviceActor:
             value = PROCEDURES[procedure](self._driver, ctx, **kwargs)
         except InterlockError as exc:  # refused before anything was sent: certainly did not happen
             status, error, error_type = "fail", str(exc), type(exc).__name__
-        except DeviceTimeout as exc:
-            status, error, error_type = "info", str(exc), type(exc).__name__
+        except (DeviceTimeout, DeviceConnectionError) as exc:
+            # Jepsen's rule: once anything was sent, a lost reply leaves the outcome unknown (the switch may
+            # well have made the circuit); only an operation that sent nothing has certainly failed.
+            sent = any(r.direction == "tx" for r in self._audit)
+            status, error, error_type = ("info" if sent else "fail"), str(exc), type(exc).__name__
         except DeviceError as exc:
             status, error, error_type = "fail", str(exc), type(exc).__name__
         except Exception as exc:  # a bug in a procedure or driver: report it, keep the actor alive
