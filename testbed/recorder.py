@@ -59,7 +59,7 @@ class Recorder:
                 device=device,
                 data=data or {},
             )
-            self._events.write(json.dumps(event.to_dict(), default=str) + "\n")
+            self._events.write(json.dumps(redact(event.to_dict()), default=str) + "\n")
             self._events.flush()
         for observer in self._observers:
             observer.on_event(event)

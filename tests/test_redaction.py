@@ -1,0 +1,29 @@
+"""Secrets never reach a run's files: the recorder masks them in device traffic and in event data."""
+
+from __future__ import annotations
+
+import json
+
+from drivers.audit import AuditRecord
+from testbed.recorder import Recorder
+from testbed.redact import redact
+
+
+def test_secrets_in_device_traffic_are_masked_in_the_audit_log(tmp_path):
+    recorder = Recorder(tmp_path, "run")
+    lines = ["ACT-USER::admin:12::hunter2;", "login user=lab password=hunter2 mode=1",
+             "ipmitool -I lanplus -H bmc1 -U admin -P hunter2 chassis power off", ":OXC:SWIT:CONN:ADD (@1),(@17)"]
+    recorder.audit([AuditRecord("dev", "addr", "tx", line, i, 0.0) for i, line in enumerate(lines)])
+    recorder.emit("ok", "login", device="dev", data={"user": "lab", "password": "hunter2", "api_key": "k-123"})
+    recorder.close()
+    audit = (tmp_path / "audit.jsonl").read_text()
+    events = (tmp_path / "events.jsonl").read_text()
+    assert "hunter2" not in audit and "k-123" not in events
+    masked = [json.loads(line)["data"] for line in audit.splitlines()]
+    assert masked[0] == "ACT-USER::admin:12::***;"
+    assert masked[3] == ":OXC:SWIT:CONN:ADD (@1),(@17)"  # ordinary traffic is untouched
+
+
+def test_redact_keeps_structure_and_non_secret_values():
+    value = {"user": "lab", "token": "t", "nested": [{"passphrase": "p", "port": 22}]}
+    assert redact(value) == {"user": "lab", "token": "***", "nested": [{"passphrase": "***", "port": 22}]}
