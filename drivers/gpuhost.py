@@ -7,16 +7,24 @@ on an emulated host. A job is started as
 
 so its pid leads its own process group (stop and signal reach every process of the job) and it outlives
 the SSH channel. WORKDIR and LOG are relative to the login directory unless absolute.
+
+A running job is watched, without polling over SSH, on one persistent channel per rank:
+
+    tail -n 0 -s 0.05 --pid=PID -F LOG
+
+(GNU coreutils) prints each new log line as it is written and exits 0 once PID is gone, checking every
+-s seconds; `watch` turns that into progress / exited events timestamped on receipt.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
-from testbed.capabilities import GpuInfo, GpuProcess, Identity, JobHandle, JobStatus
+from testbed.capabilities import GpuInfo, GpuProcess, Identity, JobHandle, JobStatus, WatchEvent
 
 from .errors import DeviceCommandError, DeviceError, DeviceProtocolError
 from .ssh import ExecResult, SshTransport
@@ -28,6 +36,7 @@ DRIVER_FAILURES = ("NVIDIA-SMI has failed", "Failed to initialize NVML", "couldn
 JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 SIGNALS = {"TERM", "KILL", "INT", "HUP", "STOP", "CONT", "USR1", "USR2", "QUIT"}
 MARK = "--testbed-tail--"
+XID = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
 
 
 def _bus_key(bus_id: str) -> str:
@@ -255,3 +264,85 @@ class GpuHostSsh:
     def _alive(self, pid: int) -> bool:
         stat = self.exec(f"ps -o stat= -p {int(pid)}", check=False).stdout.strip()
         return bool(stat) and stat[0] not in "ZX"
+
+    # --- watching a job and probing health ---------------------------------------------------
+
+    def watch(
+        self,
+        job: JobHandle,
+        *,
+        heartbeat_s: float = 0.05,
+        progress: str | None = r"step (\d+)",
+        lines: int | None = 0,
+    ) -> Iterator[WatchEvent]:
+        """Follow the job's log on one channel until its process is gone.
+
+        Yields "progress" / "line" events for each log line as it arrives (lines: how many existing lines
+        to report first, None for the whole log), "idle" when nothing arrived for heartbeat_s, and a final
+        "exited" once the process has died (noticed by the host's tail within heartbeat_s). Stop iterating
+        (or close the generator) to end the watch early; that closes the channel."""
+        if not heartbeat_s > 0:
+            raise ValueError(f"heartbeat_s must be > 0, got {heartbeat_s!r}")
+        rx = re.compile(progress) if progress else None
+        first = "+1" if lines is None else str(int(lines))
+        command = f"tail -n {first} -s {heartbeat_s:g} --pid={int(job.pid)} -F {shlex.quote(job.log)}"
+        pending, errors = b"", ""
+        for chunk in self.transport.stream(command, idle_s=heartbeat_s):
+            if chunk.kind == "out":
+                *complete, pending = (pending + chunk.data).split(b"\n")
+                for raw in complete:
+                    yield _line_event(raw, rx, chunk.mono_ns)
+            elif chunk.kind == "err":
+                errors = (errors + chunk.data.decode("utf-8", errors="backslashreplace"))[-2000:]
+            elif chunk.kind == "idle":
+                yield WatchEvent("idle", None, None, chunk.mono_ns)
+            elif chunk.kind == "exit":
+                if pending:
+                    yield _line_event(pending, rx, chunk.mono_ns)
+                if chunk.status == 0:
+                    yield WatchEvent("exited", None, None, chunk.mono_ns)
+                    return
+                raise self._error(
+                    DeviceCommandError,
+                    f"the watch on job {job.name!r} (pid {job.pid}) ended with exit status {chunk.status}: "
+                    f"{errors.strip()[:300]}",
+                    sent=command,
+                    received=errors,
+                    hint="the host needs GNU coreutils tail (--pid, -F, fractional -s); busybox tail lacks --pid",
+                )
+
+    def health(self) -> dict:
+        """One probe: GPUs as nvidia-smi lists them (lost ones too), the kernel log's Xid lines.
+
+        ok is false when nvidia-smi fails (driver gone), a GPU is lost or the kernel log holds an Xid line
+        (since boot: compare `xids` with an earlier probe to see new ones). A kernel log that cannot be
+        read is reported in kernel_log_error and does not make the host unhealthy on its own."""
+        error = kernel_error = None
+        try:
+            gpus = self.gpus()
+        except DeviceCommandError as exc:
+            gpus, error = [], exc.message
+        try:
+            xids = self.kernel_xids()
+        except DeviceCommandError as exc:
+            xids, kernel_error = [], exc.message
+        lost = [g.index for g in gpus if g.lost]
+        codes = sorted({int(m.group(1)) for line in xids if (m := XID.search(line))})
+        return {
+            "ok": error is None and not lost and not xids,
+            "gpus": [dataclasses.asdict(g) for g in gpus],
+            "lost": lost,
+            "xids": xids,
+            "xid_codes": codes,
+            "error": error,
+            "kernel_log_error": kernel_error,
+        }
+
+
+def _line_event(raw: bytes, rx: re.Pattern | None, ns: int) -> WatchEvent:
+    line = raw.decode("utf-8", errors="backslashreplace").rstrip("\r")
+    m = rx.search(line) if rx is not None else None
+    if m is None:
+        return WatchEvent("line", line, None, ns)
+    text = m.group(1) if m.groups() else m.group(0)
+    return WatchEvent("progress", line, int(text) if text.isdigit() else None, ns)

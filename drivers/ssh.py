@@ -5,13 +5,19 @@ key is an error naming the file and the command that fixes it, never accepted si
 uses a key file, or the SSH agent when no key file is given. Every exec is audited (the command as
 "tx", its output, stderr and exit status as "rx"). A connection that dropped is re-opened once, only
 before the command was sent, so a command is never run twice.
+
+`stream` runs a long-lived command (e.g. `tail -F`) on its own channel of the same connection and yields
+its output as it arrives, each piece timestamped on receipt; channels are independent, so exec calls can
+run while a stream is open.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import paramiko
@@ -51,6 +57,18 @@ class ExecResult:
     stdout: str
     stderr: str
     status: int
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    """A piece of a streaming command's life: "out" / "err" bytes as received, "idle" (nothing arrived for
+    the idle interval), or "exit" with the remote exit status (-1: killed by a signal, no status sent).
+    mono_ns is time.monotonic_ns() taken when the piece was received (or the idle interval ended)."""
+
+    kind: str
+    data: bytes
+    mono_ns: int
+    status: int | None = None
 
 
 class SshTransport:
@@ -221,6 +239,64 @@ class SshTransport:
                 hint=_status_hint(status),
             )
         return result
+
+    def stream(self, command: str, *, idle_s: float) -> Iterator[StreamChunk]:
+        """Run `command` and yield its output as it arrives (select on the channel, idle_s as timeout).
+
+        Ends with an "exit" chunk. Closing the generator closes the channel (the remote side sees its
+        reader go away). A connection that drops raises DeviceConnectionError."""
+        if not idle_s > 0:
+            raise ValueError(f"idle_s must be > 0, got {idle_s!r}")
+        channel = self._open_channel(command)
+        record(self.audit, self.device, self.address, "tx", command)
+        try:
+            try:
+                channel.exec_command(command)
+                while True:
+                    readable, _, _ = select.select([channel], [], [], idle_s)
+                    if channel.recv_stderr_ready():
+                        data = channel.recv_stderr(65536)
+                        ns = record(self.audit, self.device, self.address, "rx", b"[stderr] " + data)
+                        yield StreamChunk("err", data, ns)
+                    if not readable and not channel.recv_ready():
+                        yield StreamChunk("idle", b"", time.monotonic_ns())
+                        continue
+                    data = channel.recv(65536)
+                    if not data:
+                        break  # EOF: the command ended (or the connection went)
+                    ns = record(self.audit, self.device, self.address, "rx", data)
+                    yield StreamChunk("out", data, ns)
+                channel.status_event.wait(self.settings.timeout_s)
+                while channel.recv_stderr_ready():
+                    data = channel.recv_stderr(65536)
+                    yield StreamChunk("err", data, record(self.audit, self.device, self.address, "rx", data))
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                record(self.audit, self.device, self.address, "rx", f"(connection lost: {exc})")
+                self.close()
+                raise self._error(
+                    DeviceConnectionError,
+                    f"the connection dropped while streaming: {exc!r}",
+                    sent=command,
+                    hint="the host went down or sshd restarted; the next call reconnects",
+                ) from exc
+            transport = channel.get_transport()
+            if not channel.status_event.is_set() or (
+                channel.exit_status == -1 and (transport is None or not transport.is_active())
+            ):
+                record(self.audit, self.device, self.address, "rx", "(connection lost: no exit status)")
+                self.close()
+                raise self._error(
+                    DeviceConnectionError,
+                    "the connection dropped while streaming (the channel closed without an exit status)",
+                    sent=command,
+                    hint="the host went down or sshd restarted; the next call reconnects",
+                )
+            status = channel.exit_status
+            yield StreamChunk(
+                "exit", b"", record(self.audit, self.device, self.address, "rx", f"[exit {status}]"), status
+            )
+        finally:
+            channel.close()
 
     def _open_channel(self, command: str) -> paramiko.Channel:
         for attempt in (1, 2):

@@ -108,9 +108,25 @@ class JobStatus:
     last_line: str | None
 
 
+@dataclass(frozen=True)
+class WatchEvent:
+    """What a watch on a running job reports, timestamped (time.monotonic_ns) when it was received:
+    "progress" (a log line matching the progress pattern; step: its number), "line" (any other log line),
+    "idle" (nothing arrived for one heartbeat; lets the watcher check its timeouts), "exited" (the job's
+    process is gone)."""
+
+    kind: str
+    line: str | None
+    step: int | None
+    monotonic_ns: int
+
+
 @runtime_checkable
 class GpuHost(Protocol):
-    """A Linux GPU server: nvidia-smi, background jobs (one process group each), signals."""
+    """A Linux GPU server: nvidia-smi, background jobs (one process group each), signals.
+
+    `watch` follows a job's log on one persistent channel and reports progress lines and the process's
+    exit as they happen; `health` is a one-shot probe: GPUs (lost ones too), kernel Xid lines, ok."""
 
     def identify(self) -> Identity: ...
 
@@ -137,6 +153,12 @@ class GpuHost(Protocol):
     def stop_job(self, job: JobHandle, grace_s: float = 5.0) -> str: ...
 
     def kernel_xids(self) -> list[str]: ...
+
+    def watch(
+        self, job: JobHandle, *, heartbeat_s: float = 0.05, progress: str | None = ..., lines: int | None = 0
+    ) -> Iterable[WatchEvent]: ...
+
+    def health(self) -> dict: ...
 
 
 @runtime_checkable

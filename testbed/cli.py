@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="verify a run from its history (invokes closed, fabric, interlocks)")
     p.add_argument("run_dir")
 
+    p = sub.add_parser("replay", help="replay a run's audit log through fresh emulators and compare every reply")
+    p.add_argument("run_dir")
+
     p = sub.add_parser("schema", help="write JSON Schemas of inventories and playbooks (for editors)")
     p.add_argument("--out", default=".", help="folder to write inventory.schema.json and playbook.schema.json")
     return parser
@@ -212,6 +215,12 @@ def cmd_check(args, console: Console) -> int:
     return EXIT_OK if result.ok else EXIT_EXPERIMENT_FAILED
 
 
+def cmd_replay(args, console: Console) -> int:
+    from testbed.replay import main as replay_main
+
+    return replay_main(args.run_dir)  # 0 all agree, 1 a disagreement, 2 not a run folder
+
+
 def cmd_schema(args, console: Console) -> int:
     from testbed.config.schema import write_schemas
 
@@ -227,6 +236,7 @@ COMMANDS = {
     "emulate": cmd_emulate,
     "report": cmd_report,
     "check": cmd_check,
+    "replay": cmd_replay,
     "schema": cmd_schema,
 }
 

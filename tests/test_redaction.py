@@ -11,8 +11,12 @@ from testbed.redact import redact
 
 def test_secrets_in_device_traffic_are_masked_in_the_audit_log(tmp_path):
     recorder = Recorder(tmp_path, "run")
-    lines = ["ACT-USER::admin:12::hunter2;", "login user=lab password=hunter2 mode=1",
-             "ipmitool -I lanplus -H bmc1 -U admin -P hunter2 chassis power off", ":OXC:SWIT:CONN:ADD (@1),(@17)"]
+    lines = [
+        "ACT-USER::admin:12::hunter2;",
+        "login user=lab password=hunter2 mode=1",
+        "ipmitool -I lanplus -H bmc1 -U admin -P hunter2 chassis power off",
+        ":OXC:SWIT:CONN:ADD (@1),(@17)",
+    ]
     recorder.audit([AuditRecord("dev", "addr", "tx", line, i, 0.0) for i, line in enumerate(lines)])
     recorder.emit("ok", "login", device="dev", data={"user": "lab", "password": "hunter2", "api_key": "k-123"})
     recorder.close()

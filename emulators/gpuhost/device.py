@@ -7,7 +7,7 @@ import asyncio
 from emulators.gpuhost.host import GpuHostEngine
 from emulators.gpuhost.keys import keystore, new_ed25519
 from emulators.gpuhost.server import SshServer
-from emulators.gpuhost.shell import Shell
+from emulators.gpuhost.shell import Shell, Stream
 from emulators.gpuhost.spec import GpuHostSpec
 
 
@@ -31,10 +31,10 @@ class GpuHostAdapter:
             return getattr(self.engine, op)
         raise AttributeError(op)
 
-    def _run(self, command: str) -> tuple[str, str, int]:
+    def _run(self, command: str, stream: Stream | None = None) -> tuple[str, str, int]:
         if not self.engine.powered:  # a channel that raced power_off
             return "", "", 255
-        return self.shell.run(command)
+        return self.shell.run(command, stream)
 
     def _power(self, on: bool) -> None:
         if on:

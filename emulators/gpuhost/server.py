@@ -2,8 +2,10 @@
 
 Public-key authentication only (one user, one client key). Exec channels only: the command is recorded
 in check_channel_exec_request and run after transport.accept() hands over the channel (devices.md 3.2),
-each channel in its own thread. `listen()` / `stop_listening()` let power_off refuse connections on the
-same port that power_on opens again.
+each channel in its own thread. Output is sent on the channel as the command produces it (a `tail -F`
+streams), and a command learns that its client went away through the stream's `closed()`.
+`listen()` / `stop_listening()` let power_off refuse connections on the same port that power_on opens
+again.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from collections.abc import Callable
 
 import paramiko
 
+from emulators.gpuhost.shell import Stream
+
 log = logging.getLogger(__name__)
 
-Runner = Callable[[str], tuple[str, str, int]]
+Runner = Callable[[str, Stream], tuple[str, str, int]]
 EXEC_WAIT_S = 30.0  # a client that opens a session but never sends exec is dropped after this
 
 
@@ -153,8 +157,16 @@ class SshServer:
             command = iface.wait_command(channel.get_id(), EXEC_WAIT_S)
             if command is None:
                 return
+            transport = channel.get_transport()
+            stream = Stream(
+                out=lambda text: channel.sendall(text.encode()),
+                err=lambda text: channel.sendall_stderr(text.encode()),
+                closed=lambda: channel.closed or transport is None or not transport.is_active(),
+            )
             try:
-                out, err, rc = self.run(command)
+                out, err, rc = self.run(command, stream)
+            except (OSError, EOFError, paramiko.SSHException):
+                raise  # the client went away while the command wrote
             except Exception:  # a bug in the emulator must not look like a hung host
                 log.exception("emulated host %s failed on %r", self.name, command)
                 out, err, rc = "", f"emulated host {self.name}: internal error running {command!r}\n", 255

@@ -8,12 +8,20 @@ process. Builtins: nvidia-smi, dmesg, journalctl -k, kill, ps, pgrep, cat, tail,
 true, false, hostname, whoami, pwd, exit. Nothing else runs: an unknown word gives
 `bash: X: command not found` (exit 127). Every path must resolve inside the host's private home.
 Deviation from bash: a background job without redirections gets /dev/null, not the channel.
+
+Output streams: given a `Stream` (an exec channel), what a command prints is sent as it is produced (a
+foreground job's pipes, `tail -f` lines), not when the command line ends. `tail -f/-F` follows one file
+in the manner of GNU coreutils: `tail [-n N|+N] [-s SECONDS] [--pid=PID] -F FILE` polls the file every
+-s seconds (default 1) and, with --pid, exits 0 once PID is gone, after a last read of the file.
+Deviation: --pid sees only this host's jobs (any other pid counts as gone).
 """
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
+import selectors
 import shlex
 import signal
 import subprocess
@@ -27,6 +35,7 @@ from emulators.gpuhost.nvsmi import nvidia_smi
 
 OPERATORS = ("&&", "||", ";", "&")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+FILE_POLL_S = 0.002  # how often a followed file is checked for new data (stands in for inotify)
 REDIRECTS = ("2>&1", ">&2", "1>&2", ">>", "2>>", "&>", ">", "1>", "2>", "<")
 
 
@@ -35,12 +44,41 @@ class _PathEscape(Exception):
 
 
 @dataclass
+class Stream:
+    """Where output goes as it is produced, and whether anyone still reads it (the exec channel)."""
+
+    out: Callable[[str], None]
+    err: Callable[[str], None]
+    closed: Callable[[], bool] = lambda: False
+
+
+class _Sink(list):
+    """Collects text, or forwards each piece at once to a stream's writer."""
+
+    def __init__(self, write: Callable[[str], None] | None = None) -> None:
+        super().__init__()
+        self.write = write
+
+    def append(self, text: str) -> None:
+        if not text:
+            return
+        if self.write is None:
+            super().append(text)
+        else:
+            self.write(text)
+
+
+@dataclass
 class _State:
     cwd: Path
     last_bg: int | None = None
-    out: list[str] = field(default_factory=list)
-    err: list[str] = field(default_factory=list)
+    out: _Sink = field(default_factory=_Sink)
+    err: _Sink = field(default_factory=_Sink)
     exited: bool = False
+    stream: Stream | None = None
+
+    def cancelled(self) -> bool:
+        return self.stream is not None and self.stream.closed()
 
 
 @dataclass
@@ -82,8 +120,9 @@ class Shell:
 
     # --- the command line ----------------------------------------------------------------------
 
-    def run(self, command: str) -> Result:
-        """Run one exec request; returns (stdout, stderr, exit status)."""
+    def run(self, command: str, stream: Stream | None = None) -> Result:
+        """Run one exec request; returns (stdout, stderr, exit status). With a stream, the output goes to
+        it as it is produced and the returned stdout and stderr are empty."""
         try:
             tokens = _split(command)
         except ValueError as exc:
@@ -102,7 +141,9 @@ class Shell:
                 words.append(tok)
         if words:
             segments.append((words, None))
-        st = _State(cwd=self.home)
+        st = _State(cwd=self.home, stream=stream)
+        if stream is not None:
+            st.out, st.err = _Sink(stream.out), _Sink(stream.err)
         rc, prev = 0, None
         for words, sep in segments:
             if prev in (None, ";", "&") or (prev == "&&" and rc == 0) or (prev == "||" and rc != 0):
@@ -254,9 +295,9 @@ class Shell:
         if background:
             st.last_bg = job.pid
             return 0
-        out, err = job.proc.communicate()
-        st.out.append((out or b"").decode(errors="replace"))
-        st.err.append((err or b"").decode(errors="replace"))
+        if not _pump(job.proc, st):
+            return 255
+        job.proc.wait()
         return job.proc.returncode if job.proc.returncode >= 0 else 128 - job.proc.returncode
 
     # --- builtins ------------------------------------------------------------------------------
@@ -323,8 +364,34 @@ class Shell:
 
     def _tail(self, args: list[str], st: _State) -> Result:
         lines, nbytes, from_start, files = 10, None, False, []
+        follow: str | None = None  # "descriptor" (-f) or "name" (--follow=name, -F)
+        retry, interval, pid = False, 1.0, None
         it = iter(args)
         for a in it:
+            if a in ("-f", "--follow", "--follow=descriptor"):
+                follow = "descriptor"
+                continue
+            if a in ("-F", "--follow=name"):
+                follow, retry = "name", retry or a == "-F"
+                continue
+            if a == "--retry":
+                retry = True
+                continue
+            if a in ("-s", "--sleep-interval") or a.startswith("--sleep-interval=") or re.fullmatch(r"-s.+", a):
+                v = next(it, "") if a in ("-s", "--sleep-interval") else a.split("=", 1)[1] if "=" in a else a[2:]
+                try:
+                    interval = float(v)
+                except ValueError:
+                    return "", f"tail: invalid number of seconds: '{v}'\n", 1
+                if not interval >= 0:
+                    return "", f"tail: invalid number of seconds: '{v}'\n", 1
+                continue
+            if a == "--pid" or a.startswith("--pid="):
+                v = next(it, "") if a == "--pid" else a.split("=", 1)[1]
+                if not v.isdigit():
+                    return "", f"tail: invalid PID: '{v}'\n", 1
+                pid = int(v)
+                continue
             if a in ("-n", "--lines", "-c", "--bytes"):
                 v = next(it, "")
             elif a.startswith("--lines=") or a.startswith("--bytes="):
@@ -333,10 +400,10 @@ class Shell:
                 v = a[2:]
             elif re.fullmatch(r"-\d+", a):
                 a, v = "-n", a[1:]
-            elif a in ("-f", "-F", "--follow"):
-                return "", "tail: following is not supported on the emulated host\n", 1
             elif a == "-q":
                 continue
+            elif a.startswith("-") and len(a) > 1:
+                return "", f"tail: unrecognized option '{a}'\nTry 'tail --help' for more information.\n", 1
             else:
                 files.append(a)
                 continue
@@ -349,6 +416,18 @@ class Shell:
                 lines, from_start = int(v.lstrip("+")), start
         if not files:
             return "", "tail: reading standard input is not supported on the emulated host\n", 1
+        if follow is not None:
+            if len(files) != 1:
+                return "", "tail: following more than one file is not supported on the emulated host\n", 1
+            return self._follow(
+                files[0],
+                lambda data: _tail_part(data, lines, nbytes, from_start),
+                follow == "name",
+                retry,
+                interval,
+                pid,
+                st,
+            )
         out, err, rc = [], "", 0
         for name in files:
             data, e = self._read("tail", name, st)
@@ -357,13 +436,93 @@ class Shell:
                 continue
             if len(files) > 1:
                 out.append(f"{'' if not out else chr(10)}==> {name} <==\n")
-            if nbytes is not None:
-                chunk = data[max(nbytes - 1, 0) :] if from_start else (data[-nbytes:] if nbytes else b"")
-            else:
-                parts = data.splitlines(keepends=True)
-                chunk = b"".join(parts[max(lines - 1, 0) :] if from_start else (parts[-lines:] if lines else []))
-            out.append(chunk.decode(errors="replace"))
+            out.append(_tail_part(data, lines, nbytes, from_start).decode(errors="replace"))
         return "".join(out), err, rc
+
+    def _follow(
+        self,
+        name: str,
+        initial: Callable[[bytes], bytes],
+        by_name: bool,
+        retry: bool,
+        interval: float,
+        pid: int | None,
+        st: _State,
+    ) -> Result:
+        """`tail -f/-F FILE`: print the initial part, then every `interval` seconds what was appended. With
+        a pid: once that process is gone, read the file a last time and exit 0 (GNU tail's --pid)."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        fh, ino, pos, missing = None, None, 0, False
+
+        def reopen() -> None:
+            nonlocal fh, ino, pos
+            try:
+                path = self.resolve(name, st.cwd)
+                new = open(path, "rb")  # noqa: SIM115 - closed below
+            except (_PathEscape, OSError):
+                return
+            if fh is not None:
+                fh.close()
+            fh, ino, pos = new, os.fstat(new.fileno()).st_ino, 0
+
+        reopen()
+        if fh is None:
+            _, e = self._read("tail", name, st)
+            st.err.append(e.replace(f"tail: {name}:", f"tail: cannot open '{name}' for reading:"))
+            if not retry:
+                st.err.append("tail: no files remaining\n")
+                return "", "", 1
+            missing = True
+        else:
+            data = fh.read()
+            pos = len(data)
+            st.out.append(decoder.decode(initial(data)))
+        # The timing model is GNU tail on Linux (inotify): appended data is reported at once (here: within
+        # FILE_POLL_S), and the pid is checked after each batch of data and when -s seconds pass without
+        # any; once it is gone the file is read a last time and tail exits 0.
+        tick = min(max(interval, 0.001), FILE_POLL_S)
+        next_pid_check = 0.0
+        gone = False
+        try:
+            while not st.cancelled():
+                if by_name:
+                    try:
+                        current = os.stat(self.resolve(name, st.cwd)).st_ino
+                    except (_PathEscape, OSError):
+                        current = None
+                    if current is None and fh is not None and not missing:
+                        st.err.append(f"tail: '{name}' has become inaccessible: No such file or directory\n")
+                        missing = True
+                    elif current is not None and current != ino:
+                        was = "has appeared" if fh is None or missing else "has been replaced"
+                        reopen()
+                        if fh is not None and ino == current:
+                            st.err.append(f"tail: '{name}' {was};  following new file\n")
+                            missing = False
+                data = b""
+                if fh is not None:
+                    if os.fstat(fh.fileno()).st_size < pos:
+                        st.err.append(f"tail: {name}: file truncated\n")
+                        pos = 0
+                    fh.seek(pos)
+                    data = fh.read()
+                    pos += len(data)
+                    if data:
+                        st.out.append(decoder.decode(data))
+                if gone:  # this was the last read after the writer died
+                    st.out.append(decoder.decode(b"", final=True))
+                    return "", "", 0
+                now = time.monotonic()
+                if pid is not None and (data or now >= next_pid_check):
+                    gone = not any(j.pid == pid for j in self.engine.live_jobs())
+                    next_pid_check = now + interval
+                    if gone:
+                        continue  # read once more, at once
+                time.sleep(tick)
+            return "", "", 0
+        finally:
+            if fh is not None:
+                fh.close()
 
     def _ls(self, args: list[str], st: _State) -> Result:
         names = [a for a in args if not a.startswith("-")] or ["."]
@@ -592,6 +751,37 @@ def _parse_simple(words: list[str]) -> tuple[dict[str, str], list[str], _Redirs,
             if i < len(rest) and rest[i - 1] == "setsid" and rest[i] in ("-f", "--fork", "-w", "--wait"):
                 i += 1
     return assignments, rest[i:], r, chdir
+
+
+def _tail_part(data: bytes, lines: int, nbytes: int | None, from_start: bool) -> bytes:
+    """What `tail -n N` / `-n +N` / `-c N` / `-c +N` prints of `data`."""
+    if nbytes is not None:
+        return data[max(nbytes - 1, 0) :] if from_start else (data[-nbytes:] if nbytes else b"")
+    parts = data.splitlines(keepends=True)
+    return b"".join(parts[max(lines - 1, 0) :] if from_start else (parts[-lines:] if lines else []))
+
+
+def _pump(proc: subprocess.Popen, st: _State) -> bool:
+    """Forward a foreground process's stdout and stderr as they are written, until both pipes close.
+    False if the reader went away first (its pipes are then closed: the process gets SIGPIPE)."""
+    pipes = [(f, sink) for f, sink in ((proc.stdout, st.out), (proc.stderr, st.err)) if f is not None]
+    try:
+        with selectors.DefaultSelector() as sel:
+            for f, sink in pipes:
+                sel.register(f, selectors.EVENT_READ, (sink, codecs.getincrementaldecoder("utf-8")(errors="replace")))
+            while sel.get_map():
+                for key, _ in sel.select(0.5):
+                    sink, decoder = key.data
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+                    sink.append(decoder.decode(chunk, final=not chunk))
+                if st.cancelled():
+                    return False
+        return True
+    finally:
+        for f, _ in pipes:
+            f.close()
 
 
 def _exists(pid: int) -> bool:

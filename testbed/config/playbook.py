@@ -88,7 +88,8 @@ class Job(Strict):
         min_length=1, description="program and arguments, e.g. [testbed-train, --steps, '100000']"
     )
     ranks: list[Name] = Field(min_length=1, description="the host of each rank, in rank order")
-    progress: str = Field(r"step (\d+)", description="regex on the job's output; group 1 is the step number")
+    # Anchored: testbed-train also prints "resumed from step N", which must not count as a training step.
+    progress: str = Field(r"^step (\d+)\b", description="regex on a line of the job's output; group 1 is the step")
     checkpoint_dir: str = "checkpoints"
     env: dict[str, str] = Field(default_factory=dict)
     port: int = Field(29500, ge=1024, le=65000)

@@ -23,6 +23,10 @@ PROCEDURES: dict[str, Procedure] = {
     "gpu.start_job": gpu.start_job,
     "gpu.job_status": gpu.job_status,
     "gpu.stop_job": gpu.stop_job,
+    "gpu.health": gpu.health,
+    "gpu.kill_job": gpu.kill_job,
+    "gpu.watch_job": gpu.watch_job,
+    "gpu.wait_step": gpu.wait_step,
 }
 
 __all__ = ["PROCEDURES", "ProcedureContext"]

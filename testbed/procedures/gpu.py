@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
+from drivers.errors import DeviceCommandError, DeviceTimeout
 from testbed.capabilities import GpuHost, JobHandle
 from testbed.procedures.context import ProcedureContext
 
@@ -49,3 +51,130 @@ def stop_job(host: GpuHost, ctx: ProcedureContext, *, job: dict, grace_s: float 
     result = host.stop_job(_job(job), grace_s=grace_s)
     ctx.mark("job_stopped")
     return {"pid": _job(job).pid, "result": result}
+
+
+# --- failure detection and fault injection --------------------------------------------------------------
+
+PROGRESS = r"^step (\d+)\b"  # testbed-train's `step N loss L`; anchored so `resumed from step N` is no step
+
+
+def health(host: GpuHost, ctx: ProcedureContext) -> dict:
+    """One health probe: GPUs (lost ones too), the kernel's Xid lines, ok."""
+    return host.health()
+
+
+def kill_job(host: GpuHost, ctx: ProcedureContext, *, job: dict, signal: str = "KILL") -> dict:
+    """Send a signal to the job's process group, the way a lab injects process.kill (KILL), process.hang
+    (STOP) or gpu.fail's effect on the job. Mark: fault_injected, right before the signal is sent; for CONT,
+    which heals a hang, fault_healed instead."""
+    handle = _job(job)
+    healing = signal.upper().removeprefix("SIG") == "CONT"
+    ns = ctx.mark("fault_healed" if healing else "fault_injected")
+    host.signal(handle.pid, signal, group=True)
+    return {"pid": handle.pid, "signal": signal, ("fault_healed_ns" if healing else "fault_injected_ns"): ns}
+
+
+def watch_job(
+    host: GpuHost,
+    ctx: ProcedureContext,
+    *,
+    job: dict,
+    heartbeat_s: float = 0.05,
+    stall_timeout_s: float = 5.0,
+    progress: str = PROGRESS,
+    max_s: float = 120.0,
+    first_step_after: float | None = None,
+) -> dict:
+    """Block until the job fails, then say how. Marks: watching, once the watch channel reports (its first
+    event: a log line or a heartbeat of silence; inject faults after it), and failure_detected, the moment
+    the failure is detected.
+
+    The job's log is followed on one channel (host.watch); detected kinds:
+    - "process_exit": the job's process is gone (reported within heartbeat_s of its death);
+    - "gpu_lost" / "xid": the same, and a health probe taken right after it shows a GPU lost / a new Xid
+      line since the watch began (the probe's findings are the evidence);
+    - "stall": no progress line for stall_timeout_s (before the first progress line: for first_step_after
+      seconds, if given, to allow for start-up, e.g. loading a checkpoint).
+    Returns {"detected": kind or None after max_s, "evidence", "last_step", "detected_ns", "health"}."""
+    handle = _job(job)
+    baseline = host.health()  # also teaches the driver which bus id is which GPU index
+    start = time.monotonic_ns()
+    last_step: int | None = None
+    last_progress = start
+    recent: list[str] = []
+
+    def result(kind: str | None, evidence: str, ns: int | None, probe: dict | None = None) -> dict:
+        return {"detected": kind, "evidence": evidence, "last_step": last_step, "detected_ns": ns, "health": probe}
+
+    watching = False
+    for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=progress, lines=10):
+        if not watching:
+            watching = True
+            ctx.mark("watching")
+        if ev.kind == "exited":
+            ns = ctx.mark("failure_detected")
+            probe = host.health()
+            lost = sorted(set(probe["lost"]) - set(baseline["lost"]))
+            xids = [x for x in probe["xids"] if x not in baseline["xids"]]
+            tail = f"; last output: {recent[-1]!r}" if recent else ""
+            if lost or probe["error"]:
+                what = f"GPU(s) {lost} lost" if lost else f"nvidia-smi fails: {probe['error']}"
+                return result("gpu_lost", f"process {handle.pid} exited; {what}; " + " | ".join(xids) + tail, ns, probe)
+            if xids:
+                return result("xid", f"process {handle.pid} exited; " + " | ".join(xids) + tail, ns, probe)
+            return result("process_exit", f"process {handle.pid} exited (GPUs healthy, no new Xid){tail}", ns, probe)
+        if ev.kind == "progress":
+            last_step = ev.step if ev.step is not None else last_step
+            last_progress = ev.monotonic_ns
+        elif ev.kind == "line" and ev.line:
+            recent = [*recent[-4:], ev.line]
+        limit = stall_timeout_s if (last_step is not None or first_step_after is None) else first_step_after
+        if (ev.monotonic_ns - last_progress) / 1e9 >= limit:
+            ns = ctx.mark("failure_detected")
+            state = host.job_status(handle, progress=None).state
+            since = "the watch began" if last_step is None else f"step {last_step}"
+            return result("stall", f"no progress line for {limit:g} s since {since}; the process is {state}", ns)
+        if (ev.monotonic_ns - start) / 1e9 >= max_s:
+            return result(None, f"no failure within {max_s:g} s", None)
+    raise AssertionError("unreachable: a watch ends with an exited event")
+
+
+def wait_step(
+    host: GpuHost,
+    ctx: ProcedureContext,
+    *,
+    job: dict,
+    progress: str = PROGRESS,
+    min_step: int,
+    max_s: float = 120.0,
+    heartbeat_s: float = 0.05,
+) -> dict:
+    """Block until the job's log shows a step >= min_step (the log is read from its start). Mark:
+    first_step, when that line is received. Raises DeviceCommandError if the job exits first and
+    DeviceTimeout after max_s. Returns {"step", "line", "first_step_ns"}."""
+    handle = _job(job)
+    start = time.monotonic_ns()
+    last: str | None = None
+    for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=progress, lines=None):
+        if ev.kind == "progress" and ev.step is not None and ev.step >= min_step:
+            ns = ctx.mark("first_step")
+            return {"step": ev.step, "line": ev.line, "first_step_ns": ns}
+        if ev.line:
+            last = ev.line
+        if ev.kind == "exited":
+            raise DeviceCommandError(
+                f"job {handle.name!r} (pid {handle.pid}) exited before step {min_step}",
+                device=ctx.device,
+                address=ctx.address,
+                received=last,
+                hint=f"read the job's log {handle.log} on the host",
+            )
+        if (ev.monotonic_ns - start) / 1e9 >= max_s:
+            raise DeviceTimeout(
+                f"job {handle.name!r} (pid {handle.pid}) did not reach step {min_step} within {max_s:g} s",
+                device=ctx.device,
+                address=ctx.address,
+                received=last,
+                hint="raise max_s, or check the progress pattern against the job's log",
+            )
+    raise AssertionError("unreachable: a watch ends with an exited event")

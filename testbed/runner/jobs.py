@@ -187,15 +187,7 @@ class JobController:
             self.c.recorder.emit("fail", "fault.inject", device=target.host, step=step.label, data=data)
             raise
         self.c.recorder.emit("ok", "fault.inject", device=target.host, step=step.label, data=data)
-        self.c.recorder.emit(
-            "mark",
-            "fault_injected",
-            mono_ns=injected,
-            wall=time.time(),
-            device=target.host,
-            step=step.label,
-            data={**data, "watching": all(ready)},
-        )
+        self._mark_injected(step, target, injected, {**data, "watching": all(ready)})
         if step.kind == "gpu.fail" and self.faults.twin is None:
             self.c.recorder.emit("mark", "gpu_marked_failed", device=target.host, step=step.label, data=data)
         job = self.handles[target.index]
@@ -267,15 +259,31 @@ class JobController:
             self.c.recorder.emit("fail", "fault.inject", device=target.host, step=step.label, data=data)
             raise
         self.c.recorder.emit("ok", "fault.inject", device=target.host, step=step.label, data=data)
-        self.c.recorder.emit(
-            "mark", "fault_injected", mono_ns=injected, wall=time.time(), device=target.host, step=step.label, data=data
-        )
+        self._mark_injected(step, target, injected, data)
         try:
             time.sleep(step.duration_s)  # how long the playbook keeps the fault: part of the experiment
         finally:
             self.c.recorder.emit("invoke", "fault.heal", device=target.host, step=step.label, data=data)
             self.faults.heal(step.kind, target, job, step.label)
             self.c.recorder.emit("ok", "fault.heal", device=target.host, step=step.label, data=data)
+
+    def _mark_injected(self, step, target: Rank, injected: int, data: dict) -> None:
+        """One fault_injected event per fault: taken here for a twin fault; taken by the host's actor
+        otherwise (its mark is recorded with its result), so only the fault's description is added."""
+        if self.faults.twin is not None and step.kind in ("gpu.fail", "host.power_off", "host.straggle"):
+            self.c.recorder.emit(
+                "mark",
+                "fault_injected",
+                mono_ns=injected,
+                wall=time.time(),
+                device=target.host,
+                step=step.label,
+                data=data,
+            )
+        else:
+            self.c.recorder.emit(
+                "mark", "fault_described", device=target.host, step=step.label, data={**data, "injected_ns": injected}
+            )
 
     # --- health ---------------------------------------------------------------------------------
 

@@ -181,7 +181,7 @@ def _job_controller(ray, plan: Plan, inv: Inventory, coordinator: Coordinator, t
     for host in dict.fromkeys(plan.playbook.job.ranks):
         options, _ = actor_options(ray, host, inv.devices[host].node, emulate=emulate)
         watchers[host] = remote_cls.options(**options, max_concurrency=2).remote(
-            host, inv.devices[host].driver, _settings(inv, host)
+            host, inv.devices[host].driver, driver_settings(inv, host)
         )
 
     def address_of(host: str) -> str:
@@ -202,7 +202,7 @@ def _ground_truth(twin):
     return transfer
 
 
-def _settings(inv: Inventory, name: str) -> TransportSettings:
+def driver_settings(inv: Inventory, name: str) -> TransportSettings:
     t = inv.devices[name].transport
     if isinstance(t, VisaTransport):
         return TransportSettings(
@@ -241,7 +241,7 @@ def _start_actors(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict,
 
     # Every pin and transport is resolved before the first actor starts: a mistake leaves nothing running.
     placed = {name: actor_options(ray, name, inv.devices[name].node, emulate=emulate) for name in plan.devices}
-    settings = {name: _settings(inv, name) for name in plan.devices}
+    settings = {name: driver_settings(inv, name) for name in plan.devices}
     remote_cls = ray.remote(DeviceActor)
     actors = {
         name: remote_cls.options(**placed[name][0]).remote(name, inv.devices[name].driver, settings[name])

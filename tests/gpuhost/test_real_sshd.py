@@ -1,0 +1,297 @@
+"""The SSH GpuHost driver against a real OpenSSH server (/usr/sbin/sshd) on 127.0.0.1, run by this user.
+
+The server gets temporary keys, a known_hosts entry written by the test (never learned from the server),
+and a stand-in `nvidia-smi` and `dmesg` first on the PATH of its sessions (SetEnv). It runs under a tiny
+subreaper, like an init, so that a job that dies is reaped (under a PID 1 that does not reap, a dead job
+stays a zombie, and GNU `tail --pid` waits for ever). Skips, saying why, only when sshd is missing or does
+not start. As root, sshd needs /run/sshd (its privilege-separation directory): the test creates it as the
+Debian service would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pwd
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from drivers.errors import DeviceCommandError, DeviceConnectionError
+from drivers.registry import make_driver
+from drivers.ssh import SshSettings
+from emulators.gpuhost.keys import new_ed25519, write_private
+from testbed.capabilities import GpuHost, GpuInfo, Identity
+from testbed.procedures import PROCEDURES, ProcedureContext
+
+SSHD = "/usr/sbin/sshd"
+STEPPER = 'i=0; while :; do i=$((i+1)); echo "step $i loss 0.5"; sleep 0.02; done'
+
+NVIDIA_SMI = r'''#!PYTHON
+"""Stand-in nvidia-smi: --query-gpu / --query-compute-apps with --format=csv[,noheader][,nounits]."""
+import sys
+
+GPUS = [
+    {"index": "0", "name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-11111111-2222-3333-4444-555555555555",
+     "pci.bus_id": "00000000:07:00.0", "memory.total": "81920 MiB", "memory.used": "3 MiB",
+     "utilization.gpu": "0 %", "temperature.gpu": "31", "power.draw": "61.23 W", "driver_version": "535.104.05"},
+    {"index": "1", "name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-66666666-7777-8888-9999-000000000000",
+     "pci.bus_id": "00000000:0F:00.0", "memory.total": "81920 MiB", "memory.used": "3 MiB",
+     "utilization.gpu": "[N/A]", "temperature.gpu": "30", "power.draw": "[N/A]", "driver_version": "535.104.05"},
+]
+UNITS = {"memory.total": "MiB", "memory.used": "MiB", "utilization.gpu": "%", "power.draw": "W"}
+args = sys.argv[1:]
+opt = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args if "=" in a}
+fmt = opt.get("--format", "csv").split(",")
+if "--query-compute-apps" in opt:
+    sys.exit(0)  # no compute processes: nothing, not even a header under noheader
+fields = opt.get("--query-gpu", "").split(",")
+unknown = [f for f in fields if f not in GPUS[0]]
+if unknown or fmt[0] != "csv":
+    print(f'Field "{unknown[0] if unknown else fmt[0]}" is not a valid field to query.')
+    sys.exit(2)
+if "noheader" not in fmt:
+    print(", ".join(f + (f" [{UNITS[f]}]" if f in UNITS else "") for f in fields))
+for g in GPUS:
+    cells = [g[f].split(" ")[0] if "nounits" in fmt and f in UNITS and not g[f].startswith("[") else g[f]
+             for f in fields]
+    print(", ".join(cells))
+'''
+DMESG = """#!/bin/sh
+echo '[    0.000000] Linux version 6.1.0-18-amd64'
+echo '[ 5107.644336] NVRM: Xid (PCI:0000:0f:00): 79, pid=1234, GPU has fallen off the bus.'
+"""
+
+REAPER = r"""
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come to us
+child = os.fork()
+if child == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+signal.signal(signal.SIGTERM, lambda *_: os.kill(child, signal.SIGTERM))
+code = 1
+while True:
+    try:
+        pid, status = os.wait()
+    except ChildProcessError:
+        break
+    if pid == child:
+        code = os.waitstatus_to_exitcode(status)
+        break
+sys.exit(code)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _config(d: Path, port: int, extra: str) -> Path:
+    cfg = d / "sshd_config"
+    cfg.write_text(
+        f"""ListenAddress 127.0.0.1
+Port {port}
+HostKey {d / "host_ed25519"}
+AuthorizedKeysFile {d / "authorized_keys"}
+PidFile {d / "sshd.pid"}
+StrictModes no
+UsePAM no
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+PrintMotd no
+PrintLastLog no
+UseDNS no
+MaxSessions 32
+SetEnv PATH={d / "bin"}:/usr/local/bin:/usr/bin:/bin
+{extra}
+"""
+    )
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def real_sshd(tmp_path_factory):
+    if not os.path.exists(SSHD):
+        pytest.skip(f"{SSHD} is not installed (Debian: apt-get install openssh-server)")
+    d = tmp_path_factory.mktemp("sshd")
+    os.chmod(d, 0o700)
+    host_key, host_private, _ = new_ed25519()
+    client_key, client_private, client_public = new_ed25519()
+    write_private(d / "host_ed25519", host_private)
+    write_private(d / "id_ed25519", client_private)
+    write_private(d / "authorized_keys", client_public + "\n")
+    (d / "bin").mkdir()
+    for name, text in (("nvidia-smi", NVIDIA_SMI.replace("PYTHON", sys.executable)), ("dmesg", DMESG)):
+        (d / "bin" / name).write_text(text)
+        os.chmod(d / "bin" / name, 0o755)
+    if os.geteuid() == 0 and not os.path.isdir("/run/sshd"):
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # what the sshd service's RuntimeDirectory does
+    port = _free_port()
+    # Newer OpenSSH penalises clients that hang up before authenticating (as the host-key tests do).
+    cfg = _config(d, port, "PerSourcePenalties no")
+    check = subprocess.run([SSHD, "-t", "-f", str(cfg)], capture_output=True, text=True)
+    if check.returncode != 0 and "PerSourcePenalties" in check.stderr:
+        cfg = _config(d, port, "")
+        check = subprocess.run([SSHD, "-t", "-f", str(cfg)], capture_output=True, text=True)
+    if check.returncode != 0:
+        pytest.skip(f"sshd rejects the test configuration: {check.stderr.strip()}")
+    log = open(d / "sshd.log", "w+")  # noqa: SIM115 - closed at teardown
+    proc = subprocess.Popen(
+        [sys.executable, "-c", REAPER, SSHD, "-D", "-e", "-f", str(cfg)], stdout=log, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 15
+    while True:
+        if proc.poll() is not None:
+            log.seek(0)
+            pytest.skip(f"sshd did not start (exit status {proc.returncode}): {log.read().strip()[-1500:]}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                log.seek(0)
+                pytest.skip(f"sshd did not accept connections on port {port} within 15 s: {log.read()[-1500:]}")
+            time.sleep(0.02)  # polling the port until sshd listens
+    known_hosts = d / "known_hosts"
+    known_hosts.write_text(f"[127.0.0.1]:{port} {host_key.get_name()} {host_key.get_base64()}\n")
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    yield SshSettings("127.0.0.1", user, port, str(d / "id_ed25519"), str(known_hosts), timeout_s=10.0), d
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+
+
+@pytest.fixture
+def real(real_sshd):
+    settings, d = real_sshd
+    drv = make_driver("ssh", "real", settings)
+    drv.jobdir = d / "jobs"
+    drv.started = []
+    yield drv
+    for pid in drv.started:  # a job a failing test left behind
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    drv.close()
+
+
+def start(drv, name: str, script: str = STEPPER):
+    job = drv.run_job(["sh", "-c", script], name=name, workdir=str(drv.jobdir / name))
+    drv.started.append(job.pid)
+    return job
+
+
+def test_identify_gpus_and_health_through_real_sshd(real):
+    assert isinstance(real, GpuHost)
+    assert real.identify() == Identity("NVIDIA", "2x NVIDIA A100-SXM4-80GB", socket.gethostname(), "535.104.05")
+    gpus = real.gpus()
+    assert gpus[0] == GpuInfo(
+        0, "NVIDIA A100-SXM4-80GB", "GPU-11111111-2222-3333-4444-555555555555", "00000000:07:00.0",
+        81920.0, 3.0, 0.0, 31.0, 61.23,
+    )  # fmt: skip
+    assert (gpus[1].index, gpus[1].utilization_pct, gpus[1].power_w) == (1, None, None)
+    assert real.processes() == []
+    h = real.health()
+    assert (h["ok"], h["lost"], h["xid_codes"], h["error"]) == (False, [], [79], None)
+
+
+def test_a_job_runs_reports_progress_and_stops_through_real_sshd(real):
+    job = start(real, "stepper")
+    assert job.log == f"{real.jobdir}/stepper/stepper.log"
+    for ev in real.watch(job, lines=None):  # GNU tail -F --pid on the real host
+        if ev.kind == "progress" and ev.step >= 3:
+            break
+    status = real.job_status(job)
+    assert status.state == "running" and int(status.progress) >= 3
+    assert status.last_line.startswith("step ")
+    assert real.stop_job(job, grace_s=10) == "terminated"
+    assert real.job_status(job).state == "exited"
+    assert real.stop_job(job) == "not running"
+
+
+def test_watch_reports_the_exit_of_a_killed_job_through_real_sshd(real):
+    job = start(real, "victim")
+    events, killed_at = [], None
+    for ev in real.watch(job, heartbeat_s=0.05):  # -n 0: only lines written after the watch began
+        events.append(ev)
+        if ev.kind == "progress" and killed_at is None:
+            killed_at = ev.step
+            real.signal(job.pid, "KILL")
+    assert events[-1].kind == "exited"
+    assert killed_at is not None and [e.step for e in events if e.kind == "progress"][-1] >= killed_at
+    assert real.job_status(job).state == "exited"
+
+
+def test_signal_stop_and_continue_through_real_sshd(real):
+    job = start(real, "pausable")
+    real.signal(job.pid, "STOP")
+    deadline = time.monotonic() + 10
+    while real.job_status(job).state != "stopped":  # the kernel stops the group asynchronously
+        assert time.monotonic() < deadline, "the job never showed as stopped"
+    real.signal(job.pid, "CONT")
+    assert real.job_status(job).state == "running"
+    real.stop_job(job)
+
+
+def test_detection_procedures_through_real_sshd(real, real_sshd):
+    settings, _ = real_sshd
+    ctx = ProcedureContext("real", settings.address)
+    job = PROCEDURES["gpu.start_job"](real, ctx, command=["sh", "-c", STEPPER], name="ft", workdir=str(real.jobdir))
+    real.started.append(job["pid"])
+    assert PROCEDURES["gpu.wait_step"](real, ctx, job=job, min_step=3, max_s=30)["step"] == 3
+    real.signal(job["pid"], "STOP")
+    stall = PROCEDURES["gpu.watch_job"](real, ctx, job=job, stall_timeout_s=0.5, max_s=30)
+    assert stall["detected"] == "stall" and "the process is stopped" in stall["evidence"]
+    real.signal(job["pid"], "CONT")
+    PROCEDURES["gpu.kill_job"](real, ctx, job=job)
+    gone = PROCEDURES["gpu.watch_job"](real, ctx, job=job, stall_timeout_s=30, max_s=30)
+    assert gone["detected"] == "process_exit"  # the stand-in dmesg's Xid is old: no new one
+    assert ctx.marks["fault_injected"][0] <= ctx.marks["failure_detected"][0]
+
+
+def test_a_failing_command_is_a_command_error_with_its_exit_status_through_real_sshd(real):
+    with pytest.raises(DeviceCommandError) as err:
+        real.exec("echo oops >&2; exit 3")
+    assert "exit status 3" in str(err.value) and "oops" in str(err.value)
+    with pytest.raises(DeviceCommandError) as err:
+        real.tail("no/such.log")
+    assert "exit status 1" in str(err.value) and "No such file or directory" in str(err.value)
+
+
+def test_real_sshd_with_an_unknown_host_key_is_refused_never_learned(real_sshd, tmp_path):
+    settings, _ = real_sshd
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    drv = make_driver("ssh", "real", dataclasses.replace(settings, known_hosts=str(empty)))
+    with pytest.raises(DeviceConnectionError) as err:
+        drv.identify()
+    assert f"[127.0.0.1]:{settings.port}" in err.value.message and "refusing" in err.value.message
+    assert f"ssh-keyscan -p {settings.port}" in err.value.hint and "never accepted automatically" in err.value.hint
+    assert empty.read_text() == ""  # not auto-accepted: nothing was written
+    with pytest.raises(DeviceConnectionError):
+        drv.identify()  # and the next try is refused too
+
+
+def test_real_sshd_with_a_changed_host_key_is_refused(real_sshd, tmp_path):
+    settings, _ = real_sshd
+    other = tmp_path / "known_hosts"
+    other.write_text(f"[127.0.0.1]:{settings.port} ssh-ed25519 {new_ed25519()[0].get_base64()}\n")
+    drv = make_driver("ssh", "real", dataclasses.replace(settings, known_hosts=str(other)))
+    with pytest.raises(DeviceConnectionError) as err:
+        drv.identify()
+    assert "does not match" in err.value.message and "ssh-keygen -f" in err.value.hint
