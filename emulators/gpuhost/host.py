@@ -192,6 +192,7 @@ class GpuHostEngine:
 
     control_ops = (
         "fail_gpu",
+        "raise_xid",
         "recover_gpu",
         "unload_driver",
         "load_driver",
@@ -219,6 +220,15 @@ class GpuHostEngine:
             for job in victims:
                 job.signal_group(signal.SIGKILL)
             return {"gpu": index, "xid": int(xid), "killed": [j.pid for j in victims]}
+
+    def raise_xid(self, index: int, xid: int = 63) -> dict:
+        """An Xid the GPU survives (63: row remapping pending, 94: contained ECC): a kernel log line only;
+        the GPU stays visible and its processes keep running."""
+        with self._lock:
+            gpu = self._gpu(index)
+            pci = f"PCI:0000:{gpu.short_bus_id[5:7]}:00"
+            self.kernel.add(f"NVRM: Xid ({pci}): {int(xid)}, {XID_TEXT.get(int(xid), 'Unknown Error')}")
+            return {"gpu": index, "xid": int(xid)}
 
     def recover_gpu(self, index: int) -> dict:
         with self._lock:

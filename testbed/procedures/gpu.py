@@ -84,6 +84,7 @@ def watch_job(
     progress: str = PROGRESS,
     max_s: float = 120.0,
     first_step_after: float | None = None,
+    health_every_s: float | None = 1.0,
 ) -> dict:
     """Block until the job fails, then say how. Marks: watching, once the watch channel reports (its first
     event: a log line or a heartbeat of silence; inject faults after it), and failure_detected, the moment
@@ -101,6 +102,7 @@ def watch_job(
     start = time.monotonic_ns()
     last_step: int | None = None
     last_progress = start
+    last_probe = start
     recent: list[str] = []
 
     def result(kind: str | None, evidence: str, ns: int | None, probe: dict | None = None) -> dict:
@@ -128,6 +130,18 @@ def watch_job(
             last_progress = ev.monotonic_ns
         elif ev.kind == "line" and ev.line:
             recent = [*recent[-4:], ev.line]
+        if health_every_s is not None and (ev.monotonic_ns - last_probe) / 1e9 >= health_every_s:
+            # A GPU can fail while its rank lives on (an Xid the application survives, a lost device the
+            # rank has not touched yet): probe nvidia-smi and the kernel log now and then, not only at exit.
+            last_probe = ev.monotonic_ns
+            probe = host.health()
+            lost = sorted(set(probe["lost"]) - set(baseline["lost"]))
+            xids = [x for x in probe["xids"] if x not in baseline["xids"]]
+            if lost or probe["error"] or xids:
+                ns = ctx.mark("failure_detected")
+                kind = "gpu_lost" if lost or probe["error"] else "xid"
+                what = f"GPU(s) {lost} lost" if lost else (probe["error"] or "new Xid line(s)")
+                return result(kind, f"process {handle.pid} still running; {what}; " + " | ".join(xids), ns, probe)
         limit = stall_timeout_s if (last_step is not None or first_step_after is None) else first_step_after
         if (ev.monotonic_ns - last_progress) / 1e9 >= limit:
             ns = ctx.mark("failure_detected")

@@ -251,3 +251,19 @@ def test_wait_step_fails_loudly_when_the_job_exits_first(driver, gpu_host, ctx):
         PROCEDURES["gpu.wait_step"](driver, ctx, job=job, min_step=10, max_s=30)
     assert "exited before step 10" in str(err.value) and "done rank 0 steps 3" in str(err.value)
     assert "first_step" not in ctx.marks
+
+
+def test_an_xid_on_a_running_rank_is_detected_by_the_periodic_health_probe(driver, gpu_host, ctx):
+    job = PROCEDURES["gpu.start_job"](driver, ctx, command=TRAIN, name="x", gpus=[0])
+    PROCEDURES["gpu.wait_step"](driver, ctx, job=job, min_step=2, max_s=30)
+    t, box = in_thread(
+        PROCEDURES["gpu.watch_job"], driver, ctx, job=job, stall_timeout_s=30, health_every_s=0.2, max_s=30
+    )
+    deadline = time.monotonic() + 30
+    while "watching" not in ctx.marks and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling the procedure's own milestone
+    gpu_host.raise_xid(0, xid=63)  # row remapping: the GPU and its rank carry on
+    result = joined(t, box)
+    assert result["detected"] == "xid"
+    assert "still running" in result["evidence"] and ": 63," in result["evidence"]
+    assert driver.job_status(JobHandle(**job), progress=None).state == "running"
