@@ -38,11 +38,16 @@ class TwinSpec:
     # Put a seeded FaultProxy (emulators/proxy) in front of every device's "tcp" endpoint, driven through
     # the control API's proxy.* ops (see emulators/twin.py). Off: the twin serves exactly as without it.
     fault_proxy: bool = False
+    # The inventory's fibre map: {host, port, switch, ingress, egress} per cabled host port. The twin's data
+    # plane (emulators/dataplane) relays traffic between host ports only along light paths the switches hold.
+    fibres: list = field(default_factory=list)
 
     def to_json(self) -> str:
         out: dict = {"devices": [asdict(d) for d in self.devices]}
         if self.fault_proxy:
             out["fault_proxy"] = True
+        if self.fibres:
+            out["fibres"] = [dict(f) for f in self.fibres]
         return json.dumps(out)
 
     @classmethod
@@ -57,4 +62,7 @@ class TwinSpec:
         fault_proxy = raw.get("fault_proxy", False)
         if not isinstance(fault_proxy, bool):
             raise ValueError(f"fault_proxy must be true or false, got {fault_proxy!r}")
-        return cls(devices=devices, fault_proxy=fault_proxy)
+        fibres = raw.get("fibres", [])
+        if not isinstance(fibres, list) or not all(isinstance(f, dict) for f in fibres):
+            raise ValueError(f"fibres must be a list of objects, got {fibres!r}")
+        return cls(devices=devices, fault_proxy=fault_proxy, fibres=fibres)

@@ -24,6 +24,17 @@ endpoint (pty and SSH endpoints are not proxied). Control ops, all on the device
     proxy.connections   recent connections with the toxics applied to each (for repeatability checks)
 
 Without the field the twin opens no proxy and the proxy.* ops answer an error.
+
+Data plane (TwinSpec.fibres, emulators/dataplane): loopback TCP relays between job ranks that pass
+bytes only while the emulated switches hold a light path between the two host ports, both ways.
+Twin-wide control ops ("device": null):
+
+    dataplane.link   src_host, src_port, dst_host, dst_port, target_port -> "127.0.0.1:P", the relay
+                     src_host:src_port uses to reach dst_host:dst_port's rank on 127.0.0.1:target_port
+                     (same arguments, same relay)
+    dataplane.path   src_host, src_port, dst_host, dst_port -> {lit, forward: {lit, why}, backward: ...}
+    dataplane.state  {now, check_interval_ms, fibres, relays: [...], totals, events}
+    dataplane.reset  every relay closed (open connections reset), counters cleared
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from emulators.control import TwinControl
+from emulators.dataplane import DataPlane
 from emulators.devices import EmulatedDevice, build_device
 from emulators.endpoints import precise_event_loop
 from emulators.proxy import FaultProxy
@@ -76,6 +88,7 @@ class TwinServer:
         self.fault_proxy = spec.fault_proxy
         self._seeds = {d.name: int(getattr(d, "seed", 0)) for d in spec.devices}
         self.proxies: dict[str, FaultProxy] = {}
+        self.dataplane = DataPlane(spec.fibres, self.devices)
         self._control: asyncio.Server | None = None
         self.endpoints: Endpoints | None = None
 
@@ -103,6 +116,7 @@ class TwinServer:
         return out
 
     async def close(self) -> None:
+        await self.dataplane.close()
         for proxy in self.proxies.values():
             await proxy.close()
         for device in self.devices.values():
@@ -120,6 +134,10 @@ class TwinServer:
             return {"ok": False, "error": f"args must be a JSON object, got {type(args).__name__}"}
         if isinstance(op, str) and op.startswith("proxy."):
             return self._proxy_op(device, op, args)
+        if isinstance(op, str) and op.startswith("dataplane."):
+            if device is not None:
+                return {"ok": False, "error": f"{op} is a twin-wide op: send it with device null"}
+            return self.dataplane.control(op, args)
         if device is None:
             if op == "ping":
                 return {"ok": True, "result": "pong"}

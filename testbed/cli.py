@@ -42,9 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inventory", nargs="?", default=DEFAULT_INVENTORY)
     p.add_argument("--seed", type=int, default=0)
 
-    p = sub.add_parser("report", help="print the tables of a run")
+    p = sub.add_parser("report", help="print the tables of a run and write its figures (PNG) next to the results")
     p.add_argument("run_dir")
-    p.add_argument("--json", action="store_true", help="print summary.json")
+    p.add_argument("--json", action="store_true", help="print summary.json (writes no figures)")
+    p.add_argument("--no-plots", action="store_true", help="print the tables only")
+
+    p = sub.add_parser("compare", help="put two runs side by side, span by span")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
 
     p = sub.add_parser("check", help="verify a run from its history (invokes closed, fabric, interlocks)")
     p.add_argument("run_dir")
@@ -194,9 +199,20 @@ def cmd_report(args, console: Console) -> int:
     summary = load_summary(Path(args.run_dir))
     if args.json:
         print(json.dumps(summary, indent=2))
-    else:
-        print_summary(console, summary)
+        return EXIT_OK
+    print_summary(console, summary)
+    if not args.no_plots:
+        from testbed.plots import write_plots
+
+        for path in write_plots(Path(args.run_dir)):
+            console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
     return EXIT_OK
+
+
+def cmd_compare(args, console: Console) -> int:
+    from testbed.compare import main as compare_main
+
+    return compare_main(args.run_a, args.run_b)  # 0 compared, 2 a folder that is not a run
 
 
 def cmd_check(args, console: Console) -> int:
@@ -235,6 +251,7 @@ COMMANDS = {
     "run": cmd_run,
     "emulate": cmd_emulate,
     "report": cmd_report,
+    "compare": cmd_compare,
     "check": cmd_check,
     "replay": cmd_replay,
     "schema": cmd_schema,

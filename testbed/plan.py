@@ -15,6 +15,7 @@ from testbed.config.playbook import (
     FabricApply,
     FabricClear,
     FabricCycle,
+    Failover,
     FaultDetect,
     FaultInject,
     HostsHealth,
@@ -96,6 +97,18 @@ class FaultInjectStep:
 
 
 @dataclass(frozen=True)
+class FailoverStep:
+    label: str
+    kind: str
+    rank: int
+    xid: int
+    heartbeat_s: float
+    stall_timeout_s: float
+    timeout_s: float
+    measure: str
+
+
+@dataclass(frozen=True)
 class HealthStep:
     label: str
     hosts: tuple[str, ...]
@@ -128,6 +141,8 @@ PlannedStep = (
     | JobStartStep
     | JobStopStep
     | FaultDetectStep
+    | FaultInjectStep
+    | FailoverStep
     | HealthStep
 )
 
@@ -150,6 +165,8 @@ class Plan:
     trials: tuple[TrialPlan, ...]
     teardown: tuple[PlannedStep, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # switch -> every port the job's fabric may use, whichever hosts (spares included) hold the ranks
+    job_managed: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def addresses(self) -> dict[str, str]:
         return {d: transport_address(self.inventory.devices[d].transport) for d in self.devices}
@@ -196,6 +213,12 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
         if inventory.devices[device].read_only:
             raise PlanError(f"interlock: {device} is read-only in the inventory, but the playbook calibrates it")
     job_hosts = set(playbook.job.ranks) if playbook.job else set()
+    job_managed = {}
+    if playbook.job is not None and playbook.job.fabric is not None:
+        if any(isinstance(s, Failover) for sec in (playbook.setup, playbook.steps) for s in _flatten(sec)):
+            job_hosts |= set(inventory.spares)  # a failover may move a rank to any spare
+        job_managed = _job_managed(playbook, inventory, job_hosts)
+        _check_interlocks({"job": {}}, job_managed, inventory)
     checked = {
         h
         for section in (playbook.setup, playbook.steps, playbook.teardown)
@@ -204,7 +227,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
         for h in (step.hosts or gpu_hosts)
     }
     order = list(inventory.devices).index
-    writes = {sw for conf in circuits.values() for sw in conf} | calibrated | job_hosts  # starting a job writes
+    writes = {sw for conf in circuits.values() for sw in conf} | calibrated | job_hosts | set(job_managed)
     touched = sorted(writes | checked, key=order)
     return Plan(
         playbook=playbook,
@@ -215,7 +238,21 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
         setup=resolve_steps(playbook.setup, points[0]),
         trials=tuple(trial_plans),
         teardown=resolve_steps(playbook.teardown, points[-1]),
+        job_managed=job_managed,
     )
+
+
+def _job_managed(playbook: Playbook, inv: Inventory, hosts: set[str]) -> dict[str, tuple[int, ...]]:
+    fabric = playbook.job.fabric
+    ports = {fabric.port} | ({fabric.reverse_port} if fabric.reverse_port else set())
+    managed: dict[str, set[int]] = {}
+    for host in hosts:
+        for port in ports:
+            fibre = inv.fibre_of(host, port)
+            if fibre is None:
+                raise PlanError(f"job fabric: {host}:{port} has no fibre in the inventory's fibre map")
+            managed.setdefault(fibre.switch, set()).update((fibre.ingress, fibre.egress))
+    return {sw: tuple(sorted(p)) for sw, p in managed.items()}
 
 
 def _flatten(steps):
@@ -304,6 +341,21 @@ def _resolve_step(step, ctx: _StepContext) -> tuple[PlannedStep, ...]:
         return (
             FaultDetectStep(
                 step.name or f"{step.fault.kind} on rank {rank}, detect",
+                step.fault.kind,
+                rank,
+                step.fault.xid,
+                step.heartbeat_ms / 1000,
+                step.stall_timeout_ms / 1000,
+                step.timeout_ms / 1000,
+                step.measure,
+            ),
+        )
+    if isinstance(step, Failover):
+        target = step.fault.target.split(":")[1]
+        rank = ctx.rng.randrange(ctx.world) if target == "random" else int(target)
+        return (
+            FailoverStep(
+                step.name or f"failover: {step.fault.kind} on rank {rank}",
                 step.fault.kind,
                 rank,
                 step.fault.xid,

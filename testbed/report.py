@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from testbed.errors import UserError
+from testbed.milestones import milestone_tables
 
 
 def load_summary(run_dir: Path) -> dict:
@@ -53,6 +54,8 @@ def print_summary(console: Console, summary: dict) -> None:
         f"[{'green' if summary.get('status') == 'ok' else 'red'}]{summary.get('status')}[/]  trials "
         f"{trials.get('ok', 0)} ok / {trials.get('failed', 0)} failed of {trials.get('planned', '?')}"
     )
+    for table in milestone_tables(summary):  # failover segments in milestone order, then the total
+        console.print(table)
     if summary.get("spans"):
         console.print(spans_table(summary["spans"], "measured spans (all trials)"))
         if any(not s.get("p99_reliable", True) for s in summary["spans"].values() if s.get("n")):
@@ -78,7 +81,9 @@ def print_summary(console: Console, summary: dict) -> None:
                 str(len(xids)) if xids else "-",
             )
         console.print(table)
-    for span, steps in summary.get("by_step", {}).items():
+    by_step = summary.get("by_step", {})
+    headline = {s: v for s, v in by_step.items() if s.endswith((".total", ".latency"))} or by_step
+    for span, steps in headline.items():
         console.print(spans_table(steps, f"{span} per step"))
     for device, c in summary.get("crosstalk", {}).items():
         table = Table(

@@ -19,7 +19,7 @@ from testbed.events import Event
 from testbed.redact import redact
 from testbed.stats import summarize
 
-PACKAGES = ("testbed", "ray", "pydantic", "pyvisa", "pyvisa-py", "pyserial", "paramiko", "rich", "numpy")
+PACKAGES = ("testbed", "ray", "pydantic", "pyvisa", "pyvisa-py", "pyserial", "paramiko", "rich", "numpy", "matplotlib")
 
 
 def make_run_dir(root: Path, playbook_name: str) -> tuple[str, Path]:

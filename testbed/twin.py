@@ -70,7 +70,13 @@ def twin_spec(inv: Inventory, seed: int, only: set[str] | None = None) -> TwinSp
                     name=name, gpus=dev.gpus, gpu_name=dev.emulation.gpu_name, user=user, seed=seed * 1000 + index
                 )
             )
-    return TwinSpec(devices=devices)
+    # The fibre map drives the twin's data plane (emulators/dataplane): traffic between host ports flows
+    # only along the light paths the emulated switches hold.
+    fibres = [
+        {"host": f.host, "port": f.port, "switch": f.switch, "ingress": f.ingress, "egress": f.egress}
+        for f in inv.fibres
+    ]
+    return TwinSpec(devices=devices, fibres=fibres)
 
 
 def not_emulated(inv: Inventory, devices) -> list[str]:

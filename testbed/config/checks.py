@@ -11,6 +11,7 @@ from testbed.config.playbook import (
     DeviceCalibrate,
     FabricApply,
     FabricCycle,
+    Failover,
     FaultDetect,
     FaultInject,
     HostsHealth,
@@ -101,6 +102,8 @@ def check_playbook(pb: Playbook, inv: Inventory | None) -> list[Problem]:
                 problems.append(((*loc, "schedule"), f"no schedule named {step.schedule!r} (schedules: {known})"))
             if isinstance(step, DeviceCalibrate) and inv is not None and step.device not in inv.devices:
                 problems.append(((*loc, "device"), f"no device named {step.device!r} in the inventory"))
+            if isinstance(step, Failover) and (pb.job is None or pb.job.fabric is None):
+                problems.append(((*loc, "action"), "failover needs a `job:` with a `fabric:` to rewire"))
             if isinstance(step, JobStart | JobStop | FaultDetect | FaultInject) and pb.job is None:
                 problems.append(((*loc, "action"), f"{step.action} needs a `job:` section in the playbook"))
             if (

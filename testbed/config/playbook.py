@@ -77,6 +77,15 @@ class Schedule(Strict):
     port: Name = "p0"
 
 
+class JobFabric(Strict):
+    """How the job's ranks are connected optically: a logical topology over the hosts of the ranks, turned
+    into circuits through the fibre map. A failover rewires it for the new set of hosts."""
+
+    topology: Literal["ring"] = "ring"
+    port: Name = Field("p0", description="each rank transmits to the next on this host port")
+    reverse_port: Name | None = Field(None, description="and to the previous one on this port, if given")
+
+
 class Job(Strict):
     """A command started on GPU hosts, one rank per entry of `ranks` (a host may hold several ranks).
 
@@ -93,6 +102,7 @@ class Job(Strict):
     checkpoint_dir: str = "checkpoints"
     env: dict[str, str] = Field(default_factory=dict)
     port: int = Field(29500, ge=1024, le=65000)
+    fabric: JobFabric | None = Field(None, description="set up by job.start and rewired by failover")
 
     @field_validator("progress")
     @classmethod
@@ -194,6 +204,18 @@ class FaultInject(_Step):
     duration_ms: float = Field(1000, ge=0)
 
 
+class Failover(_Step):
+    """Fail a rank, detect it, choose a spare, rewire the fabric, relaunch from the last checkpoint and wait
+    for the first step on the spare; every milestone is recorded and `<measure>.<segment>` spans measured."""
+
+    action: Literal["failover"]
+    fault: Fault
+    heartbeat_ms: float = Field(50, gt=0, le=60_000)
+    stall_timeout_ms: float = Field(5000, gt=0)
+    timeout_ms: int = Field(120_000, gt=0, description="for each stage: detection, relaunch, first step")
+    measure: Name = "failover"
+
+
 class HostsHealth(_Step):
     """Identify and health-check hosts in parallel (every GPU host of the inventory unless `hosts`)."""
 
@@ -226,6 +248,7 @@ Step = Annotated[
     | DeviceCalibrate
     | JobStart
     | JobStop
+    | Failover
     | FaultDetect
     | HostsHealth
     | Wait

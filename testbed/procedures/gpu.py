@@ -162,6 +162,7 @@ def wait_step(
     min_step: int,
     max_s: float = 120.0,
     heartbeat_s: float = 0.05,
+    mark: str = "first_step",
 ) -> dict:
     """Block until the job's log shows a step >= min_step (the log is read from its start). Mark:
     first_step, when that line is received. Raises DeviceCommandError if the job exits first and
@@ -171,7 +172,7 @@ def wait_step(
     last: str | None = None
     for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=progress, lines=None):
         if ev.kind == "progress" and ev.step is not None and ev.step >= min_step:
-            ns = ctx.mark("first_step")
+            ns = ctx.mark(mark)  # first_step, or another milestone (job_ready: the job's "ready" line)
             return {"step": ev.step, "line": ev.line, "first_step_ns": ns}
         if ev.line:
             last = ev.line

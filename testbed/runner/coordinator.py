@@ -23,6 +23,7 @@ from testbed.plan import (
     ApplyStep,
     CalibrateStep,
     ClearStep,
+    FailoverStep,
     FaultDetectStep,
     FaultInjectStep,
     HealthStep,
@@ -193,7 +194,7 @@ class Coordinator:
                 },
                 step.label,
             )
-        elif isinstance(step, JobStartStep | JobStopStep | FaultDetectStep | FaultInjectStep):
+        elif isinstance(step, JobStartStep | JobStopStep | FaultDetectStep | FaultInjectStep | FailoverStep):
             if self.jobs is None:
                 raise StepFailed(f"{step.label}: the playbook has no job")
             run = {
@@ -201,6 +202,7 @@ class Coordinator:
                 JobStopStep: self.jobs.stop,
                 FaultDetectStep: self.jobs.detect,
                 FaultInjectStep: self.jobs.inject,
+                FailoverStep: self.jobs.failover,
             }
             run[type(step)](step)
         elif isinstance(step, HealthStep):

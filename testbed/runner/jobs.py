@@ -13,8 +13,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from testbed.config.inventory import Inventory
 from testbed.config.playbook import Job
-from testbed.plan import FaultDetectStep, FaultInjectStep, HealthStep, JobStartStep, JobStopStep
+from testbed.fabric import PathError, choose_spare, links_to_circuits, ring
+from testbed.plan import (
+    ApplyStep,
+    FailoverStep,
+    FaultDetectStep,
+    FaultInjectStep,
+    HealthStep,
+    JobStartStep,
+    JobStopStep,
+)
 from testbed.runner.coordinator import Coordinator, StepFailed, _raise_failures
 
 WATCH_READY_TIMEOUT_S = 20.0
@@ -70,6 +80,9 @@ class FaultInjector:
 
 
 class JobController:
+    """The playbook's job: its ranks, their hosts (the assignment, which a failover changes), the fabric
+    that connects them, and the watchers that see them fail."""
+
     def __init__(
         self,
         coordinator: Coordinator,
@@ -77,25 +90,50 @@ class JobController:
         watchers: dict,
         address_of: Callable[[str], str],
         faults: FaultInjector,
+        *,
+        inventory: Inventory | None = None,
+        managed: dict[str, tuple[int, ...]] | None = None,
+        seed: int = 0,
     ) -> None:
         self.c = coordinator
         self.job = job
         self.watchers = watchers  # host -> watcher actor
         self.address_of = address_of  # host -> the address its ranks are reached at (data plane)
         self.faults = faults
+        self.inventory = inventory
+        self.managed = managed or {}  # switch -> ports the job's fabric owns
+        self.seed = seed
+        self.spare_use: dict[str, int] = {}
+        self.failovers = 0
+        self.launches = 0  # each launch names its ranks' jobs afresh: a log read from its start is this launch's
+        self.handles: dict[int, dict] = {}  # rank -> job handle (pid, log) while running
+        self._assign(list(job.ranks))
+
+    def _assign(self, hosts: list[str]) -> None:
+        self.assignment = hosts
         seen: dict[str, int] = {}
         self.ranks = []
-        for index, host in enumerate(job.ranks):
+        for index, host in enumerate(hosts):
             self.ranks.append(Rank(index, host, seen.get(host, 0)))
             seen[host] = seen.get(host, 0) + 1
-        self.handles: dict[int, dict] = {}  # rank -> job handle (pid, log) while running
 
     # --- start / stop ---------------------------------------------------------------------------
 
     def start(self, step: JobStartStep) -> None:
         if self.handles:
             raise StepFailed("job.start: the job is already running; add a job.stop step before starting it again")
+        self._assign(list(self.job.ranks))  # every trial starts from the playbook's assignment
+        if self.job.fabric is not None:
+            self._apply_fabric(step.label)
+        self._launch(step.label)
+        if step.wait_steps > 0:
+            self._wait(step.label, self.ranks, self.job.progress, step.wait_steps, step.timeout_s)
+        self.c.recorder.emit("mark", "job_ready", step=step.label, data={"ranks": len(self.ranks)})
+
+    def _launch(self, label: str) -> dict[int, object]:
+        """Start every rank at once; returns each rank's result (its job_started mark)."""
         peers = ",".join(f"{self.address_of(r.host)}:{self.job.port + r.index}" for r in self.ranks)
+        self.launches += 1
         programs: dict[str, list] = {}
         for r in self.ranks:
             env = {
@@ -108,37 +146,50 @@ class JobController:
             }
             programs.setdefault(r.host, []).append(
                 (
-                    step.label,
+                    label,
                     "gpu.start_job",
-                    {"command": list(self.job.command), "name": f"rank{r.index}", "gpus": [r.local], "env": env},
+                    {
+                        "command": list(self.job.command),
+                        "name": f"rank{r.index}.{self.launches}",
+                        "gpus": [r.local],
+                        "env": env,
+                        # a rank slot keeps its directory across launches, so its checkpoints are found again
+                        "workdir": f"testbed-jobs/rank{r.index}",
+                    },
                 )
             )
-        started = self.c.dispatch(programs)
-        for host, results in started.items():
+        out = {}
+        for host, results in self.c.dispatch(programs).items():
             _raise_failures(results)
             for r, result in zip([r for r in self.ranks if r.host == host], results, strict=True):
                 self.handles[r.index] = result.value
-        if step.wait_steps > 0:
-            self._wait_steps(step.label, step.wait_steps, step.timeout_s)
-        self.c.recorder.emit("mark", "job_ready", step=step.label, data={"ranks": len(self.ranks)})
+                out[r.index] = result
+        return out
 
-    def _wait_steps(self, label: str, min_step: int, timeout_s: float) -> None:
+    def _wait(
+        self, label: str, ranks: list[Rank], progress: str, min_step: int, timeout_s: float, mark: str = "first_step"
+    ) -> dict[int, object]:
         programs: dict[str, list] = {}
-        for r in self.ranks:
+        for r in ranks:
             programs.setdefault(r.host, []).append(
                 (
                     label,
                     "gpu.wait_step",
                     {
                         "job": self.handles[r.index],
-                        "progress": self.job.progress,
+                        "progress": progress,
                         "min_step": min_step,
                         "max_s": timeout_s,
+                        "mark": mark,
                     },
                 )
             )
-        for results in self.c.dispatch(programs).values():
+        out = {}
+        for host, results in self.c.dispatch(programs).items():
             _raise_failures(results)
+            for r, result in zip([r for r in ranks if r.host == host], results, strict=True):
+                out[r.index] = result
+        return out
 
     def stop(self, step: JobStopStep | None = None, label: str = "stop job") -> None:
         if not self.handles:
@@ -153,54 +204,35 @@ class JobController:
         for results in self.c.dispatch(programs).values():
             _raise_failures(results)
 
+    def _apply_fabric(self, label: str, hosts: list[str] | None = None) -> dict:
+        """Make the switches hold the job's topology over the current assignment (the minimal change, on
+        every switch at once); returns each switch's result with its sent / acked / lit marks."""
+        fabric = self.job.fabric
+        if fabric.topology != "ring":  # the config admits only ring for now; keep the planner honest
+            raise StepFailed(f"job fabric topology {fabric.topology!r} is not supported")
+        hosts = self.assignment if hosts is None else hosts
+        if len(set(hosts)) != len(hosts):
+            raise StepFailed("a job fabric needs one rank per host (a host transmits on one port per rail)")
+        try:
+            circuits = links_to_circuits(ring(hosts, fabric.port, fabric.reverse_port), self.inventory)
+        except PathError as exc:
+            raise StepFailed(f"job fabric: {exc}") from None
+        step = ApplyStep(
+            label=label,
+            configuration="job fabric",
+            circuits=circuits,
+            managed={sw: self.managed.get(sw, ()) for sw in circuits},
+            measure=None,
+            verify_light=True,
+            min_power_dbm=-20.0,
+            timeout_s=5.0,
+        )
+        return self.c.call(self.c._calls(step), label)
+
     # --- faults and detection ---------------------------------------------------------------------
 
     def detect(self, step: FaultDetectStep) -> None:
-        if len(self.handles) != len(self.ranks):
-            raise StepFailed("fault.detect: the job is not running; add a job.start step before it")
-        target = self.ranks[step.rank]
-        refs = {}
-        for r in self.ranks:
-            kwargs = {
-                "job": self.handles[r.index],
-                "heartbeat_s": step.heartbeat_s,
-                "stall_timeout_s": step.stall_timeout_s,
-                "progress": self.job.progress,
-                "max_s": step.timeout_s,
-            }
-            self.c.recorder.emit("invoke", "gpu.watch_job", device=r.host, step=step.label, data={"rank": r.index})
-            refs[r.index] = self.watchers[r.host].run_program.remote([("gpu.watch_job", kwargs)])
-        ready = self.c.ray.get(
-            [self.watchers[r.host].wait_mark.remote("watching", WATCH_READY_TIMEOUT_S) for r in self.ranks]
-        )
-        data = {
-            "fault": f"{step.kind}@rank{target.index}",
-            "kind": step.kind,
-            "rank": target.index,
-            "host": target.host,
-            "gpu": target.local,
-        }
-        self.c.recorder.emit("invoke", "fault.inject", device=target.host, step=step.label, data=data)
-        try:
-            injected = self.faults.inject(step.kind, target, self.handles[target.index], step.label, step.xid)
-        except StepFailed:
-            self.c.recorder.emit("fail", "fault.inject", device=target.host, step=step.label, data=data)
-            raise
-        self.c.recorder.emit("ok", "fault.inject", device=target.host, step=step.label, data=data)
-        self._mark_injected(step, target, injected, {**data, "watching": all(ready)})
-        if step.kind == "gpu.fail" and self.faults.twin is None:
-            self.c.recorder.emit("mark", "gpu_marked_failed", device=target.host, step=step.label, data=data)
-        job = self.handles[target.index]
-        try:
-            first = self._first_detection(refs, step)
-        finally:
-            self.c.recorder.emit("invoke", "fault.heal", device=target.host, step=step.label, data=data)
-            self.faults.heal(step.kind, target, job, step.label)
-            self.c.recorder.emit("ok", "fault.heal", device=target.host, step=step.label, data=data)
-        if first is None:
-            raise StepFailed(
-                f"{step.kind} on rank {target.index} ({target.host}) was not detected within {step.timeout_s:g} s"
-            )
+        target, injected, first = self._inject_and_detect(step, heal=True)
         rank, detected_ns, value = first
         if step.measure:
             self.c.recorder.emit(
@@ -219,12 +251,88 @@ class JobController:
                 },
             )
 
-    def _first_detection(self, refs: dict, step: FaultDetectStep):
+    def _inject_and_detect(self, step, *, heal: bool, on_detect: Callable[[int], None] | None = None):
+        """Watch every rank, inject the fault once all are watching, wait for the first detection and stop
+        the job (so every other watch ends). Heals the fault at once when `heal`; otherwise the caller heals."""
+        if len(self.handles) != len(self.ranks):
+            raise StepFailed(f"{step.label}: the job is not running; add a job.start step before it")
+        target = self.ranks[step.rank]
+        refs = {}
+        for r in self.ranks:
+            kwargs = {
+                "job": self.handles[r.index],
+                "heartbeat_s": step.heartbeat_s,
+                "stall_timeout_s": step.stall_timeout_s,
+                "progress": self.job.progress,
+                "max_s": step.timeout_s,
+            }
+            self.c.recorder.emit("invoke", "gpu.watch_job", device=r.host, step=step.label, data={"rank": r.index})
+            refs[r.index] = self.watchers[r.host].run_program.remote([("gpu.watch_job", kwargs)])
+        ready = self.c.ray.get(
+            [self.watchers[r.host].wait_mark.remote("watching", WATCH_READY_TIMEOUT_S) for r in self.ranks]
+        )
+        data = self._fault_data(step, target)
+        job = self.handles[target.index]
+        self.c.recorder.emit("invoke", "fault.inject", device=target.host, step=step.label, data=data)
+        try:
+            injected = self.faults.inject(step.kind, target, job, step.label, step.xid)
+        except StepFailed:
+            self.c.recorder.emit("fail", "fault.inject", device=target.host, step=step.label, data=data)
+            raise
+        self.c.recorder.emit("ok", "fault.inject", device=target.host, step=step.label, data=data)
+        self._mark_injected(step, target, injected, {**data, "watching": all(ready)})
+        if step.kind == "gpu.fail" and self.faults.twin is None:
+            self.c.recorder.emit("mark", "gpu_marked_failed", device=target.host, step=step.label, data=data)
+        try:
+            first = self._first_detection(refs, step, on_detect)
+        finally:
+            if heal:
+                self._heal(step, target, job, data)
+        if first is None:
+            if not heal:
+                self._heal(step, target, job, data)
+            raise StepFailed(
+                f"{step.kind} on rank {target.index} ({target.host}) was not detected within {step.timeout_s:g} s"
+            )
+        return target, injected, first
+
+    def _fault_data(self, step, target: Rank) -> dict:
+        return {
+            "fault": f"{step.kind}@rank{target.index}",
+            "kind": step.kind,
+            "rank": target.index,
+            "host": target.host,
+            "gpu": target.local,
+        }
+
+    def _heal(self, step, target: Rank, job: dict, data: dict) -> None:
+        self.c.recorder.emit("invoke", "fault.heal", device=target.host, step=step.label, data=data)
+        self.faults.heal(step.kind, target, job, step.label)
+        self.c.recorder.emit("ok", "fault.heal", device=target.host, step=step.label, data=data)
+
+    def _first_detection(self, refs: dict, step, on_detect: Callable[[int], None] | None = None):
         """Wait for the first watcher to see a failure, stop the job (so every other watch ends), then
-        record every watcher's outcome. Returns (rank, detection time, its value) or None."""
+        record every watcher's outcome. Returns (rank, detection time, its value) or None. `on_detect(rank)`
+        runs as soon as a failure is seen, before the job is torn down (a failover starts rewiring then)."""
         ray = self.c.ray
         by_ref = {ref: rank for rank, ref in refs.items()}
-        ray.wait(list(refs.values()), num_returns=1, timeout=step.timeout_s + WATCH_READY_TIMEOUT_S)
+        limit = step.timeout_s + WATCH_READY_TIMEOUT_S
+        if on_detect is not None:
+            # React to the milestone itself, not to the procedure's return: after marking failure_detected
+            # a watcher still takes a health probe for the evidence, which the failover need not wait for.
+            # (Once the job is stopped every watcher marks an exit, so none of these waits lingers.)
+            seen = {
+                self.watchers[self.ranks[rank].host].wait_mark.remote("failure_detected", limit): rank for rank in refs
+            }
+            pending = list(seen)
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1, timeout=limit)
+                if not done:
+                    break
+                if ray.get(done[0]):
+                    on_detect(seen[done[0]])
+                    break
+        ray.wait(list(refs.values()), num_returns=1, timeout=limit)
         self.stop(label=step.label)
         first = None
         for ref, results in zip(refs.values(), ray.get(list(refs.values())), strict=True):
@@ -235,37 +343,6 @@ class JobController:
             if mark and (result.value or {}).get("detected") and (first is None or mark[0] < first[1]):
                 first = (rank, mark[0], result.value)
         return first
-
-    def inject(self, step: FaultInjectStep) -> None:
-        """A fault kept for a while and then healed; the job's own reaction is what the playbook measures."""
-        if len(self.handles) != len(self.ranks):
-            raise StepFailed("fault.inject: the job is not running; add a job.start step before it")
-        target = self.ranks[step.rank]
-        data = {
-            "fault": f"{step.kind}@rank{target.index}",
-            "kind": step.kind,
-            "rank": target.index,
-            "host": target.host,
-            "gpu": target.local,
-            "duration_s": step.duration_s,
-        }
-        if step.when_s:
-            time.sleep(step.when_s)  # the playbook's schedule for the fault, not synchronisation
-        self.c.recorder.emit("invoke", "fault.inject", device=target.host, step=step.label, data=data)
-        job = self.handles[target.index]
-        try:
-            injected = self.faults.inject(step.kind, target, job, step.label, step.xid, step.duty, step.period_s)
-        except StepFailed:
-            self.c.recorder.emit("fail", "fault.inject", device=target.host, step=step.label, data=data)
-            raise
-        self.c.recorder.emit("ok", "fault.inject", device=target.host, step=step.label, data=data)
-        self._mark_injected(step, target, injected, data)
-        try:
-            time.sleep(step.duration_s)  # how long the playbook keeps the fault: part of the experiment
-        finally:
-            self.c.recorder.emit("invoke", "fault.heal", device=target.host, step=step.label, data=data)
-            self.faults.heal(step.kind, target, job, step.label)
-            self.c.recorder.emit("ok", "fault.heal", device=target.host, step=step.label, data=data)
 
     def _mark_injected(self, step, target: Rank, injected: int, data: dict) -> None:
         """One fault_injected event per fault: taken here for a twin fault; taken by the host's actor
@@ -284,6 +361,132 @@ class JobController:
             self.c.recorder.emit(
                 "mark", "fault_described", device=target.host, step=step.label, data={**data, "injected_ns": injected}
             )
+
+    def inject(self, step: FaultInjectStep) -> None:
+        """A fault kept for a while and then healed; the job's own reaction is what the playbook measures."""
+        if len(self.handles) != len(self.ranks):
+            raise StepFailed("fault.inject: the job is not running; add a job.start step before it")
+        target = self.ranks[step.rank]
+        data = {**self._fault_data(step, target), "duration_s": step.duration_s}
+        if step.when_s:
+            time.sleep(step.when_s)  # the playbook's schedule for the fault, not synchronisation
+        self.c.recorder.emit("invoke", "fault.inject", device=target.host, step=step.label, data=data)
+        job = self.handles[target.index]
+        try:
+            injected = self.faults.inject(step.kind, target, job, step.label, step.xid, step.duty, step.period_s)
+        except StepFailed:
+            self.c.recorder.emit("fail", "fault.inject", device=target.host, step=step.label, data=data)
+            raise
+        self.c.recorder.emit("ok", "fault.inject", device=target.host, step=step.label, data=data)
+        self._mark_injected(step, target, injected, data)
+        try:
+            time.sleep(step.duration_s)  # how long the playbook keeps the fault: part of the experiment
+        finally:
+            self._heal(step, target, job, data)
+
+    # --- failover ---------------------------------------------------------------------------------
+
+    def failover(self, step: FailoverStep) -> None:
+        """fault_injected -> failure_detected -> spare_selected -> fabric_reconfigured -> link_verified ->
+        job_relaunched -> job_ready -> first_step (a step after the checkpoint, on the spare).
+
+        As soon as a watcher sees the failure, the spare is chosen for the rank it saw fail and the fabric
+        is rewired through it, while the surviving ranks are torn down: both must be done before the
+        relaunch, and neither waits for the other."""
+        plan: dict = {}
+
+        def on_detect(rank: int) -> None:
+            failed = self.ranks[rank]
+            spare = choose_spare(
+                failed.host,
+                self.inventory,
+                in_use=set(self.assignment),
+                used_count=self.spare_use,
+                seed=self.seed + self.failovers,
+            )
+            self.failovers += 1
+            self.spare_use[spare] = self.spare_use.get(spare, 0) + 1
+            plan["spare_selected"] = self._mark(
+                "spare_selected", step, {"failed": failed.host, "spare": spare, "rank": rank}
+            )
+            hosts = list(self.assignment)
+            hosts[rank] = spare
+            plan.update(rank=rank, spare=spare, hosts=hosts)
+            plan["fabric"] = self.c._pool.submit(self._apply_fabric, step.label, hosts)
+
+        target, injected, first = self._inject_and_detect(step, heal=False, on_detect=on_detect)
+        data = self._fault_data(step, target)
+        try:
+            if "fabric" not in plan:
+                raise StepFailed(f"{step.label}: the failure was not reported by a watcher in time to fail over")
+            milestones = {
+                "fault_injected": injected,
+                "failure_detected": first[1],
+                "spare_selected": plan["spare_selected"],
+            }
+            switches = plan["fabric"].result()
+            self._assign(plan["hosts"])
+            milestones["fabric_reconfigured"] = self._mark_at(
+                "fabric_reconfigured", step, max(r.marks["acked"][0] for r in switches.values())
+            )
+            milestones["link_verified"] = self._mark_at(
+                "link_verified", step, max(r.marks["lit"][0] for r in switches.values())
+            )
+            started = self._launch(step.label)
+            milestones["job_relaunched"] = self._mark_at(
+                "job_relaunched", step, max(r.marks["job_started"][0] for r in started.values())
+            )
+            ready = self._wait(
+                step.label, self.ranks, r"^ready rank \d+ world \d+ step (\d+)", 0, step.timeout_s, mark="job_ready"
+            )
+            milestones["job_ready"] = max(r.marks["job_ready"][0] for r in ready.values())
+            rank = plan["rank"]
+            resumed = ready[rank].value["step"]
+            result = self._wait(step.label, [self.ranks[rank]], self.job.progress, resumed + 1, step.timeout_s)[rank]
+            milestones["first_step"] = result.marks["first_step"][0]
+            self.c.recorder.emit(
+                "mark",
+                "failover.resumed",
+                step=step.label,
+                device=plan["spare"],
+                data={"resumed_from": resumed, "step": result.value["step"], "rank": rank},
+            )
+        finally:
+            self._heal(step, target, {"pid": None}, data)
+        self._measure_failover(step, milestones)
+
+    def _mark(self, name: str, step, data: dict) -> int:
+        return self.c.recorder.emit("mark", name, step=step.label, data=data).mono_ns
+
+    def _mark_at(self, name: str, step, ns: int) -> int:
+        self.c.recorder.emit("mark", name, mono_ns=ns, wall=time.time(), step=step.label)
+        return ns
+
+    def _measure_failover(self, step: FailoverStep, m: dict[str, int]) -> None:
+        order = [
+            "fault_injected",
+            "failure_detected",
+            "spare_selected",
+            "fabric_reconfigured",
+            "link_verified",
+            "job_relaunched",
+            "job_ready",
+            "first_step",
+        ]
+        names = ["detect", "select", "reconfigure", "verify", "relaunch", "ready", "first_step"]
+        for segment, a, b in zip(names, order[:-1], order[1:], strict=True):
+            self._measure(step, f"{step.measure}.{segment}", m[a], m[b])
+        self._measure(step, f"{step.measure}.total", m["fault_injected"], m["first_step"])
+
+    def _measure(self, step, name: str, start: int, end: int) -> None:
+        self.c.recorder.emit(
+            "measure",
+            name,
+            mono_ns=end,
+            wall=time.time(),
+            step=step.label,
+            data={"ms": (end - start) / 1e6, "start_ns": start, "end_ns": end},
+        )
 
     # --- health ---------------------------------------------------------------------------------
 

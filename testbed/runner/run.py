@@ -178,7 +178,9 @@ def _job_controller(ray, plan: Plan, inv: Inventory, coordinator: Coordinator, t
 
     remote_cls = ray.remote(DeviceActor)
     watchers = {}
-    for host in dict.fromkeys(plan.playbook.job.ranks):
+    # The job's hosts, and the spares a failover may move a rank to (the plan includes them then).
+    hosts = [d for d in plan.devices if d in plan.playbook.job.ranks or d in inv.spares]
+    for host in hosts:
         options, _ = actor_options(ray, host, inv.devices[host].node, emulate=emulate)
         watchers[host] = remote_cls.options(**options, max_concurrency=2).remote(
             host, inv.devices[host].driver, driver_settings(inv, host)
@@ -190,7 +192,16 @@ def _job_controller(ray, plan: Plan, inv: Inventory, coordinator: Coordinator, t
         return "127.0.0.1" if emulate else getattr(t, "host", host)
 
     faults = FaultInjector(coordinator, twin.control if twin is not None else None)
-    return JobController(coordinator, plan.playbook.job, watchers, address_of, faults)
+    return JobController(
+        coordinator,
+        plan.playbook.job,
+        watchers,
+        address_of,
+        faults,
+        inventory=inv,
+        managed=plan.job_managed,
+        seed=plan.seed,
+    )
 
 
 def _ground_truth(twin):
