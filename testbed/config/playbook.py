@@ -82,8 +82,12 @@ class JobFabric(Strict):
     into circuits through the fibre map. A failover rewires it for the new set of hosts."""
 
     topology: Literal["ring"] = "ring"
-    port: Name = Field("p0", description="each rank transmits to the next on this host port")
-    reverse_port: Name | None = Field(None, description="and to the previous one on this port, if given")
+    port: Name = Field("p0", description="the host port towards the next rank")
+    reverse_port: Name | None = Field(
+        None,
+        description="the host port towards the previous rank: with it each neighbour pair gets a duplex "
+        "link (port <-> next host's reverse_port), as TCP between ranks needs; without it a one-way ring on port",
+    )
 
 
 class Job(Strict):

@@ -5,7 +5,7 @@ failed host. No I/O here: the planner and the procedures call it."""
 from testbed.fabric.circuits import Link, PathError, links_to_circuits, parse_link
 from testbed.fabric.diff import circuit_diff
 from testbed.fabric.spares import choose_spare
-from testbed.fabric.topology import all_to_all_schedule, ring, torus2d
+from testbed.fabric.topology import all_to_all_schedule, duplex_ring, ring, torus2d
 
 __all__ = [
     "Link",
@@ -15,6 +15,7 @@ __all__ = [
     "circuit_diff",
     "choose_spare",
     "ring",
+    "duplex_ring",
     "torus2d",
     "all_to_all_schedule",
 ]

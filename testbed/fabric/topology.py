@@ -38,3 +38,16 @@ def all_to_all_schedule(hosts: list[str], port: str = "p0") -> list[list[Link]]:
     receiver per host."""
     n = len(hosts)
     return [[((hosts[i], port), (hosts[(i + k) % n], port)) for i in range(n)] for k in range(1, n)]
+
+
+def duplex_ring(hosts: list[str], right_port: str = "p0", left_port: str = "p1") -> list[Link]:
+    """A ring of duplex links, as labs cable one: each host's `right_port` to the next host's `left_port`,
+    light both ways (a TCP connection between neighbours needs both directions)."""
+    n = len(hosts)
+    if n < 2:
+        return []
+    links: list[Link] = []
+    for i in range(n):
+        a, b = (hosts[i], right_port), (hosts[(i + 1) % n], left_port)
+        links += [(a, b), (b, a)]
+    return links

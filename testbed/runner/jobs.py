@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from testbed.config.inventory import Inventory
 from testbed.config.playbook import Job
-from testbed.fabric import PathError, choose_spare, links_to_circuits, ring
+from testbed.fabric import PathError, choose_spare, duplex_ring, links_to_circuits, ring
 from testbed.plan import (
     ApplyStep,
     FailoverStep,
@@ -94,6 +94,7 @@ class JobController:
         inventory: Inventory | None = None,
         managed: dict[str, tuple[int, ...]] | None = None,
         seed: int = 0,
+        link: Callable[[str, str, str, str, int], str] | None = None,
     ) -> None:
         self.c = coordinator
         self.job = job
@@ -103,6 +104,9 @@ class JobController:
         self.inventory = inventory
         self.managed = managed or {}  # switch -> ports the job's fabric owns
         self.seed = seed
+        # (src host, src port, dst host, dst port, target port) -> address: the twin's data-plane relay, so
+        # a rank reaches its neighbour only along circuits the switches hold (None: direct, as on a lab)
+        self.link = link
         self.spare_use: dict[str, int] = {}
         self.failovers = 0
         self.launches = 0  # each launch names its ranks' jobs afresh: a log read from its start is this launch's
@@ -132,7 +136,7 @@ class JobController:
 
     def _launch(self, label: str) -> dict[int, object]:
         """Start every rank at once; returns each rank's result (its job_started mark)."""
-        peers = ",".join(f"{self.address_of(r.host)}:{self.job.port + r.index}" for r in self.ranks)
+        direct = [f"{self.address_of(r.host)}:{self.job.port + r.index}" for r in self.ranks]
         self.launches += 1
         programs: dict[str, list] = {}
         for r in self.ranks:
@@ -141,7 +145,7 @@ class JobController:
                 "RANK": str(r.index),
                 "WORLD_SIZE": str(len(self.ranks)),
                 "LOCAL_RANK": str(r.local),
-                "TESTBED_PEERS": peers,
+                "TESTBED_PEERS": ",".join(self._peers_of(r, direct)),
                 "TESTBED_CHECKPOINT_DIR": self.job.checkpoint_dir,
             }
             programs.setdefault(r.host, []).append(
@@ -165,6 +169,19 @@ class JobController:
                 self.handles[r.index] = result.value
                 out[r.index] = result
         return out
+
+    def _peers_of(self, r: Rank, direct: list[str]) -> list[str]:
+        """Rank r's view of every rank's address. Through the twin's data plane, the neighbour it connects to
+        (the next rank) is reached by a relay that carries traffic only while the duplex link between the
+        two hosts is lit, so a broken or wrongly rewired fabric really stops the job."""
+        peers = list(direct)
+        fabric = self.job.fabric
+        if self.link is None or fabric is None or fabric.reverse_port is None or len(self.ranks) < 2:
+            return peers
+        nxt = self.ranks[(r.index + 1) % len(self.ranks)]
+        if nxt.host != r.host:
+            peers[nxt.index] = self.link(r.host, fabric.port, nxt.host, fabric.reverse_port, self.job.port + nxt.index)
+        return peers
 
     def _wait(
         self, label: str, ranks: list[Rank], progress: str, min_step: int, timeout_s: float, mark: str = "first_step"
@@ -214,7 +231,12 @@ class JobController:
         if len(set(hosts)) != len(hosts):
             raise StepFailed("a job fabric needs one rank per host (a host transmits on one port per rail)")
         try:
-            circuits = links_to_circuits(ring(hosts, fabric.port, fabric.reverse_port), self.inventory)
+            links = (
+                duplex_ring(hosts, fabric.port, fabric.reverse_port)
+                if fabric.reverse_port
+                else ring(hosts, fabric.port)
+            )
+            circuits = links_to_circuits(links, self.inventory)
         except PathError as exc:
             raise StepFailed(f"job fabric: {exc}") from None
         step = ApplyStep(

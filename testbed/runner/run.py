@@ -89,6 +89,10 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
                 display = stack.enter_context(ProgressDisplay(console, len(plan.trials)))
                 recorder.add_observer(display)
                 status, error = _execute(plan, coordinator, recorder)
+                if twin is not None:
+                    # The twin's own account of the data plane: evidence that the job's traffic crossed the
+                    # emulated fabric (bytes relayed, connections cut when a path went dark).
+                    info["twin_dataplane"] = twin.control.call(None, "dataplane.state")["totals"]
     except KeyboardInterrupt:
         status, error = "aborted", "interrupted (Ctrl-C)"
         recorder.emit("mark", "run.aborted", data={"reason": error})
@@ -192,6 +196,20 @@ def _job_controller(ray, plan: Plan, inv: Inventory, coordinator: Coordinator, t
         return "127.0.0.1" if emulate else getattr(t, "host", host)
 
     faults = FaultInjector(coordinator, twin.control if twin is not None else None)
+    link = None
+    if twin is not None:
+
+        def link(src_host: str, src_port: str, dst_host: str, dst_port: str, target_port: int) -> str:
+            return twin.control.call(
+                None,
+                "dataplane.link",
+                src_host=src_host,
+                src_port=src_port,
+                dst_host=dst_host,
+                dst_port=dst_port,
+                target_port=target_port,
+            )
+
     return JobController(
         coordinator,
         plan.playbook.job,
@@ -201,6 +219,7 @@ def _job_controller(ray, plan: Plan, inv: Inventory, coordinator: Coordinator, t
         inventory=inv,
         managed=plan.job_managed,
         seed=plan.seed,
+        link=link,
     )
 
 

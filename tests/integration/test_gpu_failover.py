@@ -92,3 +92,11 @@ def test_report_prints_the_milestone_table_and_writes_figures(run_dir, capsys):
 def test_compare_puts_two_runs_side_by_side(run_dir, capsys):
     assert main(["compare", str(run_dir), str(run_dir)]) == 0
     assert "failover.total" in capsys.readouterr().out
+
+
+def test_the_jobs_traffic_crossed_the_emulated_fabric(run_dir):
+    info = json.loads((run_dir / "run.json").read_text())
+    totals = info["twin_dataplane"]
+    # Every launch's ring went through relays gated by the switch's circuits: the ranks' gradients were
+    # carried by the twin's data plane, and the failed rank's connections were cut when it died.
+    assert totals["relays"] >= 4 and totals["bytes"] > 0
