@@ -328,6 +328,12 @@ class _StepContext:
     gpu_hosts: tuple[str, ...]
 
 
+def _target_rank(target: str, ctx: _StepContext) -> int:
+    """rank:N, or rank:random drawn from the trial's seeded generator."""
+    which = target.split(":")[1]
+    return ctx.rng.randrange(ctx.world) if which == "random" else int(which)
+
+
 def _resolve_step(step, ctx: _StepContext) -> tuple[PlannedStep, ...]:
     """A playbook step as the steps the coordinator executes (a cycle becomes one apply per configuration)."""
     point, circuits, managed, schedules = ctx.point, ctx.circuits, ctx.managed, ctx.schedules
@@ -336,8 +342,7 @@ def _resolve_step(step, ctx: _StepContext) -> tuple[PlannedStep, ...]:
     if isinstance(step, JobStop):
         return (JobStopStep(step.name or "stop job"),)
     if isinstance(step, FaultDetect):
-        target = step.fault.target.split(":")[1]
-        rank = ctx.rng.randrange(ctx.world) if target == "random" else int(target)
+        rank = _target_rank(step.fault.target, ctx)
         return (
             FaultDetectStep(
                 step.name or f"{step.fault.kind} on rank {rank}, detect",
@@ -351,8 +356,7 @@ def _resolve_step(step, ctx: _StepContext) -> tuple[PlannedStep, ...]:
             ),
         )
     if isinstance(step, Failover):
-        target = step.fault.target.split(":")[1]
-        rank = ctx.rng.randrange(ctx.world) if target == "random" else int(target)
+        rank = _target_rank(step.fault.target, ctx)
         return (
             FailoverStep(
                 step.name or f"failover: {step.fault.kind} on rank {rank}",
@@ -366,8 +370,7 @@ def _resolve_step(step, ctx: _StepContext) -> tuple[PlannedStep, ...]:
             ),
         )
     if isinstance(step, FaultInject):
-        target = step.fault.target.split(":")[1]
-        rank = ctx.rng.randrange(ctx.world) if target == "random" else int(target)
+        rank = _target_rank(step.fault.target, ctx)
         f = step.fault
         return (
             FaultInjectStep(

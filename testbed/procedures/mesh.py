@@ -3,14 +3,12 @@ can treat a chip as a switch: circuits are (input 1..N, output N+1..2N) pairs.""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from testbed.photonics.calibration import CalibrationSettings
 from testbed.procedures.context import ProcedureContext
 from testbed.procedures.errors import VerificationError
-
-POLL_INTERVAL_S = 0.001
+from testbed.procedures.light import wait_for_light
 
 
 def identify(mesh, ctx: ProcedureContext, *, expected_size: int | None = None) -> dict:
@@ -109,24 +107,16 @@ def reconfigure(
         )
     powers: dict[int, float] = {}
     if verify_light and target:
-        egress = sorted(target.values())
-        deadline = time.monotonic() + timeout_s
-        while True:
-            powers = mesh.output_power(egress)
-            dark = [p for p in egress if powers[p] < min_power_dbm]
-            if not dark:
-                break
-            if time.monotonic() >= deadline:
-                shown = ", ".join(f"{p}: {powers[p]:.2f} dBm" for p in dark[:8])
-                raise VerificationError(
-                    f"no light on {len(dark)} output(s) of the chip within {timeout_s:g} s "
-                    f"(threshold {min_power_dbm} dBm): {shown}",
-                    device=ctx.device,
-                    address=ctx.address,
-                    hint="check that the hosts cabled to these inputs transmit, recalibrate the chip "
-                    "(mesh.calibrate) if it drifted, or lower min_power_dbm",
-                )
-            time.sleep(POLL_INTERVAL_S)
+        powers = wait_for_light(
+            mesh.output_power,
+            ctx,
+            sorted(target.values()),
+            min_power_dbm,
+            timeout_s,
+            what="output(s) of the chip",
+            hint="check that the hosts cabled to these inputs transmit, recalibrate the chip (mesh.calibrate) if it "
+            "drifted, or lower min_power_dbm",
+        )
         ctx.mark("lit")
     return {"added": len(added), "removed": len(removed), "min_power_dbm": min(powers.values()) if powers else None}
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 from testbed.capabilities import CircuitSwitch
 from testbed.fabric.diff import circuit_diff
 from testbed.procedures.context import ProcedureContext
 from testbed.procedures.errors import VerificationError
-
-POLL_INTERVAL_S = 0.001  # light polling: one PMON query per ms at most
+from testbed.procedures.light import wait_for_light
 
 
 def identify(switch: CircuitSwitch, ctx: ProcedureContext, *, expected_size: int | None = None) -> dict:
@@ -87,7 +84,17 @@ def reconfigure(
         )
     powers: dict[int, float] = {}
     if verify_light and target:
-        powers = _wait_for_light(switch, ctx, sorted(target.values()), min_power_dbm, timeout_s)
+        powers = wait_for_light(
+            switch.port_power,
+            ctx,
+            sorted(target.values()),
+            min_power_dbm,
+            timeout_s,
+            what="egress port(s)",
+            sent=":PMON:POW?",
+            hint="check that the hosts cabled to these circuits transmit (fibre map), that the "
+            "ports are not failed, or lower min_power_dbm in the playbook",
+        )
         ctx.mark("lit")
     return {"added": len(add), "removed": len(remove), "min_power_dbm": min(powers.values()) if powers else None}
 
@@ -103,26 +110,3 @@ def clear(switch: CircuitSwitch, ctx: ProcedureContext, *, managed: list[int]) -
     ctx.mark("acked")
     ctx.cache["connections"] = {i: e for i, e in current.items() if (i, e) not in remove}
     return {"removed": len(remove)}
-
-
-def _wait_for_light(
-    switch: CircuitSwitch, ctx: ProcedureContext, egress: list[int], min_power_dbm: float, timeout_s: float
-) -> dict[int, float]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        powers = switch.port_power(egress)
-        dark = [p for p in egress if powers[p] < min_power_dbm]
-        if not dark:
-            return powers
-        if time.monotonic() >= deadline:
-            shown = ", ".join(f"{p}: {powers[p]:.2f} dBm" for p in dark[:8])
-            raise VerificationError(
-                f"no light on {len(dark)} egress port(s) within {timeout_s:g} s (threshold {min_power_dbm} dBm):"
-                f" {shown}",
-                device=ctx.device,
-                address=ctx.address,
-                sent=":PMON:POW?",
-                hint="check that the hosts cabled to these circuits transmit (fibre map), that the ports are "
-                "not failed, or lower min_power_dbm in the playbook",
-            )
-        time.sleep(POLL_INTERVAL_S)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from testbed.config.inventory import Inventory
 from testbed.config.playbook import Job
 from testbed.fabric import PathError, choose_spare, duplex_ring, links_to_circuits, ring
+from testbed.milestones import MILESTONES, SEGMENTS
 from testbed.plan import (
     ApplyStep,
     FailoverStep,
@@ -485,20 +486,9 @@ class JobController:
         return ns
 
     def _measure_failover(self, step: FailoverStep, m: dict[str, int]) -> None:
-        order = [
-            "fault_injected",
-            "failure_detected",
-            "spare_selected",
-            "fabric_reconfigured",
-            "link_verified",
-            "job_relaunched",
-            "job_ready",
-            "first_step",
-        ]
-        names = ["detect", "select", "reconfigure", "verify", "relaunch", "ready", "first_step"]
-        for segment, a, b in zip(names, order[:-1], order[1:], strict=True):
+        for segment, a, b in zip(SEGMENTS, MILESTONES[:-1], MILESTONES[1:], strict=True):
             self._measure(step, f"{step.measure}.{segment}", m[a], m[b])
-        self._measure(step, f"{step.measure}.total", m["fault_injected"], m["first_step"])
+        self._measure(step, f"{step.measure}.total", m[MILESTONES[0]], m[MILESTONES[-1]])
 
     def _measure(self, step, name: str, start: int, end: int) -> None:
         self.c.recorder.emit(
