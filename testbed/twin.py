@@ -28,8 +28,9 @@ def twin_spec(inv: Inventory, seed: int, only: set[str] | None = None) -> TwinSp
     for index, (name, dev) in enumerate(inv.devices.items()):
         if only is not None and name not in only:
             continue
+        # Light enters where each fibre is really cabled (FibreEmulation), which the map may get wrong.
+        lit = {f.actual()[0]: f.launch_power_dbm for f in inv.fibres if f.switch == name}
         if isinstance(dev, OcsDevice):
-            lit = {f.ingress: f.launch_power_dbm for f in inv.fibres if f.switch == name}
             e = dev.emulation
             devices.append(
                 OcsSpec(
@@ -44,7 +45,6 @@ def twin_spec(inv: Inventory, seed: int, only: set[str] | None = None) -> TwinSp
                 )
             )
         elif isinstance(dev, MeshDevice):
-            lit = {f.ingress: f.launch_power_dbm for f in inv.fibres if f.switch == name}
             e = dev.emulation
             devices.append(
                 MeshSpec(
@@ -73,7 +73,7 @@ def twin_spec(inv: Inventory, seed: int, only: set[str] | None = None) -> TwinSp
     # The fibre map drives the twin's data plane (emulators/dataplane): traffic between host ports flows
     # only along the light paths the emulated switches hold.
     fibres = [
-        {"host": f.host, "port": f.port, "switch": f.switch, "ingress": f.ingress, "egress": f.egress}
+        {"host": f.host, "port": f.port, "switch": f.switch, "ingress": f.actual()[0], "egress": f.actual()[1]}
         for f in inv.fibres
     ]
     return TwinSpec(devices=devices, fibres=fibres)

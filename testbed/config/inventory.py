@@ -118,6 +118,14 @@ class GpuHostDevice(_Device):
 Device = Annotated[OcsDevice | MeshDevice | GpuHostDevice, Field(discriminator="kind")]
 
 
+class FibreEmulation(Strict):
+    """Where this fibre really lands in the emulated twin, when that differs from the map: a cabling
+    mistake to rehearse (the planner trusts the map; the twin's light and data plane follow the cable)."""
+
+    ingress: int | None = Field(None, ge=1)
+    egress: int | None = Field(None, ge=1)
+
+
 class Fibre(Strict):
     """One host port cabled to a switch: host transmit -> switch ingress, switch egress -> host receive."""
 
@@ -127,6 +135,12 @@ class Fibre(Strict):
     ingress: int = Field(ge=1)
     egress: int = Field(ge=1)
     launch_power_dbm: float = Field(0.0, ge=-40, le=20, description="transceiver output power")
+    emulation: FibreEmulation | None = None
+
+    def actual(self) -> tuple[int, int]:
+        """(ingress, egress) as cabled in the twin."""
+        e = self.emulation
+        return ((e.ingress or self.ingress) if e else self.ingress, (e.egress or self.egress) if e else self.egress)
 
 
 class Inventory(Strict):

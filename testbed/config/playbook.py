@@ -83,6 +83,7 @@ class JobFabric(Strict):
 
     topology: Literal["ring"] = "ring"
     port: Name = Field("p0", description="the host port towards the next rank")
+    verify_light: bool = Field(True, description="check light on every new circuit before (re)launching")
     reverse_port: Name | None = Field(
         None,
         description="the host port towards the previous rank: with it each neighbour pair gets a duplex "

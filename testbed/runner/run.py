@@ -70,6 +70,7 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
             if options.emulate:
                 inventory, endpoints, twin = stack.enter_context(_twin(plan, console))
                 info["twin"] = endpoints
+                stack.callback(_record_dataplane, twin, info)  # runs before the twin stops, on every path
             stack.enter_context(
                 device_locks({d: transport_address(inventory.devices[d].transport) for d in plan.devices}, run_id)
             )
@@ -89,10 +90,6 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
                 display = stack.enter_context(ProgressDisplay(console, len(plan.trials)))
                 recorder.add_observer(display)
                 status, error = _execute(plan, coordinator, recorder)
-                if twin is not None:
-                    # The twin's own account of the data plane: evidence that the job's traffic crossed the
-                    # emulated fabric (bytes relayed, connections cut when a path went dark).
-                    info["twin_dataplane"] = twin.control.call(None, "dataplane.state")["totals"]
     except KeyboardInterrupt:
         status, error = "aborted", "interrupted (Ctrl-C)"
         recorder.emit("mark", "run.aborted", data={"reason": error})
@@ -221,6 +218,13 @@ def _job_controller(ray, plan: Plan, inv: Inventory, coordinator: Coordinator, t
         seed=plan.seed,
         link=link,
     )
+
+
+def _record_dataplane(twin, info: dict) -> None:
+    """The twin's own account of its data plane: evidence that the job's traffic crossed the emulated fabric
+    (bytes relayed, connections refused or cut because a path was dark)."""
+    with contextlib.suppress(Exception):  # a twin that already died has nothing more to tell
+        info["twin_dataplane"] = twin.control.call(None, "dataplane.state")["totals"]
 
 
 def _ground_truth(twin):
