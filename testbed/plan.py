@@ -23,6 +23,7 @@ from testbed.config.playbook import (
     JobStop,
     Parallel,
     Playbook,
+    RailIterate,
     Wait,
 )
 from testbed.config.playbook import param_name as _param_name
@@ -109,6 +110,24 @@ class FailoverStep:
 
 
 @dataclass(frozen=True)
+class RailPhase:
+    name: str
+    compute_s: float
+    apply: ApplyStep  # the rails this phase's traffic needs
+
+
+@dataclass(frozen=True)
+class RailIterateStep:
+    label: str
+    mode: str  # static, on-demand, provisioning
+    delay_s: float
+    iterations: int
+    measure: str
+    phases: tuple[RailPhase, ...]
+    warmup: int = 1
+
+
+@dataclass(frozen=True)
 class HealthStep:
     label: str
     hosts: tuple[str, ...]
@@ -143,6 +162,7 @@ PlannedStep = (
     | FaultDetectStep
     | FaultInjectStep
     | FailoverStep
+    | RailIterateStep
     | HealthStep
 )
 
@@ -194,7 +214,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
     def resolve_steps(steps, point, trial: int = -1) -> tuple[PlannedStep, ...]:
         # rank:random is drawn per trial from the seed, so a run repeats exactly.
         rng = random.Random(f"{seed if seed is not None else playbook.seed}:{trial}")
-        ctx = _StepContext(point, circuits, managed, schedules, world, rng, gpu_hosts)
+        ctx = _StepContext(point, circuits, managed, schedules, world, rng, gpu_hosts, playbook.workloads)
         return tuple(p for s in steps for p in _resolve_step(s, ctx))
 
     points = _sweep_points(playbook.sweep)
@@ -326,6 +346,7 @@ class _StepContext:
     world: int
     rng: random.Random
     gpu_hosts: tuple[str, ...]
+    workloads: dict
 
 
 def _target_rank(target: str, ctx: _StepContext) -> int:
@@ -384,6 +405,32 @@ def _resolve_step(step, ctx: _StepContext) -> tuple[PlannedStep, ...]:
                 step.duration_ms / 1000,
             ),
         )
+    if isinstance(step, RailIterate):
+        mode = ctx.point[_param_name(step.mode)] if step.mode.startswith("${") else step.mode
+        delay = ctx.point[_param_name(step.delay_ms)] if isinstance(step.delay_ms, str) else step.delay_ms
+        if mode not in ("static", "on-demand", "provisioning"):
+            raise PlanError(f"rail.iterate: mode {step.mode} = {mode!r} is not static, on-demand or provisioning")
+        if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
+            raise PlanError(f"rail.iterate: delay_ms {step.delay_ms} = {delay!r} is not a duration in ms")
+        phases = tuple(
+            RailPhase(
+                p.name,
+                p.compute_ms / 1000,
+                ApplyStep(
+                    label=f"{step.workload}: {p.name}",
+                    configuration=p.configuration,
+                    circuits=circuits[p.configuration],
+                    managed={sw: managed[sw] for sw in circuits[p.configuration]},
+                    measure=None,
+                    verify_light=False,
+                    min_power_dbm=-20.0,
+                    timeout_s=5.0,
+                ),
+            )
+            for p in ctx.workloads[step.workload].phases
+        )
+        label = step.name or f"{step.workload} {mode}, +{delay:g} ms per change"
+        return (RailIterateStep(label, mode, float(delay) / 1000, step.iterations, step.measure, phases, step.warmup),)
     if isinstance(step, HostsHealth):
         return (HealthStep(step.name or "health check", tuple(step.hosts or ctx.gpu_hosts)),)
     if isinstance(step, FabricApply | FabricCycle):

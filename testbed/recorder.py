@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 from drivers.audit import AuditRecord
@@ -42,8 +43,10 @@ class Recorder:
         trial: int | None = None,
         step: str | None = None,
     ) -> Event:
-        if mono_ns is None or wall is None:
+        if mono_ns is None:
             mono_ns, wall = now()
+        elif wall is None:
+            wall = time.time()  # the caller's monotonic time stands; wall time is only for humans
         with self._lock:
             self._seq += 1
             event = Event(

@@ -8,6 +8,7 @@ from testbed.config.common import Name
 from testbed.config.inventory import GpuHostDevice, Inventory, MeshDevice, OcsDevice
 from testbed.config.playbook import (
     LINK_PATTERN,
+    PARAM_REF,
     DeviceCalibrate,
     FabricApply,
     FabricCycle,
@@ -19,6 +20,7 @@ from testbed.config.playbook import (
     JobStop,
     Parallel,
     Playbook,
+    RailIterate,
     Wait,
     param_name,
 )
@@ -102,6 +104,14 @@ def check_playbook(pb: Playbook, inv: Inventory | None) -> list[Problem]:
                 problems.append(((*loc, "schedule"), f"no schedule named {step.schedule!r} (schedules: {known})"))
             if isinstance(step, DeviceCalibrate) and inv is not None and step.device not in inv.devices:
                 problems.append(((*loc, "device"), f"no device named {step.device!r} in the inventory"))
+            if isinstance(step, RailIterate):
+                if step.workload not in pb.workloads:
+                    known = ", ".join(pb.workloads) or "none defined"
+                    problems.append(((*loc, "workload"), f"no workload named {step.workload!r} (workloads: {known})"))
+                for key in ("mode", "delay_ms"):
+                    value = getattr(step, key)
+                    if isinstance(value, str) and PARAM_REF.match(value) and param_name(value) not in pb.sweep:
+                        problems.append(((*loc, key), f"{value} names no parameter under `sweep`"))
             if isinstance(step, Failover) and (pb.job is None or pb.job.fabric is None):
                 problems.append(((*loc, "action"), "failover needs a `job:` with a `fabric:` to rewire"))
             if isinstance(step, JobStart | JobStop | FaultDetect | FaultInject) and pb.job is None:
@@ -129,6 +139,15 @@ def check_playbook(pb: Playbook, inv: Inventory | None) -> list[Problem]:
     for key, values in pb.sweep.items():
         if not values:
             problems.append((("sweep", key), "a swept parameter needs at least one value"))
+    for wname, workload in pb.workloads.items():
+        for i, phase in enumerate(workload.phases):
+            if phase.configuration not in pb.configurations:
+                problems.append(
+                    (
+                        (("workloads", wname, "phases", i, "configuration")),
+                        f"no configuration named {phase.configuration!r}",
+                    )
+                )
     if inv is not None and pb.job is not None:
         for i, host in enumerate(pb.job.ranks):
             if not isinstance(inv.devices.get(host), GpuHostDevice):

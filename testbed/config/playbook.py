@@ -138,6 +138,32 @@ class Fault(Strict):
     period_ms: float = Field(200, gt=0, description="for host.straggle: length of one stop/run cycle")
 
 
+class Phase(Strict):
+    """One phase of a training iteration: its traffic needs `configuration` on the rails, then it computes."""
+
+    name: Name
+    configuration: Name
+    compute_ms: float = Field(ge=0, le=600_000, description="compute after the phase's communication")
+
+
+class Workload(Strict):
+    """A workload card (as in CCL-Bench and Opus): the phases of one iteration, in order."""
+
+    description: str = ""
+    phases: list[Phase] = Field(min_length=1)
+
+
+def _choice(*allowed: str):
+    """One of `allowed`, or `${name}`: a sweep parameter the planner substitutes."""
+
+    def check(value):
+        if isinstance(value, str) and (value in allowed or PARAM_REF.match(value)):
+            return value
+        raise ValueError(f"expected one of {', '.join(allowed)} or a sweep parameter like '${{mode}}', got {value!r}")
+
+    return Annotated[str, BeforeValidator(check)]
+
+
 class _Step(Strict):
     name: str | None = Field(None, description="label shown in progress and events; default derived")
 
@@ -221,6 +247,28 @@ class Failover(_Step):
     measure: Name = "failover"
 
 
+class RailIterate(_Step):
+    """Run iterations of a workload card with the rails reconfigured per phase (Opus). Modes: static (the
+    rails never change), on-demand (each phase waits for its reconfiguration), provisioning (the next
+    configuration is requested as soon as a phase's traffic ends, hidden behind its compute). Each change
+    takes the switch's own time plus `delay_ms` (the OCS delay emulated as a sleep per change, as Opus's
+    testbed does, so a real fast switch can stand in for slower ones)."""
+
+    action: Literal["rail.iterate"]
+    workload: Name
+    mode: _choice("static", "on-demand", "provisioning")
+    delay_ms: sweepable(0, 600_000) = 0
+    iterations: int = Field(10, ge=1, le=100_000)
+    warmup: int = Field(
+        1,
+        ge=0,
+        le=1000,
+        description="iterations run first and not measured (Opus measures the "
+        "later steps only): the first one starts with its rails already in place",
+    )
+    measure: Name = "iteration"
+
+
 class HostsHealth(_Step):
     """Identify and health-check hosts in parallel (every GPU host of the inventory unless `hosts`)."""
 
@@ -254,6 +302,7 @@ Step = Annotated[
     | JobStart
     | JobStop
     | Failover
+    | RailIterate
     | FaultDetect
     | HostsHealth
     | Wait
@@ -273,6 +322,7 @@ class Playbook(Strict):
     )
     configurations: dict[Name, Configuration] = Field(default_factory=dict)
     schedules: dict[Name, Schedule] = Field(default_factory=dict)
+    workloads: dict[Name, Workload] = Field(default_factory=dict)
     job: Job | None = None
     sweep: dict[Name, list[Any]] = Field(
         default_factory=dict,

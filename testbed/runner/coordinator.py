@@ -32,6 +32,7 @@ from testbed.plan import (
     ParallelStep,
     Plan,
     PlannedStep,
+    RailIterateStep,
     WaitStep,
 )
 from testbed.recorder import Recorder
@@ -205,6 +206,8 @@ class Coordinator:
                 FailoverStep: self.jobs.failover,
             }
             run[type(step)](step)
+        elif isinstance(step, RailIterateStep):
+            self._rail_iterate(step)
         elif isinstance(step, HealthStep):
             from testbed.runner.jobs import health_check  # jobs builds on this module
 
@@ -240,6 +243,52 @@ class Coordinator:
                 step=step.label,
                 data={"ms": (end - start) / 1e6, "start_ns": start, "end_ns": end},
             )
+
+    def _rail_iterate(self, step: RailIterateStep) -> None:
+        """Iterations of a workload card (Opus). A phase's traffic needs its rails, then it computes (the
+        compute is the workload's, modelled as a pause). A change of rails takes the switches' time plus the
+        emulated OCS delay. on-demand: the change is made at the phase boundary and the job waits for it;
+        provisioning: the next phase's change is requested as soon as a phase's traffic ends and runs
+        behind its compute, so only what it overruns stalls the job; static: the rails never change."""
+        phases = step.phases
+
+        def change(apply: ApplyStep) -> None:
+            self.execute(apply)
+            time.sleep(step.delay_s)  # the emulated switching delay: part of what is measured
+
+        change(phases[0].apply)  # the rails the first phase needs, before the first iteration (not measured)
+        pending = None
+        for iteration in range(-step.warmup, step.iterations):
+            start = time.monotonic_ns()
+            for k, phase in enumerate(phases):
+                first = iteration == -step.warmup and k == 0
+                if step.mode == "on-demand" and not first:
+                    change(phase.apply)
+                elif step.mode == "provisioning" and pending is not None:
+                    pending.result()  # whatever of the change its window did not hide is a stall
+                # (the phase's collective runs here, on the rails now in place)
+                if step.mode == "provisioning":
+                    pending = self._pool.submit(change, phases[(k + 1) % len(phases)].apply)
+                time.sleep(phase.compute_s)  # the phase's compute: part of the workload being measured
+            end = time.monotonic_ns()
+            if iteration < 0:
+                continue  # warm-up
+            self.recorder.emit(
+                "measure",
+                f"{step.measure}.time",
+                mono_ns=end,
+                step=step.label,
+                data={
+                    "ms": (end - start) / 1e6,
+                    "start_ns": start,
+                    "end_ns": end,
+                    "iteration": iteration,
+                    "mode": step.mode,
+                    "delay_ms": step.delay_s * 1000,
+                },
+            )
+        if pending is not None:
+            pending.result()
 
     def _crosstalk(self, step: ApplyStep) -> None:
         """Per output port of a chip: power from every other input over power from the intended one, with
