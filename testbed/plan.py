@@ -236,7 +236,8 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
     job_managed = {}
     if playbook.job is not None and playbook.job.fabric is not None:
         if any(isinstance(s, Failover) for sec in (playbook.setup, playbook.steps) for s in _flatten(sec)):
-            job_hosts |= set(inventory.spares)  # a failover may move a rank to any spare
+            spares = playbook.job.spares if playbook.job.spares is not None else inventory.spares
+            job_hosts |= set(spares)  # a failover may move a rank to any spare
         job_managed = _job_managed(playbook, inventory, job_hosts)
         _check_interlocks({"job": {}}, job_managed, inventory)
     checked = {

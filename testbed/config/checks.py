@@ -152,6 +152,11 @@ def check_playbook(pb: Playbook, inv: Inventory | None) -> list[Problem]:
         for i, host in enumerate(pb.job.ranks):
             if not isinstance(inv.devices.get(host), GpuHostDevice):
                 problems.append((("job", "ranks", i), _unknown("GPU host", host, inv, GpuHostDevice)))
+        for i, host in enumerate(pb.job.spares or []):
+            if not isinstance(inv.devices.get(host), GpuHostDevice):
+                problems.append((("job", "spares", i), _unknown("GPU host", host, inv, GpuHostDevice)))
+            elif host in pb.job.ranks:
+                problems.append((("job", "spares", i), f"{host} runs a rank of the job; a spare must be free"))
     if inv is not None:
         for sname, schedule in pb.schedules.items():
             for i, host in enumerate(schedule.hosts):

@@ -108,6 +108,7 @@ class Job(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     port: int = Field(29500, ge=1024, le=65000)
     fabric: JobFabric | None = Field(None, description="set up by job.start and rewired by failover")
+    spares: list[Name] | None = Field(None, description="hosts a failover may use; default the inventory's spares")
 
     @field_validator("progress")
     @classmethod

@@ -13,10 +13,20 @@ class NoSpareError(RuntimeError):
     pass
 
 
-def choose_spare(failed: str, inv: Inventory, *, in_use: set[str], used_count: Mapping[str, int], seed: int) -> str:
-    free = [s for s in inv.spares if s not in in_use and s != failed]
+def choose_spare(
+    failed: str,
+    inv: Inventory,
+    *,
+    in_use: set[str],
+    used_count: Mapping[str, int],
+    seed: int,
+    spares: list[str] | None = None,
+) -> str:
+    """`spares` overrides the inventory's list (a job may keep its own, e.g. the hosts cabled to a chip)."""
+    pool = inv.spares if spares is None else spares
+    free = [s for s in pool if s not in in_use and s != failed]
     if not free:
-        raise NoSpareError(f"no free spare for {failed}: spares {inv.spares}, all in use")
+        raise NoSpareError(f"no free spare for {failed}: spares {pool}, all in use")
     failed_dev = inv.devices[failed]
     rack = failed_dev.rack if isinstance(failed_dev, GpuHostDevice) else None
 

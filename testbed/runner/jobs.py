@@ -426,6 +426,7 @@ class JobController:
                 in_use=set(self.assignment),
                 used_count=self.spare_use,
                 seed=self.seed + self.failovers,
+                spares=self.job.spares,
             )
             self.failovers += 1
             self.spare_use[spare] = self.spare_use.get(spare, 0) + 1

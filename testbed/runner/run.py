@@ -180,7 +180,9 @@ def _job_controller(ray, plan: Plan, inv: Inventory, coordinator: Coordinator, t
     remote_cls = ray.remote(DeviceActor)
     watchers = {}
     # The job's hosts, and the spares a failover may move a rank to (the plan includes them then).
-    hosts = [d for d in plan.devices if d in plan.playbook.job.ranks or d in inv.spares]
+    job = plan.playbook.job
+    spares = job.spares if job.spares is not None else inv.spares
+    hosts = [d for d in plan.devices if d in job.ranks or d in spares]
     for host in hosts:
         options, _ = actor_options(ray, host, inv.devices[host].node, emulate=emulate)
         watchers[host] = remote_cls.options(**options, max_concurrency=2).remote(
