@@ -19,6 +19,7 @@ from testbed.config.playbook import (
     FaultDetect,
     FaultInject,
     HostsHealth,
+    JobMeasure,
     JobStart,
     JobStop,
     Parallel,
@@ -65,6 +66,15 @@ class CalibrateStep:
 class JobStartStep:
     label: str
     wait_steps: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class JobMeasureStep:
+    label: str
+    steps: int
+    rank: int
+    measure: str
     timeout_s: float
 
 
@@ -159,6 +169,7 @@ PlannedStep = (
     | ParallelStep
     | JobStartStep
     | JobStopStep
+    | JobMeasureStep
     | FaultDetectStep
     | FaultInjectStep
     | FailoverStep
@@ -361,6 +372,12 @@ def _resolve_step(step, ctx: _StepContext) -> tuple[PlannedStep, ...]:
     point, circuits, managed, schedules = ctx.point, ctx.circuits, ctx.managed, ctx.schedules
     if isinstance(step, JobStart):
         return (JobStartStep(step.name or "start job", step.wait_steps, step.timeout_ms / 1000),)
+    if isinstance(step, JobMeasure):
+        return (
+            JobMeasureStep(
+                step.name or f"time {step.steps} steps", step.steps, step.rank, step.measure, step.timeout_ms / 1000
+            ),
+        )
     if isinstance(step, JobStop):
         return (JobStopStep(step.name or "stop job"),)
     if isinstance(step, FaultDetect):
@@ -394,13 +411,16 @@ def _resolve_step(step, ctx: _StepContext) -> tuple[PlannedStep, ...]:
     if isinstance(step, FaultInject):
         rank = _target_rank(step.fault.target, ctx)
         f = step.fault
+        duty = ctx.point[_param_name(f.duty)] if isinstance(f.duty, str) else f.duty
+        if not isinstance(duty, int | float) or isinstance(duty, bool) or not 0 < duty < 1:
+            raise PlanError(f"fault.inject: duty {f.duty} = {duty!r} is not a fraction between 0 and 1")
         return (
             FaultInjectStep(
-                step.name or f"{f.kind} on rank {rank}",
+                step.name or f"{f.kind} on rank {rank}" + (f", duty {duty:g}" if f.kind == "host.straggle" else ""),
                 f.kind,
                 rank,
                 f.xid,
-                f.duty,
+                float(duty),
                 f.period_ms / 1000,
                 step.when_ms / 1000,
                 step.duration_ms / 1000,

@@ -16,6 +16,7 @@ from testbed.config.playbook import (
     FaultDetect,
     FaultInject,
     HostsHealth,
+    JobMeasure,
     JobStart,
     JobStop,
     Parallel,
@@ -114,7 +115,15 @@ def check_playbook(pb: Playbook, inv: Inventory | None) -> list[Problem]:
                         problems.append(((*loc, key), f"{value} names no parameter under `sweep`"))
             if isinstance(step, Failover) and (pb.job is None or pb.job.fabric is None):
                 problems.append(((*loc, "action"), "failover needs a `job:` with a `fabric:` to rewire"))
-            if isinstance(step, JobStart | JobStop | FaultDetect | FaultInject) and pb.job is None:
+            if isinstance(step, JobMeasure) and pb.job is not None and step.rank >= len(pb.job.ranks):
+                problems.append(((*loc, "rank"), f"rank {step.rank} does not exist: the job has {len(pb.job.ranks)}"))
+            if (
+                isinstance(step, FaultInject)
+                and isinstance(step.fault.duty, str)
+                and param_name(step.fault.duty) not in pb.sweep
+            ):
+                problems.append(((*loc, "fault", "duty"), f"{step.fault.duty} names no parameter under `sweep`"))
+            if isinstance(step, JobStart | JobStop | JobMeasure | FaultDetect | FaultInject) and pb.job is None:
                 problems.append(((*loc, "action"), f"{step.action} needs a `job:` section in the playbook"))
             if (
                 isinstance(step, FaultDetect | FaultInject)

@@ -135,7 +135,9 @@ class Fault(Strict):
         description="rank:random (drawn from the seed for each trial) or rank:N",
     )
     xid: int = Field(79, description="for gpu.fail: the Xid the kernel log shows (79: fallen off the bus)")
-    duty: float = Field(0.5, gt=0, lt=1, description="for host.straggle: fraction of each period the rank is stopped")
+    duty: sweepable(0.01, 0.95) = Field(
+        0.5, description="for host.straggle: fraction of each period the rank is stopped"
+    )
     period_ms: float = Field(200, gt=0, description="for host.straggle: length of one stop/run cycle")
 
 
@@ -208,6 +210,17 @@ class JobStart(_Step):
 
     action: Literal["job.start"]
     wait_steps: int = Field(1, ge=0, description="wait until every rank has printed at least this step")
+    timeout_ms: int = Field(120_000, gt=0)
+
+
+class JobMeasure(_Step):
+    """Time the job's next `steps` iterations from its own progress lines (on `rank`'s host); the
+    span is their mean (one value per window, as Opus reports iteration time)."""
+
+    action: Literal["job.measure"]
+    steps: int = Field(10, ge=2, le=100_000)
+    rank: int = Field(0, ge=0)
+    measure: Name = "iteration"
     timeout_ms: int = Field(120_000, gt=0)
 
 
@@ -302,9 +315,11 @@ Step = Annotated[
     | DeviceCalibrate
     | JobStart
     | JobStop
+    | JobMeasure
     | Failover
     | RailIterate
     | FaultDetect
+    | FaultInject
     | HostsHealth
     | Wait
     | Parallel,

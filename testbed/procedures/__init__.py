@@ -27,6 +27,7 @@ PROCEDURES: dict[str, Procedure] = {
     "gpu.kill_job": gpu.kill_job,
     "gpu.watch_job": gpu.watch_job,
     "gpu.wait_step": gpu.wait_step,
+    "gpu.step_times": gpu.step_times,
 }
 
 __all__ = ["PROCEDURES", "ProcedureContext"]

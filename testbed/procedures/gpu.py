@@ -193,3 +193,40 @@ def wait_step(
                 hint="raise max_s, or check the progress pattern against the job's log",
             )
     raise AssertionError("unreachable: a watch ends with an exited event")
+
+
+def step_times(
+    host: GpuHost,
+    ctx: ProcedureContext,
+    *,
+    job: dict,
+    progress: str = PROGRESS,
+    count: int = 10,
+    max_s: float = 120.0,
+    heartbeat_s: float = 0.05,
+) -> dict:
+    """Follow the job's log from now on and return the receive time (monotonic ns) of its next `count`
+    progress lines: the job's own iteration times, as the host sees them."""
+    handle = _job(job)
+    start = time.monotonic_ns()
+    steps: list[tuple[int, int]] = []
+    for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=progress, lines=0):
+        if ev.kind == "progress" and ev.step is not None:
+            steps.append((ev.step, ev.monotonic_ns))
+            if len(steps) >= count:
+                break
+        if ev.kind == "exited":
+            raise DeviceCommandError(
+                f"job {handle.name!r} (pid {handle.pid}) exited while its steps were timed",
+                device=ctx.device,
+                address=ctx.address,
+                hint=f"read {handle.log} on the host",
+            )
+        if (ev.monotonic_ns - start) / 1e9 >= max_s:
+            raise DeviceTimeout(
+                f"job {handle.name!r} printed {len(steps)} of {count} steps within {max_s:g} s",
+                device=ctx.device,
+                address=ctx.address,
+                hint="raise max_s, or check the progress pattern against the job's log",
+            )
+    return {"steps": [s for s, _ in steps], "ns": [ns for _, ns in steps]}

@@ -27,6 +27,7 @@ from testbed.plan import (
     FaultDetectStep,
     FaultInjectStep,
     HealthStep,
+    JobMeasureStep,
     JobStartStep,
     JobStopStep,
     ParallelStep,
@@ -195,7 +196,9 @@ class Coordinator:
                 },
                 step.label,
             )
-        elif isinstance(step, JobStartStep | JobStopStep | FaultDetectStep | FaultInjectStep | FailoverStep):
+        elif isinstance(
+            step, JobStartStep | JobStopStep | JobMeasureStep | FaultDetectStep | FaultInjectStep | FailoverStep
+        ):
             if self.jobs is None:
                 raise StepFailed(f"{step.label}: the playbook has no job")
             run = {
@@ -204,6 +207,7 @@ class Coordinator:
                 FaultDetectStep: self.jobs.detect,
                 FaultInjectStep: self.jobs.inject,
                 FailoverStep: self.jobs.failover,
+                JobMeasureStep: self.jobs.measure,
             }
             run[type(step)](step)
         elif isinstance(step, RailIterateStep):

@@ -23,6 +23,7 @@ from testbed.plan import (
     FaultDetectStep,
     FaultInjectStep,
     HealthStep,
+    JobMeasureStep,
     JobStartStep,
     JobStopStep,
 )
@@ -61,7 +62,8 @@ class FaultInjector:
             elif kind == "host.power_off":
                 self.twin.call(rank.host, "power_off")
             else:
-                self.twin.call(rank.host, "straggle", pid=job.get("pid"), duty=duty, period_ms=period_s * 1000)
+                # The playbook's duty is the fraction stopped; the twin's is the fraction running.
+                self.twin.call(rank.host, "straggle", pid=job.get("pid"), duty=1 - duty, period_ms=period_s * 1000)
             return ns
         # On a real lab gpu.fail kills the rank (its GPU is marked failed in the run's events); process.kill
         # and process.hang are signals on any lab.
@@ -406,6 +408,36 @@ class JobController:
             time.sleep(step.duration_s)  # how long the playbook keeps the fault: part of the experiment
         finally:
             self._heal(step, target, job, data)
+
+    def measure(self, step: JobMeasureStep) -> None:
+        """The job's own iteration times: the interval between consecutive progress lines of one rank."""
+        if len(self.handles) != len(self.ranks):
+            raise StepFailed(f"{step.label}: the job is not running; add a job.start step before it")
+        r = self.ranks[step.rank]
+        kwargs = {
+            "job": self.handles[r.index],
+            "progress": self.job.progress,
+            "count": step.steps,
+            "max_s": step.timeout_s,
+        }
+        result = self.c.call({r.host: ("gpu.step_times", kwargs)}, step.label)[r.host]
+        ns = result.value["ns"]
+        # One figure per window: the mean iteration time (a straggler stalls every few steps, which a
+        # median of the intervals would hide); the intervals themselves are kept with it.
+        intervals = [round((b - a) / 1e6, 3) for a, b in zip(ns, ns[1:], strict=False)]
+        self.c.recorder.emit(
+            "measure",
+            f"{step.measure}.time",
+            mono_ns=ns[-1],
+            step=step.label,
+            data={
+                "ms": (ns[-1] - ns[0]) / 1e6 / len(intervals),
+                "start_ns": ns[0],
+                "end_ns": ns[-1],
+                "rank": r.index,
+                "intervals_ms": intervals,
+            },
+        )
 
     # --- failover ---------------------------------------------------------------------------------
 
