@@ -108,15 +108,8 @@ class FaultInjectStep:
 
 
 @dataclass(frozen=True)
-class FailoverStep:
-    label: str
-    kind: str
-    rank: int
-    xid: int
-    heartbeat_s: float
-    stall_timeout_s: float
-    timeout_s: float
-    measure: str
+class FailoverStep(FaultDetectStep):
+    """A detection followed by the failover: spare, rewiring, relaunch, first step."""
 
 
 @dataclass(frozen=True)
@@ -380,25 +373,15 @@ def _resolve_step(step, ctx: _StepContext) -> tuple[PlannedStep, ...]:
         )
     if isinstance(step, JobStop):
         return (JobStopStep(step.name or "stop job"),)
-    if isinstance(step, FaultDetect):
+    if isinstance(step, FaultDetect | Failover):
         rank = _target_rank(step.fault.target, ctx)
-        return (
-            FaultDetectStep(
-                step.name or f"{step.fault.kind} on rank {rank}, detect",
-                step.fault.kind,
-                rank,
-                step.fault.xid,
-                step.heartbeat_ms / 1000,
-                step.stall_timeout_ms / 1000,
-                step.timeout_ms / 1000,
-                step.measure,
-            ),
+        failover = isinstance(step, Failover)
+        label = (
+            f"failover: {step.fault.kind} on rank {rank}" if failover else f"{step.fault.kind} on rank {rank}, detect"
         )
-    if isinstance(step, Failover):
-        rank = _target_rank(step.fault.target, ctx)
         return (
-            FailoverStep(
-                step.name or f"failover: {step.fault.kind} on rank {rank}",
+            (FailoverStep if failover else FaultDetectStep)(
+                step.name or label,
                 step.fault.kind,
                 rank,
                 step.fault.xid,

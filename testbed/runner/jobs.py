@@ -9,6 +9,7 @@ the GPU marked failed in the run, as published testbeds simulate it).
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -139,7 +140,8 @@ class JobController:
 
     def _launch(self, label: str) -> dict[int, object]:
         """Start every rank at once; returns each rank's result (its job_started mark)."""
-        direct = [f"{self.address_of(r.host)}:{self.job.port + r.index}" for r in self.ranks]
+        self.ports = self._listen_ports()
+        direct = [f"{self.address_of(r.host)}:{self.ports[r.index]}" for r in self.ranks]
         self.launches += 1
         programs: dict[str, list] = {}
         for r in self.ranks:
@@ -173,6 +175,21 @@ class JobController:
                 out[r.index] = result
         return out
 
+    def _listen_ports(self) -> list[int]:
+        """Where each rank listens. On a lab, the playbook's port + rank on each host. In the twin every rank
+        runs on this machine, so each launch takes free ports: a rank left over from an earlier run (its
+        twin killed) cannot make this launch fail to bind."""
+        if self.link is None:
+            return [self.job.port + r.index for r in self.ranks]
+        sockets = [socket.socket() for _ in self.ranks]
+        try:
+            for s in sockets:
+                s.bind(("127.0.0.1", 0))
+            return [s.getsockname()[1] for s in sockets]
+        finally:
+            for s in sockets:
+                s.close()
+
     def _peers_of(self, r: Rank, direct: list[str]) -> list[str]:
         """Rank r's view of every rank's address. Through the twin's data plane, the neighbour it connects to
         (the next rank) is reached by a relay that carries traffic only while the duplex link between the
@@ -183,7 +200,7 @@ class JobController:
             return peers
         nxt = self.ranks[(r.index + 1) % len(self.ranks)]
         if nxt.host != r.host:
-            peers[nxt.index] = self.link(r.host, fabric.port, nxt.host, fabric.reverse_port, self.job.port + nxt.index)
+            peers[nxt.index] = self.link(r.host, fabric.port, nxt.host, fabric.reverse_port, self.ports[nxt.index])
         return peers
 
     def _wait(
