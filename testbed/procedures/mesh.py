@@ -8,7 +8,7 @@ from pathlib import Path
 from testbed.photonics.calibration import CalibrationSettings
 from testbed.procedures.context import ProcedureContext
 from testbed.procedures.errors import VerificationError
-from testbed.procedures.light import wait_for_light
+from testbed.procedures.verify import check_holds, wait_for_light
 
 
 def identify(mesh, ctx: ProcedureContext, *, expected_size: int | None = None) -> dict:
@@ -96,15 +96,13 @@ def reconfigure(
     ctx.mark("acked")
     now = mesh.circuits()
     ctx.cache["circuits"] = now
-    wrong = {i: (e, now.get(i)) for i, e in want.items() if now.get(i) != e}
-    if wrong:
-        detail = ", ".join(f"{i}->{w} (holds {g or 'nothing'})" for i, (w, g) in sorted(wrong.items()))
-        raise VerificationError(
-            f"after programming the chip does not hold {len(wrong)} circuit(s): {detail}",
-            device=ctx.device,
-            address=ctx.address,
-            hint="another client may be driving the heaters; recalibrate if the chip drifted",
-        )
+    check_holds(
+        want,
+        now,
+        ctx,
+        what="after programming the chip",
+        hint="another client may be driving the heaters; recalibrate if the chip drifted",
+    )
     powers: dict[int, float] = {}
     if verify_light and target:
         powers = wait_for_light(

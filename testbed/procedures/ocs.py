@@ -6,7 +6,7 @@ from testbed.capabilities import CircuitSwitch
 from testbed.fabric.diff import circuit_diff
 from testbed.procedures.context import ProcedureContext
 from testbed.procedures.errors import VerificationError
-from testbed.procedures.light import wait_for_light
+from testbed.procedures.verify import check_holds, wait_for_light
 
 
 def identify(switch: CircuitSwitch, ctx: ProcedureContext, *, expected_size: int | None = None) -> dict:
@@ -72,16 +72,14 @@ def reconfigure(
 
     now = switch.connections()
     ctx.cache["connections"] = now
-    wrong = {i: (e, now.get(i)) for i, e in target.items() if now.get(i) != e}
-    if wrong:
-        detail = ", ".join(f"{i}->{want} (holds {got or 'nothing'})" for i, (want, got) in sorted(wrong.items()))
-        raise VerificationError(
-            f"after the change the switch does not hold {len(wrong)} circuit(s): {detail}",
-            device=ctx.device,
-            address=ctx.address,
-            sent=":OXC:SWIT:CONN:STAT?",
-            hint="another client may be changing the switch, or the ports are failed",
-        )
+    check_holds(
+        target,
+        now,
+        ctx,
+        what="after the change the switch",
+        sent=":OXC:SWIT:CONN:STAT?",
+        hint="another client may be changing the switch, or the ports are failed",
+    )
     powers: dict[int, float] = {}
     if verify_light and target:
         powers = wait_for_light(

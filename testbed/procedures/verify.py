@@ -1,9 +1,9 @@
-"""Waiting for light: a change is verified when every new output reads power above a threshold."""
+"""Verifying a change: the device holds the circuits asked for, and every new output reads light."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from testbed.procedures.context import ProcedureContext
 from testbed.procedures.errors import VerificationError
@@ -40,3 +40,25 @@ def wait_for_light(
                 hint=hint,
             )
         time.sleep(POLL_INTERVAL_S)
+
+
+def check_holds(
+    want: Mapping[int, int],
+    holds: Mapping[int, int],
+    ctx: ProcedureContext,
+    *,
+    what: str,
+    hint: str,
+    sent: str | None = None,
+) -> None:
+    """Raise VerificationError listing every circuit of `want` that the read-back `holds` lacks."""
+    wrong = {i: (e, holds.get(i)) for i, e in want.items() if holds.get(i) != e}
+    if wrong:
+        detail = ", ".join(f"{i}->{w} (holds {g or 'nothing'})" for i, (w, g) in sorted(wrong.items()))
+        raise VerificationError(
+            f"{what} does not hold {len(wrong)} circuit(s): {detail}",
+            device=ctx.device,
+            address=ctx.address,
+            sent=sent,
+            hint=hint,
+        )
