@@ -8,6 +8,9 @@ checks and read-back, and the event recording. overhead = cycle(testbed) - cycle
 The two are run in alternating rounds so that machine noise hits both alike.
 
     python bench/ocs_overhead.py [--reconfigs 300] [--rounds 3]
+
+`measure()` returns the figures (bench/run_all.py calls it); main() prints them and writes
+bench/out/ocs_overhead.json.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
+from benchlib import write_out  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -102,32 +106,20 @@ def testbed_cycles(inventory_file: Path, n: int, results: Path) -> list[float]:
     return [(b - a) / 1e6 for a, b in zip(sent, sent[1:], strict=False)]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reconfigs", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    console = Console()
+def measure(reconfigs: int = 300, rounds: int = 3, console: Console | None = None) -> dict:
+    """Alternating rounds of the raw script and `testbed run`; returns the cycle-time figures in ms."""
+    console = console or Console()
     with tempfile.TemporaryDirectory() as tmp, ray_session(None):
         inventory = no_jitter_inventory(Path(tmp))
         raw: list[float] = []
         framework: list[float] = []
-        for r in range(args.rounds):
-            raw += raw_cycles(inventory, args.reconfigs)
-            framework += testbed_cycles(inventory, args.reconfigs, Path(tmp) / "results")
+        for r in range(rounds):
+            raw += raw_cycles(inventory, reconfigs)
+            framework += testbed_cycles(inventory, reconfigs, Path(tmp) / "results")
             console.print(
-                f"round {r + 1}/{args.rounds}: raw p50 {np.median(raw):.3f} ms, "
-                f"testbed p50 {np.median(framework):.3f} ms"
+                f"round {r + 1}/{rounds}: raw p50 {np.median(raw):.3f} ms, testbed p50 {np.median(framework):.3f} ms"
             )
     raw_a, fw_a = np.asarray(raw), np.asarray(framework)
-    table = Table(title="OCS reconfiguration cycle time (switching time 25 ms, no jitter)")
-    for col in ("driven by", "n", "p50 ms", "p99 ms"):
-        table.add_column(col, justify="right")
-    table.add_row(
-        "raw socket script", str(len(raw_a)), f"{np.percentile(raw_a, 50):.3f}", f"{np.percentile(raw_a, 99):.3f}"
-    )
-    table.add_row("testbed run", str(len(fw_a)), f"{np.percentile(fw_a, 50):.3f}", f"{np.percentile(fw_a, 99):.3f}")
-    console.print(table)
     result = {
         "raw_p50_ms": float(np.percentile(raw_a, 50)),
         "raw_p99_ms": float(np.percentile(raw_a, 99)),
@@ -139,13 +131,32 @@ def main() -> int:
     result["overhead_p50_ms"] = result["testbed_p50_ms"] - result["raw_p50_ms"]
     result["overhead_p99_ms"] = result["testbed_p99_ms"] - result["raw_p99_ms"]
     result["ratio_p50"] = result["testbed_p50_ms"] / result["raw_p50_ms"]
+    result.update(reconfigs_per_round=reconfigs, rounds=rounds, switching_time_ms=25.0)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reconfigs", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    console = Console()
+    result = measure(args.reconfigs, args.rounds, console)
+    table = Table(title="OCS reconfiguration cycle time (switching time 25 ms, no jitter)")
+    for col in ("driven by", "n", "p50 ms", "p99 ms"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        "raw socket script", str(result["n_raw"]), f"{result['raw_p50_ms']:.3f}", f"{result['raw_p99_ms']:.3f}"
+    )
+    table.add_row(
+        "testbed run", str(result["n_testbed"]), f"{result['testbed_p50_ms']:.3f}", f"{result['testbed_p99_ms']:.3f}"
+    )
+    console.print(table)
     console.print(
         f"framework overhead per reconfiguration: p50 {result['overhead_p50_ms']:.3f} ms "
         f"(target <= 2 ms), p99 {result['overhead_p99_ms']:.3f} ms; ratio p50 {result['ratio_p50']:.3f}"
     )
-    out = REPO / "bench/out"
-    out.mkdir(exist_ok=True)
-    (out / "ocs_overhead.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_out("ocs_overhead", result)
     return 0
 
 

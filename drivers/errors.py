@@ -31,9 +31,9 @@ class DeviceError(Exception):
     def __str__(self) -> str:
         parts = [f"{self.device} ({self.address}): {self.message}"]
         if self.sent is not None:
-            parts.append(f"  sent:     {self.sent!r}")
+            parts.append(f"  sent:     {_clip(repr(self.sent))}")
         if self.received is not None:
-            parts.append(f"  received: {self.received!r}")
+            parts.append(f"  received: {_clip(repr(self.received))}")
         if self.hint:
             parts.append(f"  try:      {self.hint}")
         return "\n".join(parts)
@@ -44,6 +44,17 @@ class DeviceError(Exception):
             _rebuild,
             (type(self), self.message, self.device, self.address, self.sent, self.received, self.hint),
         )
+
+
+SHOWN = 600  # characters of what was sent / received shown in a message; the attributes keep it all
+
+
+def _clip(text: str) -> str:
+    """A garbled reply can be kilobytes long: show its start and its end, and how much was left out."""
+    if len(text) <= SHOWN:
+        return text
+    half = SHOWN // 2
+    return f"{text[:half]} ... ({len(text) - 2 * half} characters) ... {text[-half:]}"
 
 
 def _rebuild(cls, message, device, address, sent, received, hint):

@@ -36,7 +36,12 @@ DRIVER_FAILURES = ("NVIDIA-SMI has failed", "Failed to initialize NVML", "couldn
 JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 SIGNALS = {"TERM", "KILL", "INT", "HUP", "STOP", "CONT", "USR1", "USR2", "QUIT"}
 MARK = "--testbed-tail--"
+PS_STAT = re.compile(r"^[DIPRSTtWXZ][<NLsl+]*$")  # `ps -o stat=`: a state letter, then modifiers
+# A pid or a step number: ASCII digits (str.isdigit() also accepts '²', which int() refuses), and not
+# thousands of them (int() refuses those too).
+NUMBER = re.compile(r"^[0-9]{1,18}$")
 XID = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
+SMI_FORMAT_HINT = "this nvidia-smi prints a format the driver does not know; report it with the output"
 
 
 def _bus_key(bus_id: str) -> str:
@@ -74,7 +79,13 @@ class GpuHostSsh:
         r = self._smi("--query-gpu=driver_version,name --format=csv,noheader")
         rows = [line.split(", ") for line in r.stdout.splitlines() if line and not LOST.search(line)]
         if not rows or len(rows[0]) < 2:
-            raise self._error(DeviceProtocolError, "nvidia-smi listed no GPU", sent=r.command, received=r.stdout)
+            raise self._error(
+                DeviceProtocolError,
+                "nvidia-smi listed no GPU",
+                sent=r.command,
+                received=r.stdout,
+                hint=SMI_FORMAT_HINT,
+            )
         version, name = rows[0][0], rows[0][1]
         return Identity(vendor="NVIDIA", model=f"{len(rows)}x {name}", serial=hostname, firmware=version)
 
@@ -135,7 +146,7 @@ class GpuHostSsh:
                     f"cannot parse nvidia-smi's CSV row {line!r}: {exc}",
                     sent=r.command,
                     received=r.stdout,
-                    hint="this nvidia-smi prints a format the driver does not know; report it with the output",
+                    hint=SMI_FORMAT_HINT,
                 ) from exc
             self._bus_index[_bus_key(gpu.bus_id)] = gpu.index
             out.append(gpu)
@@ -156,6 +167,7 @@ class GpuHostSsh:
                     f"cannot parse nvidia-smi's compute-apps row {line!r}: {exc}",
                     sent=r.command,
                     received=r.stdout,
+                    hint=SMI_FORMAT_HINT,
                 ) from exc
         return out
 
@@ -199,7 +211,8 @@ class GpuHostSsh:
         )
         r = self.exec(line, check=False)
         pid_text = r.stdout.strip()
-        if r.status != 0 or not pid_text.isdigit():
+        # pid 0 or 1 would make stop_job's `kill -- -PID` signal the login's own group or every process.
+        if r.status != 0 or not NUMBER.match(pid_text) or int(pid_text) <= 1:
             raise self._error(
                 DeviceCommandError,
                 f"job {name!r} did not start (exit status {r.status}): {(r.stderr or r.stdout).strip()[:300]}",
@@ -215,8 +228,18 @@ class GpuHostSsh:
             f"ps -o stat= -p {int(job.pid)} ; echo {MARK} ; tail -n {int(tail_lines)} {shlex.quote(job.log)}",
             check=False,
         )
-        stat, _, tail = r.stdout.partition(MARK + "\n")
+        stat, mark, tail = r.stdout.partition(MARK + "\n")
         stat = stat.strip()
+        if not mark or (stat and not PS_STAT.match(stat)):
+            raise self._error(
+                DeviceProtocolError,
+                f"cannot read job {job.name!r}'s state (pid {job.pid}): expected ps's STAT code, then the line "
+                f"{MARK!r}",
+                sent=r.command,
+                received=r.stdout[-2000:] + r.stderr[-500:],
+                hint="the output was cut short or the host's ps is not procps (`ps -o stat= -p PID` must print "
+                "a code like 'Ss' or nothing)",
+            )
         if not stat or stat[0] in "ZX":
             state = "exited"
         elif stat[0] in "Tt":
@@ -345,4 +368,4 @@ def _line_event(raw: bytes, rx: re.Pattern | None, ns: int) -> WatchEvent:
     if m is None:
         return WatchEvent("line", line, None, ns)
     text = m.group(1) if m.groups() else m.group(0)
-    return WatchEvent("progress", line, int(text) if text.isdigit() else None, ns)
+    return WatchEvent("progress", line, int(text) if NUMBER.match(text) else None, ns)

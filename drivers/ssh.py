@@ -196,17 +196,21 @@ class SshTransport:
         channel = self._open_channel(command)
         record(self.audit, self.device, self.address, "tx", command)
         try:
-            channel.settimeout(timeout)
-            channel.exec_command(command)
             deadline = time.monotonic() + timeout
+            channel.settimeout(timeout)
+            _exec_request(channel, command, timeout)
             out = _read_all(channel.makefile("rb"), deadline)
             err = _read_all(channel.makefile_stderr("rb"), deadline)
             if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
                 raise TimeoutError
+            if _connection_lost(channel):
+                # The channel was closed by a dying connection, not by the command ending: paramiko then
+                # reports exit status -1, which must not read as the command's failure.
+                raise EOFError("the connection closed before the command's exit status arrived")
             status = channel.recv_exit_status()
         except TimeoutError as exc:
             record(self.audit, self.device, self.address, "rx", "(timeout)")
-            channel.close()
+            _close_quietly(channel)
             raise self._error(
                 DeviceTimeout,
                 f"no complete answer within {timeout:g} s",
@@ -224,7 +228,7 @@ class SshTransport:
                 "is unknown",
             ) from exc
         finally:
-            channel.close()
+            _close_quietly(channel)
         stdout = out.decode("utf-8", errors="backslashreplace")
         stderr = err.decode("utf-8", errors="backslashreplace")
         rx = stdout + (f"\n[stderr] {stderr}" if stderr else "") + f"\n[exit {status}]"
@@ -251,7 +255,7 @@ class SshTransport:
         record(self.audit, self.device, self.address, "tx", command)
         try:
             try:
-                channel.exec_command(command)
+                _exec_request(channel, command, self.settings.timeout_s)
                 while True:
                     readable, _, _ = select.select([channel], [], [], idle_s)
                     if channel.recv_stderr_ready():
@@ -270,6 +274,14 @@ class SshTransport:
                 while channel.recv_stderr_ready():
                     data = channel.recv_stderr(65536)
                     yield StreamChunk("err", data, record(self.audit, self.device, self.address, "rx", data))
+            except TimeoutError as exc:  # only from the exec request: later silence is "idle"
+                record(self.audit, self.device, self.address, "rx", "(timeout)")
+                raise self._error(
+                    DeviceTimeout,
+                    f"the host did not answer the exec request within {self.settings.timeout_s:g} s",
+                    sent=command,
+                    hint="the host is overloaded or the connection stalled; the command may have started there",
+                ) from exc
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 record(self.audit, self.device, self.address, "rx", f"(connection lost: {exc})")
                 self.close()
@@ -279,10 +291,7 @@ class SshTransport:
                     sent=command,
                     hint="the host went down or sshd restarted; the next call reconnects",
                 ) from exc
-            transport = channel.get_transport()
-            if not channel.status_event.is_set() or (
-                channel.exit_status == -1 and (transport is None or not transport.is_active())
-            ):
+            if not channel.status_event.is_set() or _connection_lost(channel):
                 record(self.audit, self.device, self.address, "rx", "(connection lost: no exit status)")
                 self.close()
                 raise self._error(
@@ -296,7 +305,7 @@ class SshTransport:
                 "exit", b"", record(self.audit, self.device, self.address, "rx", f"[exit {status}]"), status
             )
         finally:
-            channel.close()
+            _close_quietly(channel)
 
     def _open_channel(self, command: str) -> paramiko.Channel:
         for attempt in (1, 2):
@@ -319,6 +328,47 @@ class SshTransport:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+
+
+def _exec_request(channel: paramiko.Channel, command: str, timeout: float) -> None:
+    """channel.exec_command, bounded by `timeout`: paramiko waits for the server's answer to the exec
+    request without any timeout, so a connection that stalls right after the channel opened would hang
+    the caller for ever. A watchdog closes the channel instead; that wakes paramiko, and TimeoutError is
+    raised (the command may have started on the host: the caller reports an unknown outcome)."""
+    fired = threading.Event()
+
+    def expire() -> None:
+        fired.set()
+        _close_quietly(channel)
+
+    watchdog = threading.Timer(timeout, expire)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        channel.exec_command(command)
+    except (OSError, EOFError, paramiko.SSHException):
+        if fired.is_set():
+            raise TimeoutError from None
+        raise
+    finally:
+        watchdog.cancel()
+    if fired.is_set():  # answered just as the watchdog closed the channel: the channel is unusable
+        raise TimeoutError
+
+
+def _connection_lost(channel: paramiko.Channel) -> bool:
+    """Whether the channel ended with its connection (no exit status, transport gone)."""
+    transport = channel.get_transport()
+    return channel.exit_status == -1 and (transport is None or not transport.is_active())
+
+
+def _close_quietly(channel: paramiko.Channel) -> None:
+    # close() sends CHANNEL_CLOSE; on a connection that has just died paramiko raises EOFError/OSError
+    # from it, which would replace the typed error being raised with a raw one.
+    try:
+        channel.close()
+    except (OSError, EOFError, paramiko.SSHException):
+        pass
 
 
 def _read_all(stream, deadline: float) -> bytes:

@@ -58,6 +58,9 @@ class PolatisEngine(ScpiEngine):
         self.clock = clock  # only for the control API; the SCPI path gets `now` from its caller
         self.quote_port_reply = quote_port_reply
         self.allow_ranges = allow_ranges
+        # Light arriving on an ingress port over a trunk from another switch, read live (set by the twin,
+        # emulators/dataplane/paths.py couple_trunk_light): port -> f(now) -> dBm, or None when dark.
+        self.input_feeds: dict[int, Callable[[float], float | None]] = {}
         self._register_commands()
         self.reset()
 
@@ -66,6 +69,7 @@ class PolatisEngine(ScpiEngine):
     def reset(self) -> None:
         """Back to the state described by the spec: no circuits, ports enabled, fresh RNG."""
         self.conn: dict[int, int] = {}
+        self.conn_to: dict[int, int] = {}  # egress -> ingress: a power read per egress must not scan `conn`
         self.enabled = {p: True for p in self._all_ports()}
         self.failed: set[int] = set()
         self.input_power = {int(p): float(v) for p, v in self.spec.input_power_dbm.items()}
@@ -129,15 +133,20 @@ class PolatisEngine(ScpiEngine):
     def power_dbm(self, port: int, now: float) -> float:
         """What the port's monitor reads: ingress = arriving light, egress = light through the circuit."""
         if port <= self.size:
-            if self.port_state(port) != "E" or port not in self.input_power:
+            if self.port_state(port) != "E":
                 return DARK_DBM
-            return self.input_power[port]
-        ingress = next((i for i, e in self.conn.items() if e == port), None)
-        if ingress is None or self.port_state(port) != "E" or self.power_dbm(ingress, now) == DARK_DBM:
+            if port in self.input_power:
+                return self.input_power[port]
+            feed = self.input_feeds.get(port)
+            arriving = feed(now) if feed is not None else None
+            return DARK_DBM if arriving is None else arriving
+        ingress = self.conn_to.get(port)
+        if ingress is None or self.port_state(port) != "E":
             return DARK_DBM
         if self.is_moving(ingress, now) or self.is_moving(port, now):
             return DARK_DBM
-        return self.input_power[ingress] - self.spec.insertion_loss_db
+        arriving = self.power_dbm(ingress, now)
+        return DARK_DBM if arriving == DARK_DBM else arriving - self.spec.insertion_loss_db
 
     def operations_complete_at(self, now: float) -> float:
         return max([now, *self.moving_until.values()])
@@ -190,6 +199,7 @@ class PolatisEngine(ScpiEngine):
         for p in ports:
             self.moving_until[p] = max(until, self.moving_until.get(p, until))
         self.conn = new
+        self.conn_to = {e: i for i, e in new.items()}
 
     def _checked_map(self, new: dict[int, int]) -> dict[int, int]:
         owners: dict[int, int] = {}
@@ -245,7 +255,7 @@ class PolatisEngine(ScpiEngine):
         port = ports[0]
         if not 1 <= port <= 2 * self.size:
             raise ScpiError(-222, f"port {port} not in 1..{2 * self.size}")
-        peer = self.conn.get(port) or next((i for i, e in self.conn.items() if e == port), None)
+        peer = self.conn.get(port) or self.conn_to.get(port)
         answer = "" if peer is None else str(peer)
         return f'"{answer}"' if self.quote_port_reply else answer
 

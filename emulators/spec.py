@@ -41,6 +41,12 @@ class TwinSpec:
     # The inventory's fibre map: {host, port, switch, ingress, egress} per cabled host port. The twin's data
     # plane (emulators/dataplane) relays traffic between host ports only along light paths the switches hold.
     fibres: list = field(default_factory=list)
+    # A file for the twin's ground truth (emulators/truth.py): when faults were applied and when each job
+    # line was written, on the twin's clock. None: no ground truth is kept.
+    truth_log: str | None = None
+    # The inventory's trunks (switch-to-switch fibres, one direction each): {from, egress, to, ingress,
+    # loss_db}. Light paths may cross several switches over them (emulators/dataplane/paths.py).
+    trunks: list = field(default_factory=list)
 
     def to_json(self) -> str:
         out: dict = {"devices": [asdict(d) for d in self.devices]}
@@ -48,6 +54,10 @@ class TwinSpec:
             out["fault_proxy"] = True
         if self.fibres:
             out["fibres"] = [dict(f) for f in self.fibres]
+        if self.trunks:
+            out["trunks"] = [dict(t) for t in self.trunks]
+        if self.truth_log:
+            out["truth_log"] = self.truth_log
         return json.dumps(out)
 
     @classmethod
@@ -65,4 +75,10 @@ class TwinSpec:
         fibres = raw.get("fibres", [])
         if not isinstance(fibres, list) or not all(isinstance(f, dict) for f in fibres):
             raise ValueError(f"fibres must be a list of objects, got {fibres!r}")
-        return cls(devices=devices, fault_proxy=fault_proxy, fibres=fibres)
+        trunks = raw.get("trunks", [])
+        if not isinstance(trunks, list) or not all(isinstance(t, dict) for t in trunks):
+            raise ValueError(f"trunks must be a list of objects, got {trunks!r}")
+        truth_log = raw.get("truth_log")
+        if truth_log is not None and not isinstance(truth_log, str):
+            raise ValueError(f"truth_log must be a file path, got {truth_log!r}")
+        return cls(devices=devices, fault_proxy=fault_proxy, fibres=fibres, trunks=trunks, truth_log=truth_log)

@@ -11,7 +11,10 @@ not compete with the caller's work (Ray, the GIL), and a crashed twin must not t
 Fault proxy (TwinSpec.fault_proxy = True): every device that announces a "tcp" endpoint gets a
 FaultProxy (emulators/proxy, seeded with the device spec's seed) in front of it, on the twin's loop.
 The announced "tcp" and "visa" endpoints then lead through the proxy; "tcp_direct" is the device's own
-endpoint (pty and SSH endpoints are not proxied). Control ops, all on the device's name:
+endpoint. A GPU host's "ssh" endpoint is proxied the same way ("ssh_direct" is the host's own): the
+known_hosts file the twin hands out lists the host's key under the proxy's port too, so a client still
+verifies the real host key through the proxy. A pty cannot be proxied (see emulators/mesh/device.py for
+the serial-line faults). Control ops, all on the device's name:
 
     proxy.add_toxic     name, type, stream="downstream", toxicity=1.0, attributes={}  -> the toxic
                         (types and attributes as Toxiproxy's: latency, bandwidth, slow_close, timeout,
@@ -59,8 +62,10 @@ from emulators.devices import EmulatedDevice, build_device
 from emulators.endpoints import precise_event_loop
 from emulators.proxy import FaultProxy
 from emulators.spec import TwinSpec
+from emulators.truth import GroundTruth
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the directory that holds `emulators/`
+GIL_SWITCH_S = 0.0005
 
 
 @dataclass
@@ -88,7 +93,11 @@ class TwinServer:
         self.fault_proxy = spec.fault_proxy
         self._seeds = {d.name: int(getattr(d, "seed", 0)) for d in spec.devices}
         self.proxies: dict[str, FaultProxy] = {}
-        self.dataplane = DataPlane(spec.fibres, self.devices)
+        self.dataplane = DataPlane(spec.fibres, self.devices, trunks=spec.trunks)
+        self.truth = GroundTruth(spec.truth_log) if spec.truth_log else None
+        for device in self.devices.values():
+            if self.truth is not None and hasattr(device, "attach_truth"):
+                device.attach_truth(self.truth)
         self._control: asyncio.Server | None = None
         self.endpoints: Endpoints | None = None
 
@@ -101,6 +110,8 @@ class TwinServer:
             endpoints = {"kind": device.kind, **await device.start(loop)}
             if self.fault_proxy and "tcp" in endpoints:
                 endpoints = await self._put_proxy_in_front(name, endpoints)
+            elif self.fault_proxy and "ssh" in endpoints:
+                endpoints = await self._put_proxy_in_front_of_ssh(name, device, endpoints)
             self.endpoints.devices[name] = endpoints
         return self.endpoints
 
@@ -115,12 +126,24 @@ class TwinServer:
             out["visa"] = f"TCPIP0::{host}::{proxy.listen[1]}::SOCKET"
         return out
 
+    async def _put_proxy_in_front_of_ssh(self, name: str, host: Any, endpoints: dict[str, str]) -> dict[str, str]:
+        direct = endpoints["ssh"]
+        address, _, port = direct.rpartition(":")
+        proxy = FaultProxy(name, (address, int(port)), seed=self._seeds[name], listen=(address, 0))
+        proxied = await proxy.start()
+        self.proxies[name] = proxy
+        # Host key checking stays on: the client looks the key up under the port it connects to.
+        host.keys.add_known_host(proxy.listen[1], host.host_key)
+        return {**endpoints, "ssh": proxied, "ssh_direct": direct}
+
     async def close(self) -> None:
         await self.dataplane.close()
         for proxy in self.proxies.values():
             await proxy.close()
         for device in self.devices.values():
             await device.close()
+        if self.truth is not None:
+            self.truth.close()
         if self._control is not None:
             self._control.close()
             await self._control.wait_closed()
@@ -141,9 +164,11 @@ class TwinServer:
         if device is None:
             if op == "ping":
                 return {"ok": True, "result": "pong"}
+            if op == "clock":  # the ground truth's clock, for the caller to measure its offset
+                return {"ok": True, "result": {"mono_ns": time.monotonic_ns(), "wall": time.time()}}
             if op == "endpoints":
                 return {"ok": True, "result": self.endpoints.to_json() if self.endpoints else None}
-            return {"ok": False, "error": f"unknown twin op {op!r} (twin ops: ping, endpoints)"}
+            return {"ok": False, "error": f"unknown twin op {op!r} (twin ops: ping, clock, endpoints)"}
         target = self.devices.get(device)
         if target is None:
             return {"ok": False, "error": f"unknown device {device!r} (devices: {sorted(self.devices)})"}
@@ -207,13 +232,13 @@ def _add_toxic(
     toxicity: float = 1.0,
     attributes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    return proxy.add_toxic(name, type, stream, toxicity, **_attributes(attributes))
+    return proxy.add_toxic_from(name, type, stream, toxicity, _attributes(attributes))
 
 
 def _update_toxic(
     proxy: FaultProxy, name: str, toxicity: float | None = None, attributes: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    return proxy.update_toxic(name, toxicity, **_attributes(attributes))
+    return proxy.update_toxic_from(name, toxicity, _attributes(attributes))
 
 
 _PROXY_OPS = {
@@ -229,6 +254,10 @@ _PROXY_OPS = {
 
 def serve(spec: TwinSpec, *, exit_on_stdin_eof: bool = False, out: IO[str] | None = None) -> int:
     """Run the twin in this process until SIGTERM/SIGINT (or stdin EOF); returns the exit code."""
+    # Many threads share the GIL here (SSH channels, `tail -F` loops, job output copiers, the loop). With
+    # the default 5 ms switch interval a woken thread can wait that long behind a busy one, and the twin
+    # would deliver a job's output milliseconds later than a real host does.
+    sys.setswitchinterval(GIL_SWITCH_S)
     loop = precise_event_loop()
     asyncio.set_event_loop(loop)
     try:

@@ -1,9 +1,13 @@
 """`testbed check RUN_DIR`: verify a run from what it saved, in the manner of Jepsen's checkers.
 
 - every invoke is closed by exactly one ok / fail / info, in order, per device;
-- every fault injected was healed (fault events, once playbooks inject faults);
+- every fault injected (or whose injection's outcome is unknown) was healed;
 - the fabric read back at the end of the run equals the fabric its history implies: the commands in
-  audit.jsonl replayed through the Polatis protocol engine (the same grammar model the emulator runs);
+  audit.jsonl replayed through the Polatis protocol engine (the same grammar model the emulator runs).
+  Where a switch was read back mid-history (`fabric.observed`: after its actor was restarted, or by
+  `testbed heal` after the runner died), the reading must equal the replay up to it, unless calls on that
+  switch whose bytes were lost with a process (`info` with audit_lost) explain the difference within the
+  ports the run may change; the replay then goes on from the reading;
 - no command wrote to a port the inventory reserves or does not allow, or to a read-only device.
 """
 
@@ -34,6 +38,7 @@ WRITE_HEADERS = (
 @dataclass
 class CheckResult:
     checks: dict[str, list[str]] = field(default_factory=dict)  # check name -> problems (empty: passed)
+    notes: list[str] = field(default_factory=list)  # what a reader should know, e.g. what heal could not see
 
     @property
     def ok(self) -> bool:
@@ -44,21 +49,34 @@ def check_run(run_dir: Path) -> CheckResult:
     run_dir = Path(run_dir)
     try:
         info = json.loads((run_dir / "run.json").read_text())
-        events = [json.loads(line) for line in _lines(run_dir / "events.jsonl")]
-        audit = [json.loads(line) for line in _lines(run_dir / "audit.jsonl")]
+        events = _jsonl(run_dir / "events.jsonl")
+        audit = _jsonl(run_dir / "audit.jsonl")
         inventory = Inventory.model_validate(info["inventory"])
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"{run_dir}: not a readable run folder ({exc}); pass a folder `testbed run` wrote") from None
     result = CheckResult()
     result.checks["every invoke closed"] = _invokes_closed(events)
     result.checks["every fault healed"] = _faults_healed(events)
-    result.checks["final fabric matches history"] = _fabric_matches(events, audit, inventory)
+    result.checks["final fabric matches history"] = _fabric_matches(events, audit, inventory, result.notes)
     result.checks["writes within the inventory's interlocks"] = _writes_allowed(audit, inventory)
     return result
 
 
 def _lines(path: Path) -> list[str]:
     return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _jsonl(path: Path) -> list[dict]:
+    lines = _lines(path)
+    out = []
+    for n, line in enumerate(lines, 1):
+        try:
+            out.append(json.loads(line))
+        except ValueError as exc:
+            torn = n == len(lines) and not path.read_bytes().endswith(b"\n")
+            hint = "its last line is torn: the runner was killed; `testbed heal` sets it aside" if torn else str(exc)
+            raise ValueError(f"{path.name} line {n} is not JSON ({hint})") from None
+    return out
 
 
 def _invokes_closed(events: list[dict]) -> list[str]:
@@ -84,21 +102,27 @@ def _invokes_closed(events: list[dict]) -> list[str]:
 def _faults_healed(events: list[dict]) -> list[str]:
     active: dict[str, dict] = {}
     for e in events:
-        if e["op"] == "fault.inject" and e["type"] == "ok":
+        if e["op"] == "fault.inject" and e["type"] in ("ok", "info"):  # info: it may have happened
             active[e.get("data", {}).get("fault", str(e["seq"]))] = e
         elif e["op"] == "fault.heal" and e["type"] == "ok":
             active.pop(e.get("data", {}).get("fault", ""), None)
     return [f"fault {name} injected at seq {e['seq']} was never healed" for name, e in active.items()]
 
 
-def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory) -> list[str]:
+def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory, notes: list[str]) -> list[str]:
     final = next((e for e in reversed(events) if e["op"] == "fabric.final"), None)
     if final is None:
         return ["no final read-back recorded (the run ended before it): cannot compare"]
+    if final["data"].get("lab_gone"):
+        notes.append(f"nothing to read back at the end: {final['data']['lab_gone']}")
+        return []
     problems = []
     initial = {
         e["device"]: e["data"]["value"]["circuits"] for e in events if e["op"] == "ocs.identify" and e["type"] == "ok"
     }
+    marked = next((e["data"] for e in events if e["op"] == "fabric.initial"), {})
+    initial.update({d: c for d, c in marked.get("circuits", {}).items() if isinstance(c, dict)})
+    managed = marked.get("managed", {})
     for device, circuits in final["data"]["circuits"].items():
         dev = inv.devices.get(device)
         if not isinstance(dev, OcsDevice):
@@ -107,10 +131,36 @@ def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory) -> li
         if not isinstance(start_circuits, dict):
             problems.append(f"{device}: no circuits recorded when the run identified it: cannot replay")
             continue
-        start = {int(i): int(e) for i, e in start_circuits.items()}
-        commands = [a["data"] for a in audit if a["device"] == device and a["direction"] == "tx"]
-        implied = _replay(dev.size, start, commands)
-        seen = {int(i): int(e) for i, e in circuits.items()}
+        state = _circuits(start_circuits)
+        commands = [(n, a["data"]) for n, a in enumerate(audit) if a["device"] == device and a["direction"] == "tx"]
+        replayed_to, since_seq = 0, 0  # audit position and event seq the replay has reached
+        for seen_at in (e for e in events if e["op"] == "fabric.observed" and e.get("device") == device):
+            upto = seen_at["data"]["audit_line"]
+            state = _replay(dev.size, state, [c for n, c in commands if replayed_to <= n < upto])
+            seen = _circuits(seen_at["data"]["circuits"])
+            if seen != state:
+                lost = [
+                    e["seq"]
+                    for e in events
+                    if e.get("device") == device
+                    and e["type"] == "info"
+                    and (e.get("data") or {}).get("audit_lost")
+                    and since_seq < e["seq"] < seen_at["seq"]
+                ]
+                ports = {p for pair in set(seen.items()) ^ set(state.items()) for p in pair}
+                outside = sorted(ports - set(managed[device])) if device in managed else []
+                where = f"{device}: read back at seq {seen_at['seq']} ({seen_at['data'].get('why', '')})"
+                if not lost or outside:
+                    why = f"port(s) {outside} are not the run's" if lost else "no call's outcome is unknown"
+                    problems.append(f"{where} differs from its history on ports {sorted(ports)}, and {why}")
+                else:
+                    notes.append(
+                        f"{where}: ports {sorted(ports)} differ from the history, explained by the calls "
+                        f"whose bytes were lost (seq {lost}); replayed on from the reading"
+                    )
+            state, replayed_to, since_seq = seen, upto, seen_at["seq"]
+        implied = _replay(dev.size, state, [c for n, c in commands if n >= replayed_to])
+        seen = _circuits(circuits)
         if implied != seen:
             missing = sorted(set(implied.items()) - set(seen.items()))
             extra = sorted(set(seen.items()) - set(implied.items()))
@@ -119,6 +169,10 @@ def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory) -> li
                 f"implied but absent {missing[:8]}, present but not implied {extra[:8]}"
             )
     return problems
+
+
+def _circuits(raw: dict) -> dict[int, int]:
+    return {int(i): int(e) for i, e in raw.items()}
 
 
 def _replay(size: int, start: dict[int, int], commands: list[str]) -> dict[int, int]:

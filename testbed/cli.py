@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape  # messages quote user text such as [rows, cols]: never markup
 
 from testbed.errors import EXIT_BAD_INPUT, EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
 
@@ -54,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="verify a run from its history (invokes closed, fabric, interlocks)")
     p.add_argument("run_dir")
 
+    p = sub.add_parser(
+        "heal", help="restore the lab after a run whose runner died (faults, jobs, fabric), from its event log"
+    )
+    p.add_argument("run_dir")
+
     p = sub.add_parser("replay", help="replay a run's audit log through fresh emulators and compare every reply")
     p.add_argument("run_dir")
 
@@ -75,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args, console)
     except UserError as exc:
-        errors.print(f"[red]error:[/] {exc}", markup=True, soft_wrap=True)
+        errors.print(f"[red]error:[/] {escape(str(exc))}", markup=True, soft_wrap=True)
         return EXIT_BAD_INPUT
 
 
@@ -99,7 +105,7 @@ def cmd_validate(args, console: Console) -> int:
             problems.extend(str(p) for p in exc.problems)
     if problems:
         for problem in problems:
-            console.print(f"[red]error:[/] {problem}", soft_wrap=True)
+            console.print(f"[red]error:[/] {escape(str(problem))}", soft_wrap=True)
         return EXIT_BAD_INPUT
     return EXIT_OK
 
@@ -159,7 +165,7 @@ def cmd_run(args, console: Console) -> int:
     outcome = run_plan(plan, options, console)
     print_summary(console, outcome.summary)
     if outcome.error:
-        Console(stderr=True).print(f"[red]{outcome.status}:[/] {outcome.error}", soft_wrap=True, markup=True)
+        Console(stderr=True).print(f"[red]{outcome.status}:[/] {escape(outcome.error)}", soft_wrap=True, markup=True)
     console.print(f"results: {outcome.run_dir}", soft_wrap=True, markup=False, highlight=False)
     return EXIT_OK if outcome.status == "ok" else EXIT_EXPERIMENT_FAILED
 
@@ -228,7 +234,15 @@ def cmd_check(args, console: Console) -> int:
                 console.print(f"     ... and {len(problems) - 20} more")
         else:
             console.print(f"[green]ok[/]   {name}")
+    for note in result.notes:
+        console.print(f"note: {note}", soft_wrap=True, markup=False)
     return EXIT_OK if result.ok else EXIT_EXPERIMENT_FAILED
+
+
+def cmd_heal(args, console: Console) -> int:
+    from testbed.heal import heal_run
+
+    return heal_run(Path(args.run_dir), console)  # 0 healed (or nothing to heal), 1 not all healed, 2 bad input
 
 
 def cmd_replay(args, console: Console) -> int:
@@ -253,6 +267,7 @@ COMMANDS = {
     "report": cmd_report,
     "compare": cmd_compare,
     "check": cmd_check,
+    "heal": cmd_heal,
     "replay": cmd_replay,
     "schema": cmd_schema,
 }

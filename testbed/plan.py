@@ -30,6 +30,7 @@ from testbed.config.playbook import (
 from testbed.config.playbook import param_name as _param_name
 from testbed.errors import UserError
 from testbed.fabric.circuits import PathError, links_to_circuits, parse_link
+from testbed.fabric.jobfabric import fabric_ports
 from testbed.fabric.topology import all_to_all_schedule
 
 Pair = tuple[int, int]
@@ -105,6 +106,9 @@ class FaultInjectStep:
     period_s: float
     when_s: float
     duration_s: float
+    device: str | None = None  # transport.*: the device whose connection the twin's fault proxy breaks
+    attributes: tuple[tuple[str, float], ...] = ()  # transport.*: the toxic's attributes
+    stream: str = "downstream"
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,12 @@ class Plan:
     def addresses(self) -> dict[str, str]:
         return {d: transport_address(self.inventory.devices[d].transport) for d in self.devices}
 
+    @property
+    def transport_faults(self) -> bool:
+        """Whether any step breaks a connection (transport.*): the twin then needs its fault proxy."""
+        steps = [*self.setup, *self.teardown, *(s for t in self.trials for s in t.steps)]
+        return any(isinstance(s, FaultInjectStep) and s.device is not None for s in _flat_planned(steps))
+
 
 def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = None, seed: int | None = None) -> Plan:
     n_trials = trials if trials is not None else playbook.trials
@@ -218,7 +228,9 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
     def resolve_steps(steps, point, trial: int = -1) -> tuple[PlannedStep, ...]:
         # rank:random is drawn per trial from the seed, so a run repeats exactly.
         rng = random.Random(f"{seed if seed is not None else playbook.seed}:{trial}")
-        ctx = _StepContext(point, circuits, managed, schedules, world, rng, gpu_hosts, playbook.workloads)
+        ctx = _StepContext(
+            point, circuits, managed, schedules, world, rng, gpu_hosts, playbook.workloads, tuple(inventory.devices)
+        )
         return tuple(p for s in steps for p in _resolve_step(s, ctx))
 
     points = _sweep_points(playbook.sweep)
@@ -227,6 +239,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
         for _ in range(n_trials):
             index = len(trial_plans)
             trial_plans.append(TrialPlan(index, point, resolve_steps(playbook.steps, point, index)))
+            _check_concurrent_faults(trial_plans[-1].steps, playbook.max_concurrent_faults, f"trial {index}")
     calibrated = {
         s.device
         for section in (playbook.setup, playbook.steps, playbook.teardown)
@@ -253,7 +266,13 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
     }
     order = list(inventory.devices).index
     writes = {sw for conf in circuits.values() for sw in conf} | calibrated | job_hosts | set(job_managed)
-    touched = sorted(writes | checked, key=order)
+    faulted = {  # a connection the twin's fault proxy breaks: its device must be in the twin
+        s.device
+        for t in trial_plans
+        for s in _flat_planned(t.steps)
+        if isinstance(s, FaultInjectStep) and s.device is not None
+    }
+    touched = sorted(writes | checked | faulted, key=order)
     return Plan(
         playbook=playbook,
         inventory=inventory,
@@ -267,9 +286,31 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
     )
 
 
+def _flat_planned(steps) -> list:
+    out = []
+    for s in steps:
+        out.extend(_flat_planned(s.steps) if isinstance(s, ParallelStep) else [s])
+    return out
+
+
+FAULT_STEPS = (FaultInjectStep, FaultDetectStep)  # FailoverStep is a FaultDetectStep
+
+
+def _check_concurrent_faults(steps, limit: int, where: str) -> None:
+    """Interlock: faults in one `parallel` step are active together; sequential ones are healed in between."""
+    for s in steps:
+        if isinstance(s, ParallelStep):
+            faults = [f for f in _flat_planned(s.steps) if isinstance(f, FAULT_STEPS)]
+            if len(faults) > limit:
+                raise PlanError(
+                    f"interlock: {where}, step {s.label!r} would have {len(faults)} faults active at once "
+                    f"({', '.join(f.label for f in faults)}); the playbook allows max_concurrent_faults: {limit}. "
+                    "Raise it if that is intended."
+                )
+
+
 def _job_managed(playbook: Playbook, inv: Inventory, hosts: set[str]) -> dict[str, tuple[int, ...]]:
-    fabric = playbook.job.fabric
-    ports = {fabric.port} | ({fabric.reverse_port} if fabric.reverse_port else set())
+    ports = fabric_ports(playbook.job.fabric)
     managed: dict[str, set[int]] = {}
     for host in hosts:
         for port in ports:
@@ -352,6 +393,35 @@ class _StepContext:
     rng: random.Random
     gpu_hosts: tuple[str, ...]
     workloads: dict
+    devices: tuple[str, ...] = ()
+
+
+def _draw(choice, ctx: _StepContext):
+    """A value, or one drawn from a list with the trial's seeded generator."""
+    return ctx.rng.choice(choice) if isinstance(choice, list) else choice
+
+
+def _transport_fault(step: FaultInject, kind: str, ctx: _StepContext) -> FaultInjectStep:
+    from emulators.proxy.toxics import SCHEMA
+
+    device = _draw(step.fault.device, ctx)
+    if device not in ctx.devices:
+        raise PlanError(f"fault.inject: {kind} on {device!r}: no such device in the inventory")
+    known = SCHEMA.get(kind.removeprefix("transport."), {})
+    attributes = tuple(sorted((k, v) for k, v in step.fault.attributes.items() if k in known))
+    return FaultInjectStep(
+        step.name or f"{kind} on {device}",
+        kind,
+        -1,
+        0,
+        0.0,
+        0.0,
+        step.when_ms / 1000,
+        step.duration_ms / 1000,
+        device=device,
+        attributes=attributes,
+        stream=step.fault.stream,
+    )
 
 
 def _target_rank(target: str, ctx: _StepContext) -> int:
@@ -374,6 +444,10 @@ def _resolve_step(step, ctx: _StepContext) -> tuple[PlannedStep, ...]:
     if isinstance(step, JobStop):
         return (JobStopStep(step.name or "stop job"),)
     if isinstance(step, FaultDetect | Failover):
+        kind = _draw(step.fault.kind, ctx)
+        if kind.startswith("transport."):
+            raise PlanError(f"{step.action}: {kind} breaks a connection, not a rank; use it in a fault.inject step")
+        step = step.model_copy(update={"fault": step.fault.model_copy(update={"kind": kind})})
         rank = _target_rank(step.fault.target, ctx)
         failover = isinstance(step, Failover)
         label = (
@@ -392,8 +466,12 @@ def _resolve_step(step, ctx: _StepContext) -> tuple[PlannedStep, ...]:
             ),
         )
     if isinstance(step, FaultInject):
-        rank = _target_rank(step.fault.target, ctx)
         f = step.fault
+        kind = _draw(f.kind, ctx)
+        if kind.startswith("transport."):
+            return (_transport_fault(step, kind, ctx),)
+        f = f.model_copy(update={"kind": kind})
+        rank = _target_rank(f.target, ctx)
         duty = ctx.point[_param_name(f.duty)] if isinstance(f.duty, str) else f.duty
         if not isinstance(duty, int | float) or isinstance(duty, bool) or not 0 < duty < 1:
             raise PlanError(f"fault.inject: duty {f.duty} = {duty!r} is not a fraction between 0 and 1")

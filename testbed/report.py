@@ -98,3 +98,24 @@ def print_summary(console: Console, summary: dict) -> None:
     for point in summary.get("sweep", []):
         label = ", ".join(f"{k}={v}" for k, v in point["point"].items())
         console.print(spans_table(point["spans"], f"sweep point {label}"))
+    truth = summary.get("ground_truth")
+    if truth:
+        print_ground_truth(console, truth)
+
+
+def print_ground_truth(console: Console, truth: dict) -> None:
+    """The measured failover against the twin's own account of it (testbed/truth.py)."""
+    spans = {
+        "error (measured - truth)": truth["error_ms"],
+        "|error|": truth["abs_error_ms"],
+        "start: fault_injected - fault applied": truth["start_error_ms"],
+        "end: first_step seen - line written": truth["end_error_ms"],
+    }
+    console.print(
+        spans_table(
+            {k: v for k, v in spans.items() if v.get("n")},
+            f"failover latency against the twin's ground truth ({truth['matched']} of {truth['failovers']} matched)",
+        )
+    )
+    for row in truth.get("unmatched", []):
+        console.print(f"[yellow]trial {row['trial']}: no ground truth: {row['reason']}[/]")

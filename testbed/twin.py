@@ -70,13 +70,25 @@ def twin_spec(inv: Inventory, seed: int, only: set[str] | None = None) -> TwinSp
                     name=name, gpus=dev.gpus, gpu_name=dev.emulation.gpu_name, user=user, seed=seed * 1000 + index
                 )
             )
-    # The fibre map drives the twin's data plane (emulators/dataplane): traffic between host ports flows
-    # only along the light paths the emulated switches hold.
+    # The fibre map and the trunks drive the twin's data plane (emulators/dataplane): traffic between host
+    # ports flows only along the light paths the emulated switches hold, within each path's loss budget.
     fibres = [
-        {"host": f.host, "port": f.port, "switch": f.switch, "ingress": f.actual()[0], "egress": f.actual()[1]}
+        {
+            "host": f.host,
+            "port": f.port,
+            "switch": f.switch,
+            "ingress": f.actual()[0],
+            "egress": f.actual()[1],
+            "launch_power_dbm": f.launch_power_dbm,
+            "rx_sensitivity_dbm": f.rx_sensitivity_dbm,
+        }
         for f in inv.fibres
     ]
-    return TwinSpec(devices=devices, fibres=fibres)
+    trunks = [
+        {"from": t.from_, "egress": t.egress, "to": t.to, "ingress": t.ingress, "loss_db": t.loss_db}
+        for t in inv.trunks
+    ]
+    return TwinSpec(devices=devices, fibres=fibres, trunks=trunks)
 
 
 def not_emulated(inv: Inventory, devices) -> list[str]:

@@ -130,3 +130,57 @@ def test_calibrating_a_read_only_device_is_refused(inventory):
     pb = playbook(setup=[{"action": "device.calibrate", "device": "chip1"}])
     with pytest.raises(PlanError, match="chip1 is read-only"):
         make_plan(pb, ro)
+
+
+def _fault_playbook(limit: int, kind) -> Playbook:
+    return Playbook.model_validate(
+        {
+            "name": "faults",
+            "trials": 12,
+            "max_concurrent_faults": limit,
+            "job": {"command": ["testbed-train"], "ranks": ["gpu01", "gpu02"]},
+            "steps": [
+                {"action": "job.start"},
+                {
+                    "action": "parallel",
+                    "steps": [
+                        {"action": "fault.inject", "fault": {"kind": kind, "device": "ocs1"}},
+                        {"action": "fault.inject", "fault": {"kind": "process.hang"}},
+                    ],
+                },
+            ],
+        }
+    )
+
+
+def test_more_faults_at_once_than_the_playbook_allows_is_refused(inventory):
+    with pytest.raises(PlanError, match="2 faults active at once.*max_concurrent_faults: 1"):
+        make_plan(_fault_playbook(1, "transport.down"), inventory)
+    plan = make_plan(_fault_playbook(2, "transport.down"), inventory)
+    assert plan.transport_faults and "ocs1" in plan.devices  # the twin must emulate (and proxy) the device
+
+
+def test_a_list_of_fault_kinds_is_a_seeded_draw_per_trial(inventory):
+    kinds = ["transport.latency", "transport.down", "transport.reset_peer"]
+    drawn = [
+        [s.kind for s in t.steps[1].steps if s.device]
+        for t in make_plan(_fault_playbook(2, kinds), inventory, seed=3).trials
+    ]
+    again = [
+        [s.kind for s in t.steps[1].steps if s.device]
+        for t in make_plan(_fault_playbook(2, kinds), inventory, seed=3).trials
+    ]
+    assert drawn == again  # the same seed gives the same chaos
+    assert {k for (k,) in drawn} == set(kinds)  # and over 12 trials every kind is drawn
+
+
+def test_a_transport_fault_cannot_start_a_failover(inventory):
+    pb = Playbook.model_validate(
+        {
+            "name": "x",
+            "job": {"command": ["testbed-train"], "ranks": ["gpu01", "gpu02"]},
+            "steps": [{"action": "failover", "fault": {"kind": "transport.down", "device": "ocs1"}}],
+        }
+    )
+    with pytest.raises(PlanError, match="breaks a connection, not a rank"):
+        make_plan(pb, inventory)

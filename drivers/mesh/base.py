@@ -8,7 +8,8 @@ Heaters are 0-based everywhere in this API (Qontrol channel numbers; SCPI channe
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,8 @@ class MeshDriver:
     """Shared logic of the PhotonicMesh drivers; ports are inputs 1..N and outputs N+1..2N."""
 
     drive_units = {"current": "mA", "voltage": "V"}
+    count_query = ""  # the command that answers the heater channel count (for error messages)
+    resistance_probe = ""  # the commands a heater's resistance is measured with (for error messages)
 
     def __init__(self, device: str, address: str, *, drive: str = "current", calibration: Calibration | None = None):
         if drive not in self.drive_units:
@@ -67,13 +70,16 @@ class MeshDriver:
 
     def size(self) -> tuple[int, int]:
         if self._n is None:
+            count = self.heater_count()
             try:
-                self._n = layout.size_from_heaters(self.heater_count())
+                self._n = layout.size_from_heaters(count)
             except ValueError as exc:
                 raise DeviceProtocolError(
                     str(exc),
                     device=self.device,
                     address=self.address,
+                    sent=self.count_query,
+                    received=str(count),
                     hint="is this a tree-layout chip? check the driver and the address",
                 ) from None
         return self._n, self._n
@@ -118,8 +124,9 @@ class MeshDriver:
         if len(perm) != n:
             raise ValueError(f"{self.device}: a permutation of {n} ports is needed, got {len(perm)}")
         states = layout.route(layout.complete(perm))
-        self.apply_powers(cal.powers_for_states(states))
-        self._settle()
+        with self._unknown_on_failure():
+            self.apply_powers(cal.powers_for_states(states))
+            self._settle()
         return states
 
     def circuits(self) -> dict[int, int]:
@@ -137,8 +144,25 @@ class MeshDriver:
             if self.calibration is not None and self.calibration.heaters:
                 self._resistance = np.array([h.r_ohm for h in self.calibration.heaters])
             else:
-                self._resistance = self._measure_resistance(range(self.heater_count()))
+                measured = self._measure_resistance(range(self.heater_count()))
+                self._check_resistances(measured)
+                self._resistance = measured
         return self._resistance
+
+    def _check_resistances(self, ohms: np.ndarray) -> None:
+        # Every drive level is computed from R (P = I^2 R, V^2 / R): a zero, negative or non-finite value
+        # would turn into a division by zero or a NaN drive sent to the chip.
+        bad = [h for h, r in enumerate(ohms) if not (math.isfinite(r) and r > 0)]
+        if bad:
+            raise DeviceProtocolError(
+                f"heater(s) {bad[:8]} measured {[float(ohms[h]) for h in bad[:8]]} ohm: not a resistance",
+                device=self.device,
+                address=self.address,
+                sent=self.resistance_probe,
+                received=", ".join(f"{float(r):g}" for r in ohms),
+                hint="a heater that reads no voltage or no current is shorted or disconnected: check the chip's "
+                "wiring to the driver channels",
+            )
 
     def level_for(self, heater: int, p_mw: float) -> float:
         r = self.resistances()[heater]
@@ -157,13 +181,28 @@ class MeshDriver:
             self._applied = np.full(count, math.nan)
         items = powers.items() if isinstance(powers, Mapping) else enumerate(powers)
         sent = 0
-        for h, p in items:
-            if only_changed and abs(self._applied[h] - p) < 1e-6:
-                continue
-            self._set_level(int(h), self.level_for(int(h), float(p)))
-            self._applied[h] = p
-            sent += 1
+        with self._unknown_on_failure():
+            for h, p in items:
+                if only_changed and abs(self._applied[h] - p) < 1e-6:
+                    continue
+                self._set_level(int(h), self.level_for(int(h), float(p)))
+                self._applied[h] = p
+                sent += 1
         return sent
+
+    @contextmanager
+    def _unknown_on_failure(self) -> Iterator[None]:
+        """Forget which powers the heaters hold when a write's outcome is unknown.
+
+        A set that "succeeded" may not have landed (SCPI sets get no reply: the bytes can die with the
+        connection), and one that failed may have (a lost acknowledgement). Had the driver kept its record,
+        the next program() would skip the heaters it believes set, and the chip would never converge.
+        """
+        try:
+            yield
+        except DeviceError:
+            self._applied = None  # the next apply_powers writes every heater
+            raise
 
     def read_powers(self) -> np.ndarray:
         return np.array([self.power_of(h, self._read_level(h)) for h in range(self.heater_count())])
@@ -226,13 +265,66 @@ class MeshDriver:
             raise ValueError(f"{self.device}: heater {heater} out of range 0..{count - 1}")
 
 
+MAX_CHANNELS = 65536  # a channel count above this is a garbled reply, not a chip (2N(N-1) for N = 128 is 32512)
+REPLY_HINT = (
+    "the device answered outside its protocol: check that the address leads to this chip's driver board (and "
+    "that no other program talks to it), and the line settings (baud rate, termination characters)"
+)
+
+
 def parse_number(device: str, address: str, sent: str, reply: str) -> float:
+    """The first word of `reply` as a finite number (a unit may follow: '12.0 V')."""
     try:
-        return float(reply.strip().split()[0])
+        value = float(reply.strip().split()[0])
     except (ValueError, IndexError):
+        value = math.nan
+    if not math.isfinite(value):  # 'nan' and 'inf' parse, but no drive or reading is either
         raise DeviceProtocolError(
-            "expected a number", device=device, address=address, sent=sent, received=reply
-        ) from None
+            "expected a number", device=device, address=address, sent=sent, received=reply, hint=REPLY_HINT
+        )
+    return value
 
 
-__all__ = ["DeviceError", "MeshDriver", "NotCalibrated", "parse_number"]
+def parse_count(device: str, address: str, sent: str, reply: str) -> int:
+    """A channel count: a whole number from 1 to MAX_CHANNELS."""
+    value = parse_number(device, address, sent, reply)
+    if not (value.is_integer() and 1 <= value <= MAX_CHANNELS):
+        raise DeviceProtocolError(
+            f"expected a channel count (a whole number from 1 to {MAX_CHANNELS})",
+            device=device,
+            address=address,
+            sent=sent,
+            received=reply,
+            hint=REPLY_HINT,
+        )
+    return int(value)
+
+
+def parse_numbers(device: str, address: str, sent: str, reply: str, count: int, what: str) -> np.ndarray:
+    """Exactly `count` comma-separated finite numbers (`what` names them in the error: "mW values")."""
+    try:
+        values = np.array([float(v) for v in reply.split(",")])
+    except ValueError:
+        values = None
+    if values is None or not np.all(np.isfinite(values)):
+        raise DeviceProtocolError(
+            f"expected comma-separated {what}",
+            device=device,
+            address=address,
+            sent=sent,
+            received=reply,
+            hint=REPLY_HINT,
+        )
+    if len(values) != count:
+        raise DeviceProtocolError(
+            f"expected {count} {what}, got {len(values)}",
+            device=device,
+            address=address,
+            sent=sent,
+            received=reply,
+            hint=REPLY_HINT,
+        )
+    return values
+
+
+__all__ = ["DeviceError", "MeshDriver", "NotCalibrated", "parse_count", "parse_number", "parse_numbers"]

@@ -16,9 +16,10 @@ from testbed.capabilities import Identity
 
 from ..errors import DeviceCommandError, DeviceProtocolError
 from ..transports import MessageTransport
-from .base import MeshDriver, parse_number
+from .base import MeshDriver, parse_count, parse_number, parse_numbers
 
-_ERROR = re.compile(r"^[A-Za-z]{1,3}(\d+):(\d+)")
+# Bounded digits: int() of a garbled reply with thousands of digits would raise a raw ValueError.
+_ERROR = re.compile(r"^[A-Za-z]{1,3}(\d{1,6}):(\d{1,6})")
 ERRORS = {
     1: "over-voltage",
     2: "over-current",
@@ -32,6 +33,9 @@ PROBE_MA = 5.0  # current used to measure heater resistance
 
 
 class QontrolMesh(MeshDriver):
+    count_query = "nchan?"
+    resistance_probe = f"i<h>={PROBE_MA}, v<h>?, i<h>=0 per heater"
+
     def __init__(self, transport: MessageTransport, device: str, *, drive: str = "current", **kw):
         super().__init__(device, transport.address, drive=drive, **kw)
         self.transport = transport
@@ -54,7 +58,8 @@ class QontrolMesh(MeshDriver):
 
     def heater_count(self) -> int:
         if self._channels is None:
-            self._channels = int(parse_number(self.device, self.address, "nchan?", self._query("nchan?")))
+            cmd = self.count_query
+            self._channels = parse_count(self.device, self.address, cmd, self._query(cmd))
         return self._channels
 
     def _set_level(self, heater: int, value: float) -> None:
@@ -68,15 +73,8 @@ class QontrolMesh(MeshDriver):
         return parse_number(self.device, self.address, cmd, self._query(cmd))
 
     def _read_output_mw(self) -> np.ndarray:
-        reply = self._query("pdpall?")
-        try:
-            values = np.array([float(v) for v in reply.split(",")])
-        except ValueError:
-            raise self._unexpected("pdpall?", reply, "expected comma-separated mW values") from None
         n = self.size()[0]
-        if len(values) != n:
-            raise self._unexpected("pdpall?", reply, f"expected {n} values")
-        return values
+        return parse_numbers(self.device, self.address, "pdpall?", self._query("pdpall?"), n, "mW values")
 
     def _measure_resistance(self, heaters: Sequence[int]) -> np.ndarray:
         out = []

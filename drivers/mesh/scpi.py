@@ -16,13 +16,17 @@ from testbed.capabilities import Identity
 
 from ..errors import DeviceCommandError, DeviceProtocolError
 from ..transports import MessageTransport
-from .base import MeshDriver, parse_number
+from .base import REPLY_HINT, MeshDriver, parse_count, parse_number, parse_numbers
 
-_ERROR = re.compile(r"^([+-]?\d+)\s*(?:,\s*(.*))?$")
+# Bounded digits: int() of a garbled reply with thousands of digits would raise a raw ValueError.
+_ERROR = re.compile(r"^([+-]?\d{1,9})\s*(?:,\s*(.*))?$")
 PROBE_A = 0.005
 
 
 class ScpiMesh(MeshDriver):
+    count_query = "SOUR:CHAN:COUN?"
+    resistance_probe = f"SOUR<h+1>:CURR {PROBE_A}, *OPC?, MEAS:VOLT? (@...), MEAS:CURR? (@...)"
+
     def __init__(self, transport: MessageTransport, device: str, *, drive: str = "current", **kw):
         super().__init__(device, transport.address, drive=drive, **kw)
         self.transport = transport
@@ -38,13 +42,14 @@ class ScpiMesh(MeshDriver):
                 address=self.address,
                 sent="*IDN?",
                 received=reply,
+                hint=REPLY_HINT,
             )
         return Identity(*fields)
 
     def heater_count(self) -> int:
         if self._channels is None:
-            cmd = "SOUR:CHAN:COUN?"
-            self._channels = int(parse_number(self.device, self.address, cmd, self.transport.query(cmd)))
+            cmd = self.count_query
+            self._channels = parse_count(self.device, self.address, cmd, self.transport.query(cmd))
         return self._channels
 
     def _set_level(self, heater: int, value: float) -> None:
@@ -61,21 +66,7 @@ class ScpiMesh(MeshDriver):
     def _read_output_mw(self) -> np.ndarray:
         n = self.size()[0]
         cmd = f"MEAS:POW? (@{n + 1}:{2 * n})"
-        reply = self.transport.query(cmd)
-        try:
-            dbm = np.array([float(v) for v in reply.split(",")])
-        except ValueError:
-            raise DeviceProtocolError(
-                "expected comma-separated dBm values",
-                device=self.device,
-                address=self.address,
-                sent=cmd,
-                received=reply,
-            ) from None
-        if len(dbm) != n:
-            raise DeviceProtocolError(
-                f"expected {n} values", device=self.device, address=self.address, sent=cmd, received=reply
-            )
+        dbm = parse_numbers(self.device, self.address, cmd, self.transport.query(cmd), n, "dBm values")
         return np.where(dbm <= -99.0, 0.0, 10 ** (dbm / 10))
 
     def _measure_resistance(self, heaters: Sequence[int]) -> np.ndarray:
@@ -84,23 +75,28 @@ class ScpiMesh(MeshDriver):
             self.transport.write(f"SOUR{h + 1}:CURR {PROBE_A}")
         self._settle()
         chans = ",".join(str(h + 1) for h in heaters)
-        volts = [float(v) for v in self.transport.query(f"MEAS:VOLT? (@{chans})").split(",")]
-        amps = [float(v) for v in self.transport.query(f"MEAS:CURR? (@{chans})").split(",")]
+        volts = self._measure(f"MEAS:VOLT? (@{chans})", len(heaters), "voltages")
+        amps = self._measure(f"MEAS:CURR? (@{chans})", len(heaters), "currents")
         for h in heaters:
             self.transport.write(f"SOUR{h + 1}:CURR 0")
         self.check_errors("measuring heater resistance")
-        return np.array(volts) / np.array(amps)
+        with np.errstate(divide="ignore", invalid="ignore"):  # 0 A: resistances() rejects the inf / nan
+            return volts / amps
+
+    def _measure(self, cmd: str, count: int, what: str) -> np.ndarray:
+        return parse_numbers(self.device, self.address, cmd, self.transport.query(cmd), count, what)
 
     def _settle(self) -> None:
         reply = self.transport.query("*OPC?")
         if reply.strip() != "1":
             raise DeviceProtocolError(
-                "expected '1'", device=self.device, address=self.address, sent="*OPC?", received=reply
+                "expected '1'", device=self.device, address=self.address, sent="*OPC?", received=reply, hint=REPLY_HINT
             )
 
     def program(self, permutation) -> list[int]:
         states = super().program(permutation)
-        self.check_errors("programming the heaters")
+        with self._unknown_on_failure():  # a refused set, or an unreadable error queue
+            self.check_errors("programming the heaters")
         return states
 
     def check_errors(self, after: str = "the previous commands") -> None:
@@ -115,6 +111,7 @@ class ScpiMesh(MeshDriver):
                     address=self.address,
                     sent=":SYST:ERR?",
                     received=reply,
+                    hint=REPLY_HINT,
                 )
             if int(m.group(1)) == 0:
                 break

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from emulators.dataplane.paths import LightPaths
+from emulators.dataplane.paths import LightPaths, couple_trunk_light
 
 CHECK_INTERVAL_S = 0.002
 CONNECT_RETRY_S = 10.0  # how long a relayed connection waits for its destination rank to listen
@@ -300,10 +300,13 @@ class DataPlane:
         fibres: Any,
         devices: Mapping[str, Any],
         *,
+        trunks: Any = None,
         check_interval_s: float = CHECK_INTERVAL_S,
         connect_retry_s: float = CONNECT_RETRY_S,
     ):
-        self.paths = LightPaths(fibres or [], devices)
+        self.paths = LightPaths(fibres or [], devices, trunks=trunks)
+        # Light crossing a trunk reaches the next switch's power monitors too (PMON reads the whole path).
+        couple_trunk_light(self.paths.trunks, devices)
         self.check_interval_s = check_interval_s
         self.connect_retry_s = connect_retry_s
         self.relays: dict[tuple[str, str, str, str, int], Relay] = {}
@@ -336,6 +339,7 @@ class DataPlane:
             "now": now,
             "check_interval_ms": self.check_interval_s * 1000,
             "fibres": self.paths.fibre_map(),
+            "trunks": self.paths.trunk_map(),
             "relays": relays,
             "totals": {
                 "relays": len(relays),

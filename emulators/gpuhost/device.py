@@ -31,6 +31,10 @@ class GpuHostAdapter:
             return getattr(self.engine, op)
         raise AttributeError(op)
 
+    def attach_truth(self, truth) -> None:
+        """Log this host's faults and its jobs' output lines in the twin's ground truth (emulators/truth.py)."""
+        self.engine.truth = truth
+
     def _run(self, command: str, stream: Stream | None = None) -> tuple[str, str, int]:
         if not self.engine.powered:  # a channel that raced power_off
             return "", "", 255

@@ -7,6 +7,7 @@ the host's private directory; nothing outside the allowlist is ever executed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from emulators.gpuhost.nvsmi import App, Gpu, View
 from emulators.gpuhost.spec import GpuHostSpec
+from emulators.truth import GroundTruth
 
 XID_TEXT = {
     13: "Graphics Exception: ESR 0x404600=0x80000001",
@@ -46,6 +48,7 @@ BOOT_LINES = (
     "nvidia-nvlink: Nvlink Core is being initialized, major device number 236",
 )
 GPU_MEMORY_PER_JOB_MIB = 30_000
+JOB_NICE = 10  # see GpuHostEngine.spawn
 
 
 @dataclass
@@ -59,6 +62,7 @@ class Job:
     proc: subprocess.Popen
     returncode: int | None = None
     straggle: threading.Event | None = None  # set to stop the duty-cycle thread
+    copier: threading.Thread | None = None  # carries its output into its log file (see GpuHostEngine.spawn)
 
     @property
     def alive(self) -> bool:
@@ -106,6 +110,11 @@ class GpuHostEngine:
         self.driver_loaded = True
         self.kernel = self._boot_log()
         self.on_power: Callable[[bool], None] | None = None  # the SSH server listens / stops listening
+        self.truth: GroundTruth | None = None  # the twin's ground-truth log, when the twin keeps one
+        # Bumped and notified whenever the host appends a job's output to its log file: `tail -F` wakes on
+        # it at once, as GNU tail does on inotify, instead of finding the data on its next poll.
+        self.appended = threading.Condition()
+        self.appended_count = 0
 
     # --- queries used by the shell -------------------------------------------------------------
 
@@ -160,22 +169,43 @@ class GpuHostEngine:
         stderr,
         log: str | None,
     ) -> Job:
-        """Start one job program as a real child process in a new process group (session)."""
+        """Start one job program as a real child process in a new process group (session).
+
+        Output redirected to a log file goes through a pipe the host copies into the file, line by line:
+        the host then knows when each line was written (ground truth) and wakes `tail -F` readers at once."""
         gpus = _visible(env.get("CUDA_VISIBLE_DEVICES"), len(self.gpus))
+        sink = os.dup(stdout.fileno()) if log is not None and hasattr(stdout, "fileno") else None
         with self._lock:
-            proc = subprocess.Popen(  # argv[0] is an allowlisted program; never a shell
-                [executable, *argv[1:]],
-                cwd=cwd,
-                env=env,
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
-                start_new_session=True,
-                close_fds=True,
-            )
+            try:
+                proc = subprocess.Popen(  # argv[0] is an allowlisted program; never a shell
+                    [executable, *argv[1:]],
+                    cwd=cwd,
+                    env=env,
+                    stdin=stdin,
+                    stdout=stdout if sink is None else subprocess.PIPE,
+                    stderr=stderr,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError:
+                if sink is not None:
+                    os.close(sink)
+                raise
             job = Job(proc.pid, list(argv), env.get("TESTBED_JOB"), gpus, log, time.monotonic(), proc)
             self.jobs[proc.pid] = job
+            # On a lab a job has its host's CPUs to itself; here it shares this machine with the twin and the
+            # framework, which stand in for other machines (switches, NICs, sshd, the control host). A lower
+            # priority keeps a CPU-hungry job from delaying them, as it could not on a lab.
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, proc.pid, JOB_NICE)
             broken = not self.driver_loaded or any(self.gpus[g].lost for g in gpus)
+        self.record_truth("spawn", pid=proc.pid, job=job.name, argv=list(argv))
+        if sink is not None:
+            pipe, proc.stdout = proc.stdout, None  # the copier's alone: a foreground pump reads stderr only
+            job.copier = threading.Thread(
+                target=self._copy_output, args=(job, pipe, sink), name=f"out-{proc.pid}", daemon=True
+            )
+            job.copier.start()
         threading.Thread(target=self._reap, args=(job,), name=f"reap-{proc.pid}", daemon=True).start()
         if broken:  # CUDA initialisation fails on a lost GPU / without a driver: the process dies at once
             job.signal_group(signal.SIGKILL)
@@ -183,10 +213,38 @@ class GpuHostEngine:
 
     def _reap(self, job: Job) -> None:
         code = job.proc.wait()
+        self.record_truth("exit", pid=job.pid, job=job.name, code=code)
         with self._lock:
             job.returncode = code
             if job.straggle is not None:
                 job.straggle.set()
+
+    def _copy_output(self, job: Job, pipe, sink: int) -> None:
+        """Carry a job's output from its pipe into its log file; each complete line is timestamped (the
+        moment the host reads it, before anyone can see it in the file) in the ground truth."""
+        partial = b""
+        try:
+            while chunk := os.read(pipe.fileno(), 65536):
+                t_ns = time.monotonic_ns()
+                if self.truth is not None:
+                    *lines, partial = (partial + chunk).split(b"\n")
+                    for line in lines:
+                        self.truth.record(
+                            "line", t_ns, host=self.spec.name, pid=job.pid, job=job.name, line=_text(line)
+                        )
+                os.write(sink, chunk)
+                with self.appended:
+                    self.appended_count += 1
+                    self.appended.notify_all()
+        except OSError:
+            pass  # the file's disk went away with the host's home (reset): the job's output is lost
+        finally:
+            os.close(sink)
+            pipe.close()
+
+    def record_truth(self, event: str, t_ns: int | None = None, **fields) -> None:
+        if self.truth is not None:
+            self.truth.record(event, t_ns, host=self.spec.name, **fields)
 
     # --- control ops (called by the twin) ------------------------------------------------------
 
@@ -217,8 +275,10 @@ class GpuHostEngine:
             self.kernel.add(f"NVRM: Xid ({pci}): {int(xid)}, {pid}{XID_TEXT.get(int(xid), 'Unknown Error')}")
             if int(xid) == 79:
                 self.kernel.add(f"NVRM: GPU {gpu.short_bus_id}: GPU has fallen off the bus.")
+            t_ns = time.monotonic_ns()
             for job in victims:
                 job.signal_group(signal.SIGKILL)
+            self.record_truth("fault", t_ns, op="fail_gpu", gpu=index, xid=int(xid), pids=[j.pid for j in victims])
             return {"gpu": index, "xid": int(xid), "killed": [j.pid for j in victims]}
 
     def raise_xid(self, index: int, xid: int = 63) -> dict:
@@ -257,7 +317,9 @@ class GpuHostEngine:
         """The host goes dark: its job processes die and SSH refuses connections until power_on."""
         with self._lock:
             self.powered = False
+            t_ns = time.monotonic_ns()
             killed = self._kill_all()
+        self.record_truth("fault", t_ns, op="power_off", pids=killed)
         if self.on_power is not None:
             self.on_power(False)
         return {"killed": killed}
@@ -285,6 +347,7 @@ class GpuHostEngine:
                 continue
             stop = threading.Event()
             j.straggle = stop
+            self.record_truth("fault", op="straggle", pids=[j.pid], duty=duty, period_ms=period_ms)
             threading.Thread(
                 target=_duty_cycle, args=(j, stop, duty, period_ms / 1000), name=f"straggle-{j.pid}", daemon=True
             ).start()
@@ -390,6 +453,10 @@ class GpuHostEngine:
             step += 0.8
             log.lines.append((step, line))
         return log
+
+
+def _text(line: bytes) -> str:
+    return line.rstrip(b"\r").decode("utf-8", errors="replace")
 
 
 def _copy_gpu(g: Gpu) -> Gpu:

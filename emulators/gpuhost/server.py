@@ -2,8 +2,11 @@
 
 Public-key authentication only (one user, one client key). Exec channels only: the command is recorded
 in check_channel_exec_request and run after transport.accept() hands over the channel (devices.md 3.2),
-each channel in its own thread. Output is sent on the channel as the command produces it (a `tail -F`
-streams), and a command learns that its client went away through the stream's `closed()`.
+each channel in its own thread. A pty may be requested for an exec channel (OpenSSH's `ssh -tt`, which
+Ansible uses for its `raw` module); the command then writes to a terminal, as under sshd: stderr is merged
+into stdout and each "\n" goes out as "\r\n" (the tty's onlcr). Output is sent on the channel as the
+command produces it (a `tail -F` streams), and a command learns that its client went away through the
+stream's `closed()`.
 `listen()` / `stop_listening()` let power_off refuse connections on the same port that power_on opens
 again.
 """
@@ -29,7 +32,9 @@ class _Interface(paramiko.ServerInterface):
     def __init__(self, user: str, client_key: paramiko.PKey) -> None:
         self.user = user
         self.client_key = client_key
-        self.commands: dict[int, str] = {}
+        self.requested: dict[int, str] = {}  # exec requests not answered yet
+        self.commands: dict[int, str] = {}  # exec requests answered: ready to run
+        self.ptys: set[int] = set()  # channels that asked for a terminal
         self.cond = threading.Condition()
 
     def get_allowed_auths(self, username: str) -> str:
@@ -47,25 +52,54 @@ class _Interface(paramiko.ServerInterface):
         return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 
     def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
-        # Only record it: running it here races the exec reply (the client sees "Channel closed").
+        # Only record it: the command runs once the exec reply is on the wire (answered()). A command that
+        # ran and closed its channel before that would make the client see "Channel closed" (a fast
+        # builtin on a busy machine did).
         with self.cond:
-            self.commands[channel.get_id()] = command.decode("utf-8", errors="replace")
-            self.cond.notify_all()
+            self.requested[channel.get_id()] = command.decode("utf-8", errors="replace")
         return True
+
+    def answered(self, chanid: int) -> None:
+        """paramiko has sent its reply to a channel request: an exec request's command may run now."""
+        with self.cond:
+            if chanid in self.requested:
+                self.commands[chanid] = self.requested.pop(chanid)
+                self.cond.notify_all()
 
     def check_channel_shell_request(self, channel: paramiko.Channel) -> bool:
         return False  # no interactive shells: exec only
 
-    def check_channel_pty_request(self, *args) -> bool:
-        return False
+    def check_channel_pty_request(self, channel: paramiko.Channel, *args) -> bool:
+        with self.cond:
+            self.ptys.add(channel.get_id())
+        return True
 
     def check_channel_env_request(self, channel: paramiko.Channel, name: bytes, value: bytes) -> bool:
         return False  # like sshd without AcceptEnv
 
-    def wait_command(self, chanid: int, timeout: float) -> str | None:
+    def wait_command(self, chanid: int, timeout: float) -> tuple[str | None, bool]:
+        """The channel's command (None if it never came) and whether the channel has a pty."""
         with self.cond:
             self.cond.wait_for(lambda: chanid in self.commands, timeout)
-            return self.commands.pop(chanid, None)
+            tty = chanid in self.ptys
+            self.ptys.discard(chanid)
+            return self.commands.pop(chanid, None), tty
+
+
+def _handle_request_then_release(channel: paramiko.Channel, m: paramiko.Message) -> None:
+    paramiko.Channel._handle_request(channel, m)  # answers the request on the wire (success or failure)
+    server = channel.transport.server_object if channel.transport is not None else None
+    if isinstance(server, _Interface):
+        server.answered(channel.get_id())
+
+
+class _Transport(paramiko.Transport):
+    """paramiko's server transport, telling the interface when a channel request has been answered."""
+
+    _channel_handler_table = {
+        **paramiko.Transport._channel_handler_table,
+        paramiko.common.MSG_CHANNEL_REQUEST: _handle_request_then_release,
+    }
 
 
 class SshServer:
@@ -127,7 +161,7 @@ class SshServer:
             threading.Thread(target=self._serve, args=(conn,), name=f"ssh-{self.name}-conn", daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
-        transport = paramiko.Transport(conn)
+        transport = _Transport(conn)
         with self._lock:
             if self._sock is None:  # powered off between accept and here
                 transport.close()
@@ -154,26 +188,34 @@ class SshServer:
 
     def _channel(self, iface: _Interface, channel: paramiko.Channel) -> None:
         try:
-            command = iface.wait_command(channel.get_id(), EXEC_WAIT_S)
+            command, tty = iface.wait_command(channel.get_id(), EXEC_WAIT_S)
             if command is None:
                 return
             transport = channel.get_transport()
+
+            def out(text: str) -> None:
+                channel.sendall((text.replace("\n", "\r\n") if tty else text).encode())
+
+            def err(text: str) -> None:
+                if tty:  # one terminal for both streams
+                    out(text)
+                else:
+                    channel.sendall_stderr(text.encode())
+
             stream = Stream(
-                out=lambda text: channel.sendall(text.encode()),
-                err=lambda text: channel.sendall_stderr(text.encode()),
-                closed=lambda: channel.closed or transport is None or not transport.is_active(),
+                out=out, err=err, closed=lambda: channel.closed or transport is None or not transport.is_active()
             )
             try:
-                out, err, rc = self.run(command, stream)
+                stdout, stderr, rc = self.run(command, stream)
             except (OSError, EOFError, paramiko.SSHException):
                 raise  # the client went away while the command wrote
             except Exception:  # a bug in the emulator must not look like a hung host
                 log.exception("emulated host %s failed on %r", self.name, command)
-                out, err, rc = "", f"emulated host {self.name}: internal error running {command!r}\n", 255
-            if out:
-                channel.sendall(out.encode())
-            if err:
-                channel.sendall_stderr(err.encode())
+                stdout, stderr, rc = "", f"emulated host {self.name}: internal error running {command!r}\n", 255
+            if stdout:
+                out(stdout)
+            if stderr:
+                err(stderr)
             channel.send_exit_status(rc)
         except (OSError, EOFError, paramiko.SSHException):
             pass  # the client went away

@@ -35,7 +35,9 @@ from emulators.gpuhost.nvsmi import nvidia_smi
 
 OPERATORS = ("&&", "||", ";", "&")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-FILE_POLL_S = 0.002  # how often a followed file is checked for new data (stands in for inotify)
+# How often a followed file is checked for data nobody announced. A job's output, which the host copies into
+# its log file, wakes `tail -F` at once (as inotify would); only other writers wait for this poll.
+FILE_POLL_S = 0.02
 REDIRECTS = ("2>&1", ">&2", "1>&2", ">>", "2>>", "&>", ">", "1>", "2>", "<")
 
 
@@ -123,6 +125,8 @@ class Shell:
     def run(self, command: str, stream: Stream | None = None) -> Result:
         """Run one exec request; returns (stdout, stderr, exit status). With a stream, the output goes to
         it as it is produced and the returned stdout and stderr are empty."""
+        # sshd hands the command to the shell as a C string: nothing after a NUL byte reaches it.
+        command = command.partition("\0")[0]
         try:
             tokens = _split(command)
         except ValueError as exc:
@@ -298,6 +302,8 @@ class Shell:
         if not _pump(job.proc, st):
             return 255
         job.proc.wait()
+        if job.copier is not None:  # its output is in the file before the command line returns
+            job.copier.join()
         return job.proc.returncode if job.proc.returncode >= 0 else 128 - job.proc.returncode
 
     # --- builtins ------------------------------------------------------------------------------
@@ -310,7 +316,12 @@ class Shell:
 
     def _exit(self, args: list[str], st: _State) -> Result:
         st.exited = True
-        return "", "", int(args[0]) if args and args[0].isdigit() else 0
+        if not args:
+            return "", "", 0
+        # ASCII digits only ('²'.isdigit() is true, int('²') fails); the status is a byte, as in bash.
+        if not re.fullmatch(r"-?[0-9]{1,18}", args[0]):
+            return "", f"bash: exit: {args[0]}: numeric argument required\n", 2
+        return "", "", int(args[0]) % 256
 
     def _cd(self, args: list[str], st: _State) -> Result:
         target = args[0] if args else str(self.home)
@@ -388,7 +399,7 @@ class Shell:
                 continue
             if a == "--pid" or a.startswith("--pid="):
                 v = next(it, "") if a == "--pid" else a.split("=", 1)[1]
-                if not v.isdigit():
+                if not re.fullmatch(r"[0-9]{1,18}", v):  # ASCII digits: int('²') fails
                     return "", f"tail: invalid PID: '{v}'\n", 1
                 pid = int(v)
                 continue
@@ -408,7 +419,7 @@ class Shell:
                 files.append(a)
                 continue
             start = v.startswith("+")
-            if not v.lstrip("+").isdigit():
+            if not re.fullmatch(r"[0-9]{1,18}", v.lstrip("+")):
                 return "", f"tail: invalid number of lines: '{v}'\n", 1
             if a.startswith("-c") or a.startswith("--bytes"):
                 nbytes, from_start = int(v.lstrip("+")), start
@@ -477,14 +488,16 @@ class Shell:
             data = fh.read()
             pos = len(data)
             st.out.append(decoder.decode(initial(data)))
-        # The timing model is GNU tail on Linux (inotify): appended data is reported at once (here: within
+        # The timing model is GNU tail on Linux (inotify): appended data is reported at once (a job's output,
+        # which the host copies into its log file, wakes this loop; other writes are found within
         # FILE_POLL_S), and the pid is checked after each batch of data and when -s seconds pass without
         # any; once it is gone the file is read a last time and tail exits 0.
-        tick = min(max(interval, 0.001), FILE_POLL_S)
+        interval = max(interval, 0.001)
         next_pid_check = 0.0
         gone = False
         try:
             while not st.cancelled():
+                seen = self.engine.appended_count  # before reading: an append after this wakes the wait below
                 if by_name:
                     try:
                         current = os.stat(self.resolve(name, st.cwd)).st_ino
@@ -518,7 +531,12 @@ class Shell:
                     next_pid_check = now + interval
                     if gone:
                         continue  # read once more, at once
-                time.sleep(tick)
+                with self.engine.appended:  # a job's output reaching its log file wakes this at once
+                    if self.engine.appended_count == seen:
+                        # Sleep until data is announced, the next poll, or the next pid check (GNU tail checks
+                        # the writer every -s seconds), whichever comes first.
+                        due = next_pid_check - time.monotonic() if pid is not None else FILE_POLL_S
+                        self.engine.appended.wait(min(FILE_POLL_S, max(due, 0.0005)))
             return "", "", 0
         finally:
             if fh is not None:
@@ -590,7 +608,7 @@ class Shell:
                 sig_given = True
                 name = a[1:].upper()
                 try:
-                    if name.isdigit():
+                    if re.fullmatch(r"[0-9]{1,3}", name):
                         sig = signal.Signals(int(name))
                     else:
                         sig = signal.Signals[name if name.startswith("SIG") else "SIG" + name]
@@ -617,10 +635,12 @@ class Shell:
                 err, rc = err + f"bash: kill: ({t}) - {reason}\n", 1
                 continue
             try:
+                t_ns = time.monotonic_ns()
                 if n < 0:
                     os.killpg(job.pid, sig)
                 else:
                     os.kill(job.pid, sig)
+                self.engine.record_truth("signal", t_ns, pid=job.pid, group=n < 0, signal=sig.name)
             except ProcessLookupError:
                 err, rc = err + f"bash: kill: ({t}) - No such process\n", 1
         return "", err, rc
@@ -791,7 +811,7 @@ def _exists(pid: int) -> bool:
 def _pid_list(text: str, prev: set[int] | None) -> set[int]:
     out = set(prev or ())
     for part in re.split(r"[,\s]+", text.strip()):
-        if part.isdigit():
+        if re.fullmatch(r"[0-9]{1,18}", part):  # not str.isdigit(): int('²') fails
             out.add(int(part))
     return out
 

@@ -53,6 +53,9 @@ class MeshChip:
         self.heaters = 2 * n * (n - 1)
         self.clock = clock
         self._levels = _levels(n)
+        # Light arriving on an input over a trunk from another switch, read live (set by the twin,
+        # emulators/dataplane/paths.py couple_trunk_light): port -> f(now) -> dBm, or None when dark.
+        self.input_feeds: dict = {}
         self.reset()
 
     # ---- control API ------------------------------------------------------------------------------
@@ -177,7 +180,7 @@ class MeshChip:
 
     def output_power_mw(self, now: float, *, noise: bool = True) -> np.ndarray:
         pin = np.zeros(self.n)
-        for port, dbm in self.input_power.items():
+        for port, dbm in self.arriving_dbm(now).items():
             pin[port - 1] = 10 ** (dbm / 10)
         out = (np.abs(self.transfer(now)) ** 2) @ pin
         if noise:
@@ -186,10 +189,18 @@ class MeshChip:
             out = np.abs(out + s.noise_floor_mw * self.rng.standard_normal(self.n))
         return out
 
+    def arriving_dbm(self, now: float) -> dict[int, float]:
+        """Light on each lit input: from the transceiver cabled to it, or over a trunk (input_feeds)."""
+        out = dict(self.input_power)
+        for port, feed in self.input_feeds.items():
+            if port not in out and (dbm := feed(now)) is not None:
+                out[port] = dbm
+        return out
+
     def port_power_dbm(self, port: int, now: float) -> float:
         """Input ports read the arriving light, output ports their photodiode."""
         if 1 <= port <= self.n:
-            dbm = self.input_power.get(port)
+            dbm = self.arriving_dbm(now).get(port)
             return DARK_DBM if dbm is None else dbm
         if self.n < port <= 2 * self.n:
             mw = float(self.output_power_mw(now)[port - self.n - 1])

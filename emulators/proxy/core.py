@@ -202,6 +202,13 @@ class FaultProxy:
     def add_toxic(
         self, name: str, type: str, stream: str = "downstream", toxicity: float = 1.0, **attributes: Any
     ) -> dict[str, Any]:
+        return self.add_toxic_from(name, type, stream, toxicity, attributes)
+
+    def add_toxic_from(
+        self, name: Any, type: Any, stream: Any, toxicity: Any, attributes: dict[str, Any]
+    ) -> dict[str, Any]:
+        """add_toxic with the attributes as a dict, for JSON callers (HTTP API, twin control): an attribute
+        named like a parameter ("name", "type", ...) is then a clear "no attribute" error, not a TypeError."""
         toxic = make_toxic(name, type, stream, toxicity, attributes)
         if toxic.name in self._toxics:
             raise ConflictError(f"toxic {toxic.name!r} already exists on proxy {self.name!r}")
@@ -212,6 +219,10 @@ class FaultProxy:
 
     def update_toxic(self, name: str, toxicity: float | None = None, **attributes: Any) -> dict[str, Any]:
         """Change a toxic's toxicity and/or some attributes (Toxiproxy's toxic update)."""
+        return self.update_toxic_from(name, toxicity, attributes)
+
+    def update_toxic_from(self, name: str, toxicity: Any, attributes: dict[str, Any]) -> dict[str, Any]:
+        """update_toxic with the attributes as a dict (see add_toxic_from)."""
         old = self.toxic(name)
         merged = {**old.attributes, **attributes}
         toxic = make_toxic(old.name, old.type, old.stream, old.toxicity if toxicity is None else toxicity, merged)

@@ -295,7 +295,7 @@ class ProxyServer:
         attributes = {} if attributes is None else attributes
         if not isinstance(attributes, dict):
             raise ValueError(f"attributes must be an object, got {attributes!r}")
-        return proxy.add_toxic(name, toxic_type, stream, req.get("toxicity", 1.0), **attributes)
+        return proxy.add_toxic_from(name, toxic_type, stream, req.get("toxicity", 1.0), attributes)
 
     def _update_toxic(self, proxy: FaultProxy, name: str, req: dict[str, Any]) -> dict[str, Any]:
         _only(req, "toxic", "name", "type", "stream", "toxicity", "attributes")
@@ -307,7 +307,7 @@ class ProxyServer:
         attributes = {} if attributes is None else attributes
         if not isinstance(attributes, dict):
             raise ValueError(f"attributes must be an object, got {attributes!r}")
-        return proxy.update_toxic(name, req.get("toxicity"), **attributes)
+        return proxy.update_toxic_from(name, req.get("toxicity"), attributes)
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

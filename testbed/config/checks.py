@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from testbed.config.common import Name
-from testbed.config.inventory import GpuHostDevice, Inventory, MeshDevice, OcsDevice
+from testbed.config.inventory import GpuHostDevice, Inventory, MeshDevice, OcsDevice, Trunk
 from testbed.config.playbook import (
     LINK_PATTERN,
     PARAM_REF,
@@ -16,6 +16,7 @@ from testbed.config.playbook import (
     FaultDetect,
     FaultInject,
     HostsHealth,
+    JobFabric,
     JobMeasure,
     JobStart,
     JobStop,
@@ -44,7 +45,7 @@ def check_inventory(inv: Inventory) -> list[Problem]:
                             )
                         )
                         break
-    seen_switch_ports: dict[tuple[str, int], int] = {}
+    seen_switch_ports: dict[tuple[str, int], str] = {}  # (switch, port) -> what cables it, e.g. "fibres[3]"
     seen_host_ports: dict[tuple[str, str], int] = {}
     for i, f in enumerate(inv.fibres):
         loc = ("fibres", i)
@@ -75,15 +76,50 @@ def check_inventory(inv: Inventory) -> list[Problem]:
                     )
                 )
         for key, port in (("ingress", f.ingress), ("egress", f.egress)):
-            other = seen_switch_ports.setdefault((f.switch, port), i)
-            if other != i:
-                problems.append(((*loc, key), f"{f.switch} port {port} is already cabled by fibres[{other}]"))
+            other = seen_switch_ports.setdefault((f.switch, port), f"fibres[{i}]")
+            if other != f"fibres[{i}]":
+                problems.append(((*loc, key), f"{f.switch} port {port} is already cabled by {other}"))
         other = seen_host_ports.setdefault((f.host, f.port), i)
         if other != i:
             problems.append(((*loc, "port"), f"{f.host}:{f.port} is already cabled by fibres[{other}]"))
+    for i, t in enumerate(inv.trunks):
+        problems += _check_trunk(inv, i, t, seen_switch_ports)
     for i, spare in enumerate(inv.spares):
         if not isinstance(inv.devices.get(spare), GpuHostDevice):
             problems.append(((("spares", i)), _unknown("GPU host", spare, inv, GpuHostDevice)))
+    return problems
+
+
+def _check_trunk(inv: Inventory, i: int, t: Trunk, seen_switch_ports: dict[tuple[str, int], str]) -> list[Problem]:
+    """A trunk joins the egress of one switch to the ingress of another, on ports nothing else cables and
+    a run may touch."""
+    loc = ("trunks", i)
+    problems: list[Problem] = []
+    if t.from_ == t.to:
+        problems.append(((*loc, "to"), f"a trunk joins two different switches; from and to are both {t.to}"))
+    for key, switch, side, port in (("from", t.from_, "egress", t.egress), ("to", t.to, "ingress", t.ingress)):
+        dev = inv.devices.get(switch)
+        if not isinstance(dev, OcsDevice | MeshDevice):
+            problems.append(((*loc, key), _unknown("switch", switch, inv, OcsDevice | MeshDevice)))
+            continue
+        n = dev.size
+        low, high = (n + 1, 2 * n) if side == "egress" else (1, n)
+        if not low <= port <= high:
+            problems.append(
+                ((*loc, side), f"{side} port {port} is out of range for {switch} ({side} ports are {low}..{high})")
+            )
+            continue
+        if isinstance(dev, OcsDevice) and port in dev.reserved_ports:
+            problems.append(
+                (
+                    (*loc, side),
+                    f"{switch} port {port} is reserved (reserved_ports): a run never touches it, so no circuit "
+                    "could use this trunk; cable the trunk to another port",
+                )
+            )
+        other = seen_switch_ports.setdefault((switch, port), f"trunks[{i}]")
+        if other != f"trunks[{i}]":
+            problems.append(((*loc, side), f"{switch} port {port} is already cabled by {other}"))
     return problems
 
 
@@ -145,6 +181,8 @@ def check_playbook(pb: Playbook, inv: Inventory | None) -> list[Problem]:
                         problems.append(((*loc, "hosts", i), _unknown("GPU host", host, inv, GpuHostDevice)))
             if isinstance(step, Wait) and isinstance(step.ms, str) and param_name(step.ms) not in pb.sweep:
                 problems.append(((*loc, "ms"), f"{step.ms} names no parameter under `sweep`"))
+    if pb.job is not None and pb.job.fabric is not None:
+        problems += _check_job_fabric(pb.job.fabric, len(pb.job.ranks))
     for key, values in pb.sweep.items():
         if not values:
             problems.append((("sweep", key), "a swept parameter needs at least one value"))
@@ -201,6 +239,55 @@ def check_playbook(pb: Playbook, inv: Inventory | None) -> list[Problem]:
                                 f"{dev.size + 1}..{2 * dev.size}) on {switch}",
                             )
                         )
+    return problems
+
+
+def _check_job_fabric(fabric: JobFabric, world: int) -> list[Problem]:
+    """torus2d keys go with torus2d only; a torus fits the ranks and can order them along a cycle; every
+    direction has its own port."""
+    loc = ("job", "fabric")
+    problems: list[Problem] = []
+    torus_keys = ("dims", "y_port", "y_reverse_port")
+    if fabric.topology != "torus2d":
+        for key in torus_keys:
+            if getattr(fabric, key) is not None:
+                problems.append(
+                    ((*loc, key), f"{key} is for topology torus2d only (this fabric is a {fabric.topology})")
+                )
+        return problems
+    if fabric.dims is None:
+        problems.append(((*loc, "topology"), "torus2d needs dims: rows, cols (rows * cols = the number of ranks)"))
+    else:
+        rows, cols = fabric.dims
+        if rows * cols != world:
+            problems.append(
+                ((*loc, "dims"), f"a {rows}x{cols} torus has {rows * cols} places, but the job has {world} ranks")
+            )
+        elif rows % 2 and cols % 2:
+            problems.append(
+                (
+                    (*loc, "dims"),
+                    f"a {rows}x{cols} torus: ranks are laid out along the torus row by row (an even number of "
+                    "rows) or column by column (an even number of columns), so that each rank's ring neighbour is "
+                    "a torus neighbour; use an even number of rows or columns",
+                )
+            )
+    if fabric.y_port is None:
+        problems.append(((*loc, "topology"), "torus2d needs y_port: the host port towards the next host in its column"))
+    if (fabric.reverse_port is None) != (fabric.y_reverse_port is None):
+        given, missing = (
+            ("reverse_port", "y_reverse_port") if fabric.y_reverse_port is None else ("y_reverse_port", "reverse_port")
+        )
+        problems.append(
+            ((*loc, given), f"a duplex torus needs both reverse_port and y_reverse_port; {missing} is missing")
+        )
+    seen: dict[str, str] = {}
+    for key in ("port", "reverse_port", "y_port", "y_reverse_port"):
+        value = getattr(fabric, key)
+        if value is not None and seen.setdefault(value, key) != key:
+            problems.append(
+                ((*loc, key), f"{value} is already the fabric's {seen[value]}; each torus direction needs its own port")
+            )
     return problems
 
 

@@ -5,9 +5,10 @@ Validated once, at load (testbed.config.load); everything after that works on th
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from testbed.config.common import Name, PortList, Strict
 
@@ -84,6 +85,11 @@ class OcsDevice(_Device):
             return False
         return self.allowed_ports is None or port in self.allowed_ports
 
+    def pass_loss_db(self) -> float:
+        """Loss of light crossing the switch once (ingress -> egress), as the planner budgets it: the
+        insertion loss the twin also emulates (`emulation.insertion_loss_db`)."""
+        return self.emulation.insertion_loss_db
+
 
 class MeshEmulation(Strict):
     settling_time_us: float = Field(4.0, ge=0)
@@ -101,6 +107,12 @@ class MeshDevice(_Device):
     kind: Literal["photonic_mesh"]
     size: int = Field(8, ge=2, le=256, description="optical ports per side")
     emulation: MeshEmulation = MeshEmulation()
+
+    def pass_loss_db(self) -> float:
+        """Loss of light crossing the chip once, as the planner budgets it: every path goes through a
+        splitter tree and a combiner tree of log2(size) cells each, `emulation.insertion_loss_db` per cell
+        (what the twin's chip emulates)."""
+        return self.emulation.insertion_loss_db * 2 * math.ceil(math.log2(self.size))
 
 
 class GpuHostEmulation(Strict):
@@ -135,6 +147,13 @@ class Fibre(Strict):
     ingress: int = Field(ge=1)
     egress: int = Field(ge=1)
     launch_power_dbm: float = Field(0.0, ge=-40, le=20, description="transceiver output power")
+    rx_sensitivity_dbm: float = Field(
+        -20.0,
+        ge=-60,
+        le=20,
+        description="the weakest light the host's receiver detects: a path to this port is usable while the "
+        "sender's launch_power_dbm minus the path's loss stays at or above it (the loss budget)",
+    )
     emulation: FibreEmulation | None = None
 
     def actual(self) -> tuple[int, int]:
@@ -143,12 +162,35 @@ class Fibre(Strict):
         return ((e.ingress or self.ingress) if e else self.ingress, (e.egress or self.egress) if e else self.egress)
 
 
+class Trunk(Strict):
+    """One switch-to-switch fibre, one direction: light leaving switch `from` on its egress port `egress`
+    enters switch `to` on its ingress port `ingress`. A duplex trunk is two entries. The planner routes a
+    link whose hosts are cabled to different switches over trunks (one circuit per switch on the way), and
+    a trunk carries one circuit at a time."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    from_: Name = Field(alias="from", description="the switch the light leaves (on its egress port `egress`)")
+    egress: int = Field(ge=1, description="egress port of `from`")
+    to: Name = Field(description="the switch the light enters (on its ingress port `ingress`)")
+    ingress: int = Field(ge=1, description="ingress port of `to`")
+    loss_db: float = Field(0.0, ge=0, le=60, description="loss of the fibre and its connectors")
+
+    @property
+    def label(self) -> str:
+        return f"{self.from_}:{self.egress} -> {self.to}:{self.ingress}"
+
+
 class Inventory(Strict):
     name: Name
     description: str = ""
     emulated_only: bool = Field(False, description="addresses are placeholders: refuse runs without --emulate")
     devices: dict[Name, Device]
     fibres: list[Fibre] = Field(default_factory=list)
+    trunks: list[Trunk] = Field(
+        default_factory=list,
+        description="switch-to-switch fibres, one direction each: {from, egress, to, ingress, loss_db}",
+    )
     spares: list[Name] = Field(default_factory=list)
 
     def switches(self) -> dict[str, OcsDevice | MeshDevice]:

@@ -79,15 +79,36 @@ class Schedule(Strict):
 
 class JobFabric(Strict):
     """How the job's ranks are connected optically: a logical topology over the hosts of the ranks, turned
-    into circuits through the fibre map. A failover rewires it for the new set of hosts."""
+    into circuits through the fibre map. A failover rewires it for the new set of hosts.
 
-    topology: Literal["ring"] = "ring"
-    port: Name = Field("p0", description="the host port towards the next rank")
+    ring: rank r's `port` -> rank r+1 (with `reverse_port`: duplex links port <-> next host's reverse_port).
+    torus2d: a `dims: [rows, cols]` torus (rows * cols = the number of ranks), rings along each row on
+    `port` (x) and along each column on `y_port` (y); with `reverse_port` and `y_reverse_port` every torus
+    link is duplex (four ports per host). Ranks are laid out along a Hamiltonian cycle of the torus
+    (boustrophedon: by rows when rows is even, else by columns, so one of them must be even), so the ring
+    r -> r+1 of a ring all-reduce runs on torus links (testbed/fabric/jobfabric.py).
+    """
+
+    topology: Literal["ring", "torus2d"] = "ring"
+    port: Name = Field("p0", description="the host port towards the next rank (torus2d: the next host in its row)")
     verify_light: bool = Field(True, description="check light on every new circuit before (re)launching")
     reverse_port: Name | None = Field(
         None,
         description="the host port towards the previous rank: with it each neighbour pair gets a duplex "
-        "link (port <-> next host's reverse_port), as TCP between ranks needs; without it a one-way ring on port",
+        "link (port <-> next host's reverse_port), as TCP between ranks needs; without it a one-way ring on port "
+        "(torus2d: towards the previous host in its row)",
+    )
+    dims: list[Annotated[int, Field(ge=2, le=1024)]] | None = Field(
+        None,
+        min_length=2,
+        max_length=2,
+        description="torus2d only: [rows, cols]; rows * cols must equal the number of ranks, and rows or cols "
+        "must be even",
+    )
+    y_port: Name | None = Field(None, description="torus2d only: the host port towards the next host in its column")
+    y_reverse_port: Name | None = Field(
+        None,
+        description="torus2d only, with reverse_port: the host port towards the previous host in its column",
     )
 
 
@@ -122,23 +143,89 @@ class Job(Strict):
         return value
 
 
-FaultKind = Literal["gpu.fail", "process.kill", "process.hang", "host.straggle", "host.power_off"]
+# Network faults between the framework and a device, applied by the twin's fault proxy (Toxiproxy's
+# toxics; `down` refuses and cuts connections). They exist only in an emulated run.
+TRANSPORT_KINDS = (
+    "transport.latency",
+    "transport.bandwidth",
+    "transport.slow_close",
+    "transport.timeout",
+    "transport.reset_peer",
+    "transport.slicer",
+    "transport.limit_data",
+    "transport.down",
+)
+FaultKind = Literal[
+    "gpu.fail",
+    "process.kill",
+    "process.hang",
+    "host.straggle",
+    "host.power_off",
+    "transport.latency",
+    "transport.bandwidth",
+    "transport.slow_close",
+    "transport.timeout",
+    "transport.reset_peer",
+    "transport.slicer",
+    "transport.limit_data",
+    "transport.down",
+]
 
 
 class Fault(Strict):
-    """What to break. Every fault is healed when the step ends (and on abort)."""
+    """What to break. Every fault is healed when the step ends (and on abort).
 
-    kind: FaultKind
+    A list of kinds (or of devices) is a seeded random choice: one is drawn for each trial, so a chaos run
+    repeats exactly for the same seed."""
+
+    kind: FaultKind | list[FaultKind] = Field(description="a kind, or a list to draw one from for each trial")
     target: str = Field(
         "rank:random",
         pattern=r"^rank:(random|\d+)$",
         description="rank:random (drawn from the seed for each trial) or rank:N",
+    )
+    device: Name | list[Name] | None = Field(
+        None, description="for transport.*: the device whose connection is faulted (a list: one drawn per trial)"
+    )
+    attributes: dict[str, float] = Field(
+        default_factory=dict,
+        description="for transport.*: the toxic's attributes, in Toxiproxy's names and units "
+        "(latency: latency, jitter ms; bandwidth: rate KB/s; slow_close: delay ms; timeout and reset_peer: "
+        "timeout ms; slicer: average_size, size_variation bytes, delay us; limit_data: bytes)",
+    )
+    stream: Literal["downstream", "upstream"] = Field(
+        "downstream", description="for transport.*: device -> framework (downstream) or framework -> device"
     )
     xid: int = Field(79, description="for gpu.fail: the Xid the kernel log shows (79: fallen off the bus)")
     duty: sweepable(0.01, 0.95) = Field(
         0.5, description="for host.straggle: fraction of each period the rank is stopped"
     )
     period_ms: float = Field(200, gt=0, description="for host.straggle: length of one stop/run cycle")
+
+    @model_validator(mode="after")
+    def _transport_fields(self):
+        kinds = self.kind if isinstance(self.kind, list) else [self.kind]
+        if not kinds:
+            raise ValueError("kind: give a fault kind, or a non-empty list to draw from")
+        transport = [k for k in kinds if k.startswith("transport.")]
+        if transport and self.device is None:
+            raise ValueError(f"{transport[0]} needs `device`: the device whose connection is faulted")
+        if len(transport) < len(kinds) and (self.device is not None or self.attributes):
+            raise ValueError("`device` and `attributes` are for transport.* faults only")
+        if self.device == []:
+            raise ValueError("device: give a device, or a non-empty list to draw from")
+        from emulators.proxy.toxics import SCHEMA  # the fault proxy's own table of toxics and attributes
+
+        # With several kinds to draw from, each drawn kind takes the attributes it has; an attribute none of
+        # them has is a mistake.
+        allowed = {a for k in transport for a in SCHEMA.get(k.removeprefix("transport."), {})}
+        unknown = sorted(set(self.attributes) - allowed)
+        if unknown:
+            raise ValueError(
+                f"attributes: {' / '.join(transport)} has no attribute {unknown[0]!r} "
+                f"(it has: {', '.join(sorted(allowed)) or 'none'})"
+            )
+        return self
 
 
 class Phase(Strict):
@@ -335,6 +422,18 @@ class Playbook(Strict):
     seed: int = 0
     on_failure: Literal["abort", "continue"] = Field(
         "abort", description="after a failed trial: stop the run (teardown still runs) or go on with the next"
+    )
+    max_concurrent_faults: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="interlock: at most this many faults active at once (faults in `parallel` steps add up)",
+    )
+    on_actor_death: Literal["restart", "stop"] = Field(
+        "restart",
+        description="when a device actor's process dies mid-run, Ray restarts it (its driver reconnects) and "
+        "the call it was running is recorded as info (outcome unknown); that trial fails, then restart: go on "
+        "with the next trial; stop: end the run there (teardown and the final read-back still run)",
     )
     configurations: dict[Name, Configuration] = Field(default_factory=dict)
     schedules: dict[Name, Schedule] = Field(default_factory=dict)

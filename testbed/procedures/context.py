@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,8 +18,30 @@ class ProcedureContext:
 
     def mark(self, name: str) -> int:
         """Record a milestone now (monotonic ns and wall time), in the actor's process."""
-        ns = time.monotonic_ns()
-        self.marks[name] = (ns, time.time())
+        return self.mark_at(name, time.monotonic_ns())
+
+    def mark_at(self, name: str, ns: int) -> int:
+        """Record a milestone that happened at monotonic ns (e.g. the midpoint of a call it happened in)."""
+        self.marks[name] = (ns, time.time() - (time.monotonic_ns() - ns) / 1e9)
         if self.on_mark is not None:
             self.on_mark(name)
         return ns
+
+
+def forgets_on_error(key: str):
+    """A procedure that caches the device's state under `key` forgets it when it fails: after an error (a
+    lost acknowledgement above all) the device may hold anything, and a diff against a stale cache would
+    send the wrong commands. The next call reads the device again."""
+
+    def wrap(procedure):
+        @functools.wraps(procedure)
+        def guarded(device, ctx: ProcedureContext, **kwargs):
+            try:
+                return procedure(device, ctx, **kwargs)
+            except BaseException:
+                ctx.cache.pop(key, None)
+                raise
+
+        return guarded
+
+    return wrap

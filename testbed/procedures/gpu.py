@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 
 from drivers.errors import DeviceCommandError, DeviceTimeout
@@ -65,12 +66,14 @@ def health(host: GpuHost, ctx: ProcedureContext) -> dict:
 
 def kill_job(host: GpuHost, ctx: ProcedureContext, *, job: dict, signal: str = "KILL") -> dict:
     """Send a signal to the job's process group, the way a lab injects process.kill (KILL), process.hang
-    (STOP) or gpu.fail's effect on the job. Mark: fault_injected, right before the signal is sent; for CONT,
+    (STOP) or gpu.fail's effect on the job. Mark: fault_injected at the midpoint of the `kill` exec (the
+    signal is delivered somewhere inside it; the midpoint is off by at most half the call); for CONT,
     which heals a hang, fault_healed instead."""
     handle = _job(job)
     healing = signal.upper().removeprefix("SIG") == "CONT"
-    ns = ctx.mark("fault_healed" if healing else "fault_injected")
+    t0 = time.monotonic_ns()
     host.signal(handle.pid, signal, group=True)
+    ns = ctx.mark_at("fault_healed" if healing else "fault_injected", (t0 + time.monotonic_ns()) // 2)
     return {"pid": handle.pid, "signal": signal, ("fault_healed_ns" if healing else "fault_injected_ns"): ns}
 
 
@@ -114,7 +117,7 @@ def watch_job(
             watching = True
             ctx.mark("watching")
         if ev.kind == "exited":
-            ns = ctx.mark("failure_detected")
+            ns = ctx.mark_at("failure_detected", ev.monotonic_ns)  # when the exit reached us, before probing
             probe = host.health()
             lost = sorted(set(probe["lost"]) - set(baseline["lost"]))
             xids = [x for x in probe["xids"] if x not in baseline["xids"]]
@@ -157,23 +160,39 @@ def wait_step(
     host: GpuHost,
     ctx: ProcedureContext,
     *,
-    job: dict,
+    job: dict | str,
     progress: str = PROGRESS,
     min_step: int,
     max_s: float = 120.0,
     heartbeat_s: float = 0.05,
     mark: str = "first_step",
+    ready: str | None = None,
 ) -> dict:
     """Block until the job's log shows a step >= min_step (the log is read from its start). Mark:
     first_step, when that line is received. Raises DeviceCommandError if the job exits first and
-    DeviceTimeout after max_s. Returns {"step", "line", "first_step_ns"}."""
-    handle = _job(job)
+    DeviceTimeout after max_s. Returns {"step", "line", "first_step_ns"}.
+
+    With `ready` (a regex whose group 1 is the step the job resumed from): first wait for that line and
+    mark job_ready, then, on the same watch, for a step after the resumed one. One watch, live before the
+    job can print its first step, so first_step is the moment the line arrived and not the moment a
+    second watch got round to reading it (the twin's ground truth showed the difference: ~90 ms)."""
+    # A name: a job this actor started earlier in the same program (its handle is in the cache).
+    handle = ctx.cache["jobs"][job] if isinstance(job, str) else _job(job)
     start = time.monotonic_ns()
     last: str | None = None
+    ready_rx = re.compile(ready) if ready else None
+    resumed: int | None = None
     for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=progress, lines=None):
-        if ev.kind == "progress" and ev.step is not None and ev.step >= min_step:
-            ns = ctx.mark(mark)  # first_step, or another milestone (job_ready: the job's "ready" line)
-            return {"step": ev.step, "line": ev.line, "first_step_ns": ns}
+        if ready_rx is not None and resumed is None:
+            m = ready_rx.search(ev.line) if ev.line else None
+            if m:
+                ctx.mark_at("job_ready", ev.monotonic_ns)  # when the line arrived
+                resumed = int(m.group(1))
+                min_step = max(min_step, resumed + 1)
+        elif ev.kind == "progress" and ev.step is not None and ev.step >= min_step:
+            # first_step, or another milestone (job_ready: the job's "ready" line), when the line arrived
+            ns = ctx.mark_at(mark, ev.monotonic_ns)
+            return {"step": ev.step, "line": ev.line, "first_step_ns": ns, "resumed": resumed}
         if ev.line:
             last = ev.line
         if ev.kind == "exited":

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from drivers.errors import DeviceError
 from testbed.photonics.calibration import CalibrationSettings
-from testbed.procedures.context import ProcedureContext
+from testbed.procedures.context import ProcedureContext, forgets_on_error
 from testbed.procedures.errors import VerificationError
 from testbed.procedures.verify import check_holds, wait_for_light
 
@@ -63,6 +64,7 @@ def calibrate(
     }
 
 
+@forgets_on_error("circuits")
 def reconfigure(
     mesh,
     ctx: ProcedureContext,
@@ -76,7 +78,8 @@ def reconfigure(
     """Make the chip hold `circuits`, keeping circuits on ports outside `managed`; other inputs go anywhere.
 
     Marks: sent (first heater written), acked (every set answered / settled), lit (every target output
-    reads light above `min_power_dbm`). Same return shape as ocs.reconfigure.
+    reads light above `min_power_dbm`). Same return shape as ocs.reconfigure. Commit-confirm as there: a
+    change not verified within `timeout_s` is reverted to the circuits the chip held before (mark reverted).
     """
     target = dict(circuits)
     current = ctx.cache.get("circuits")
@@ -96,29 +99,42 @@ def reconfigure(
     ctx.mark("acked")
     now = mesh.circuits()
     ctx.cache["circuits"] = now
-    check_holds(
-        want,
-        now,
-        ctx,
-        what="after programming the chip",
-        hint="another client may be driving the heaters; recalibrate if the chip drifted",
-    )
     powers: dict[int, float] = {}
-    if verify_light and target:
-        powers = wait_for_light(
-            mesh.output_power,
+    try:
+        check_holds(
+            want,
+            now,
             ctx,
-            sorted(target.values()),
-            min_power_dbm,
-            timeout_s,
-            what="output(s) of the chip",
-            hint="check that the hosts cabled to these inputs transmit, recalibrate the chip (mesh.calibrate) if it "
-            "drifted, or lower min_power_dbm",
+            what="after programming the chip",
+            hint="another client may be driving the heaters; recalibrate if the chip drifted",
         )
-        ctx.mark("lit")
+        if verify_light and target:
+            powers = wait_for_light(
+                mesh.output_power,
+                ctx,
+                sorted(target.values()),
+                min_power_dbm,
+                timeout_s,
+                what="output(s) of the chip",
+                hint="check that the hosts cabled to these inputs transmit, recalibrate the chip (mesh.calibrate) "
+                "if it drifted, or lower min_power_dbm",
+            )
+            ctx.mark("lit")
+    except VerificationError as exc:
+        try:
+            mesh.program(current)
+            ctx.cache["circuits"] = mesh.circuits()
+            ctx.mark("reverted")
+        except DeviceError as revert_error:
+            ctx.cache.pop("circuits", None)
+            exc.message += f"; reverting the change failed too ({revert_error.message}): read the chip first"
+            raise exc from revert_error
+        exc.message += "; the change was reverted (commit-confirm)"
+        raise
     return {"added": len(added), "removed": len(removed), "min_power_dbm": min(powers.values()) if powers else None}
 
 
+@forgets_on_error("circuits")
 def clear(mesh, ctx: ProcedureContext, *, managed: list[int]) -> dict:
     """Return the chip to its idle routing (input i to output N+i). A chip cannot disconnect: light always
     leaves by some output, so "clear" means the playbook's circuits are gone, not that the chip is dark."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from drivers.errors import DeviceError
 from testbed.capabilities import CircuitSwitch
 from testbed.fabric.diff import circuit_diff
-from testbed.procedures.context import ProcedureContext
+from testbed.procedures.context import ProcedureContext, forgets_on_error
 from testbed.procedures.errors import VerificationError
 from testbed.procedures.verify import check_holds, wait_for_light
 
@@ -37,6 +38,7 @@ def connections(switch: CircuitSwitch, ctx: ProcedureContext) -> dict[int, int]:
     return ctx.cache["connections"]
 
 
+@forgets_on_error("connections")
 def reconfigure(
     switch: CircuitSwitch,
     ctx: ProcedureContext,
@@ -51,6 +53,10 @@ def reconfigure(
 
     Marks: sent (first command written), acked (`*OPC?` answered: the switch has settled), lit (every
     new egress port reads light above `min_power_dbm`).
+
+    Commit-confirm (as NAPALM's): a change whose read-back or light is not verified within `timeout_s` is
+    reverted (the removed circuits back, the added ones gone, mark `reverted`), and the error says so, so
+    the failed operation in the history really left the switch as it was.
     """
     target = dict(circuits)
     current = ctx.cache.get("connections")
@@ -72,31 +78,55 @@ def reconfigure(
 
     now = switch.connections()
     ctx.cache["connections"] = now
-    check_holds(
-        target,
-        now,
-        ctx,
-        what="after the change the switch",
-        sent=":OXC:SWIT:CONN:STAT?",
-        hint="another client may be changing the switch, or the ports are failed",
-    )
     powers: dict[int, float] = {}
-    if verify_light and target:
-        powers = wait_for_light(
-            switch.port_power,
+    try:
+        check_holds(
+            target,
+            now,
             ctx,
-            sorted(target.values()),
-            min_power_dbm,
-            timeout_s,
-            what="egress port(s)",
-            sent=":PMON:POW?",
-            hint="check that the hosts cabled to these circuits transmit (fibre map), that the "
-            "ports are not failed, or lower min_power_dbm in the playbook",
+            what="after the change the switch",
+            sent=":OXC:SWIT:CONN:STAT?",
+            hint="another client may be changing the switch, or the ports are failed",
         )
-        ctx.mark("lit")
+        if verify_light and target:
+            powers = wait_for_light(
+                switch.port_power,
+                ctx,
+                sorted(target.values()),
+                min_power_dbm,
+                timeout_s,
+                what="egress port(s)",
+                sent=":PMON:POW?",
+                hint="check that the hosts cabled to these circuits transmit (fibre map), that the "
+                "ports are not failed, or lower min_power_dbm in the playbook",
+            )
+            ctx.mark("lit")
+    except VerificationError as exc:
+        _revert(switch, ctx, current, managed, exc)
     return {"added": len(add), "removed": len(remove), "min_power_dbm": min(powers.values()) if powers else None}
 
 
+def _revert(switch: CircuitSwitch, ctx: ProcedureContext, before: dict[int, int], managed: list[int], exc) -> None:
+    """Put the managed ports back as they were before the change, then re-raise `exc` saying so."""
+    try:
+        remove, add = circuit_diff(switch.connections(), sorted(before.items()), managed)
+        if remove:
+            switch.disconnect(remove, check=False)
+        if add:
+            switch.connect(add, check=False)
+        switch.wait_settled()
+        switch.check_errors("reverting the unverified change")
+        ctx.cache["connections"] = switch.connections()
+        ctx.mark("reverted")
+    except DeviceError as revert_error:
+        ctx.cache.pop("connections", None)
+        exc.message += f"; reverting the change failed too ({revert_error.message}): read the switch before going on"
+        raise exc from revert_error
+    exc.message += "; the change was reverted (commit-confirm)"
+    raise exc
+
+
+@forgets_on_error("connections")
 def clear(switch: CircuitSwitch, ctx: ProcedureContext, *, managed: list[int]) -> dict:
     """Remove every circuit on `managed` ports; leave the rest of the switch alone."""
     current = switch.connections()

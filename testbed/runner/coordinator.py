@@ -8,17 +8,24 @@ actor as one program, so a trial pays one Ray round trip per device rather than 
 Every operation is recorded as `invoke` before it is submitted, and closed by `ok`, `fail` or `info`
 when its result arrives (an operation skipped because an earlier one in its program failed is `fail`:
 it certainly did not happen).
+
+A device actor that dies while it runs a program (its worker process exits) is restarted by Ray; every
+call of that program is closed by `info` (which of them ran, and what they sent, died with the worker),
+a switch among them is read back at once (a `fabric.observed` mark, from which `testbed check` replays its
+history again), and ActorDied is raised: the playbook's `on_actor_death` decides what the run does next.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from testbed.errors import ExperimentFailed
+from testbed.events import Event
 from testbed.plan import (
     ApplyStep,
     CalibrateStep,
@@ -38,8 +45,10 @@ from testbed.plan import (
 )
 from testbed.recorder import Recorder
 from testbed.runner.device_actor import OpResult
+from testbed.runner.faults import FaultBudget
 
 SEGMENTS = (("ack", "sent", "acked"), ("light", "acked", "lit"), ("total", "sent", "lit"))
+RESTART_TIMEOUT_S = 60.0  # how long to wait for Ray to bring a dead actor back (a new worker, a reconnect)
 
 # The procedure that does a generic operation on each kind of device: a chip is driven like a switch.
 PROCEDURES_BY_KIND = {
@@ -60,6 +69,42 @@ class StepFailed(ExperimentFailed):
     pass
 
 
+class ActorDied(ExperimentFailed):
+    """A device actor died during a call: the call's outcome is unknown. Not a StepFailed, so code that
+    records a step's own failure (`fail`: certainly did not happen) lets it through; the trial loop
+    closes whatever such code left open with `info`."""
+
+    def __init__(self, devices: list[str], detail: str) -> None:
+        self.devices = devices
+        super().__init__(f"the actor of {', '.join(devices)} died during a call ({detail}); Ray restarts it")
+
+
+class OpenInvokes:
+    """Observer of events: the invokes not closed yet, so those an actor's death orphaned can be closed
+    with `info` (an operation that wraps device calls, such as fault.inject, stays open when one dies)."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str | None, str], list[Event]] = {}
+        self._lock = threading.Lock()
+
+    def on_event(self, event: Event) -> None:
+        key = (event.device, event.op)
+        with self._lock:
+            if event.type == "invoke":
+                self._open.setdefault(key, []).append(event)
+            elif event.type in ("ok", "fail", "info") and self._open.get(key):
+                self._open[key].pop(0)
+
+    def close_all(self, recorder: Recorder, reason: str) -> int:
+        with self._lock:
+            orphans = [e for queue in self._open.values() for e in queue]
+        for e in sorted(orphans, key=lambda e: e.seq):
+            recorder.emit(
+                "info", e.op, device=e.device, step=e.step, trial=e.trial, data={"error": reason, "audit_lost": True}
+            )
+        return len(orphans)
+
+
 class Coordinator:
     def __init__(
         self,
@@ -77,28 +122,105 @@ class Coordinator:
         self.ray = ray
         self.artifacts = artifacts  # where files a step produces are kept (the run folder)
         self.jobs = None  # a testbed.runner.jobs.JobController when the playbook has a job
+        self.transport_faults = None  # a testbed.runner.faults.TransportFaults in an emulated run
+        self.fault_budget = FaultBudget(plan.playbook.max_concurrent_faults)
+        # Set when the run ends or aborts: faults still under way in `parallel` steps heal at once.
+        self.stopping = threading.Event()
         # device -> power transfer matrix |T[out][in]|^2, known only to an emulated device (the twin)
         self.ground_truth = ground_truth
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="step")
+        self.open_invokes = OpenInvokes()
+        recorder.add_observer(self.open_invokes)
+        self._pids: dict[str, int] = {}  # actor name -> its worker pid, as last seen
 
     # --- devices --------------------------------------------------------------------------------
 
-    def dispatch(self, programs: dict[str, list[Call]]) -> dict[str, list[OpResult | None]]:
+    def dispatch(self, programs: dict[str, list[Call]], *, observe: bool = True) -> dict[str, list[OpResult | None]]:
         """Run each device's calls in order on its actor, all devices at once. A None result is a call
-        that was not run because an earlier call of its program failed."""
+        that was not run because an earlier call of its program failed. Raises ActorDied once every
+        result is recorded if an actor died (after reading back its switch, when `observe`)."""
         refs = {}
         for device, program in programs.items():
             for label, procedure, kwargs in program:
                 self.recorder.emit("invoke", procedure, device=device, step=label, data=_summarise(kwargs))
             refs[device] = self.actors[device].run_program.remote([(p, k) for _, p, k in program])
-        done = dict(zip(refs, self.ray.get(list(refs.values())), strict=True))
+        done, died = {}, {}
+        for device, ref in refs.items():
+            try:
+                done[device] = self.ray.get(ref)
+            except self.ray.exceptions.RayActorError as exc:
+                died[device] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
         out: dict[str, list[OpResult | None]] = {}
         for device, program in programs.items():
+            if device in died:
+                for label, procedure, _ in program:
+                    data = {"error": f"outcome unknown: {died[device]}", "error_type": "ActorDied", "audit_lost": True}
+                    self.recorder.emit("info", procedure, device=device, step=label, data=data)
+                continue
             results: list[OpResult | None] = list(done[device]) + [None] * (len(program) - len(done[device]))
             for (label, procedure, _), result in zip(program, results, strict=True):
                 self._record(device, label, procedure, result)
             out[device] = results
+        if died:
+            # Calls made while Ray restarts an actor fail at once ("the actor is restarting"): wait for it.
+            self.wait_until_alive({d: self.actors[d] for d in died})
+            if observe:
+                self._observe_after_death(list(died))
+            raise ActorDied(list(died), next(iter(died.values())))
         return out
+
+    def all_actors(self) -> dict[str, object]:
+        """Every actor of the run: one per device, and the job's watchers."""
+        watchers = getattr(self.jobs, "watchers", None) or {}
+        return {**self.actors, **{f"{host} (watcher)": actor for host, actor in watchers.items()}}
+
+    def actor_pids(self) -> dict[str, int]:
+        """Each actor's worker process now; kept, to tell a restarted actor from the one before."""
+        self._pids = {name: self.ray.get(actor.where.remote())["pid"] for name, actor in self.all_actors().items()}
+        return dict(self._pids)
+
+    def wait_until_alive(self, actors: dict[str, object], timeout_s: float = RESTART_TIMEOUT_S) -> None:
+        """Block until every actor answers again, each restart recorded (`actor.restarted`, its new worker
+        pid); gives up on an actor Ray declares dead for good, or after timeout_s (its calls then fail)."""
+        exceptions = self.ray.exceptions
+        deadline = time.monotonic() + timeout_s
+        for name, actor in actors.items():
+            while True:
+                try:
+                    where = self.ray.get(actor.where.remote(), timeout=max(0.1, deadline - time.monotonic()))
+                except exceptions.ActorDiedError:
+                    break  # dead for good (restarts used up)
+                except (exceptions.RayActorError, exceptions.GetTimeoutError):
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.2)  # polling Ray until the restarted worker answers
+                    continue
+                if where["pid"] != self._pids.get(name):
+                    data = {"actor": name, "pid": where["pid"], "was": self._pids.get(name)}
+                    self.recorder.emit("mark", "actor.restarted", device=name.split(" ")[0], data=data)
+                    self._pids[name] = where["pid"]
+                break
+
+    def _observe_after_death(self, devices: list[str]) -> None:
+        """Read back every switch among `devices` through its restarted actor: what its lost call sent is
+        not in the audit log, so `testbed check` replays the switch's history from this reading on."""
+        for device in devices:
+            if self.plan.inventory.devices[device].kind != "ocs" or self.artifacts is None:
+                continue
+            audit_line = _count_lines(self.artifacts / "audit.jsonl")
+            try:
+                label = "read back after the actor restarted"
+                (result,) = self.dispatch({device: [(label, "ocs.connections", {})]}, observe=False)[device]
+            except ExperimentFailed:
+                continue  # not read: check will say that the history cannot explain the switch
+            if result is None or result.status != "ok":
+                continue
+            self.recorder.emit(
+                "mark",
+                "fabric.observed",
+                device=device,
+                data={"circuits": result.value, "audit_line": audit_line, "why": "device actor restarted"},
+            )
 
     def identify(self) -> dict[str, dict]:
         """Ask every device what it is (and check it against the inventory); returns what they said."""
@@ -180,6 +302,21 @@ class Coordinator:
                         self._measure(step, [result])
             i = j
 
+    def _fault(self, step: FaultInjectStep | FaultDetectStep) -> None:
+        if isinstance(step, FaultInjectStep) and step.device is not None:
+            if self.transport_faults is None:
+                raise StepFailed(f"{step.label}: {step.kind} is applied by the twin's fault proxy; run with --emulate")
+            self.transport_faults.inject(step)
+            return
+        if self.jobs is None:
+            raise StepFailed(f"{step.label}: the playbook has no job")
+        if isinstance(step, FailoverStep):
+            self.jobs.failover(step)
+        elif isinstance(step, FaultDetectStep):
+            self.jobs.detect(step)
+        else:
+            self.jobs.inject(step)
+
     def execute(self, step: PlannedStep) -> None:
         if isinstance(step, ApplyStep | ClearStep):
             results = self.call(self._calls(step), step.label)
@@ -196,17 +333,15 @@ class Coordinator:
                 },
                 step.label,
             )
-        elif isinstance(
-            step, JobStartStep | JobStopStep | JobMeasureStep | FaultDetectStep | FaultInjectStep | FailoverStep
-        ):
+        elif isinstance(step, FaultInjectStep | FaultDetectStep):  # FailoverStep is a FaultDetectStep
+            with self.fault_budget.hold(step.label):
+                self._fault(step)
+        elif isinstance(step, JobStartStep | JobStopStep | JobMeasureStep):
             if self.jobs is None:
                 raise StepFailed(f"{step.label}: the playbook has no job")
             run = {
                 JobStartStep: self.jobs.start,
                 JobStopStep: self.jobs.stop,
-                FaultDetectStep: self.jobs.detect,
-                FaultInjectStep: self.jobs.inject,
-                FailoverStep: self.jobs.failover,
                 JobMeasureStep: self.jobs.measure,
             }
             run[type(step)](step)
@@ -359,6 +494,15 @@ def _raise_failures(results) -> None:
         raise StepFailed(
             "\n".join((r.error or f"{r.device}: {r.procedure} failed") if r else "not run" for r in failed)
         )
+
+
+def _count_lines(path: Path) -> int:
+    """Complete lines in a file (the position of the next audit record)."""
+    try:
+        with open(path, "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0
 
 
 def _summarise(kwargs: dict) -> dict:

@@ -1,21 +1,35 @@
 """One Ray actor per device. It owns the driver, so all access to the device is serialised, and it runs
 procedures next to the driver, so every timestamp is taken where the I/O happens (not from Ray round
-trips). Results come back as data (OpResult), errors included, never as Ray exceptions."""
+trips). Results come back as data (OpResult), errors included, never as Ray exceptions.
+
+An actor whose worker process dies (a crash in a driver library, kill -9) is restarted by Ray up to
+MAX_RESTARTS times in a run: __init__ runs again, so its driver reconnects. The call it was running is
+lost with its audit records; the coordinator records it as `info` (outcome unknown)."""
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 
 from drivers.audit import AuditRecord
-from drivers.errors import DeviceConnectionError, DeviceError, DeviceTimeout, InterlockError
+from drivers.errors import (
+    DeviceConnectionError,
+    DeviceError,
+    DeviceProtocolError,
+    DeviceTimeout,
+    InterlockError,
+)
 from drivers.registry import make_driver
 from drivers.transports import TransportSettings
 from testbed.procedures import PROCEDURES, ProcedureContext
 from testbed.runner.guard import GuardedSwitch, Policy
+
+MAX_RESTARTS = 3  # per actor and run; an actor that keeps dying is left dead and its calls fail
 
 
 @dataclass
@@ -45,6 +59,9 @@ class DeviceActor:
         self._node = socket.gethostname()
         self._marks_seen: set[str] = set()
         self._marked = threading.Condition()
+        # The driver's I/O thread (paramiko's transport) hands data to the procedure's thread; with the
+        # default 5 ms GIL switch interval that hand-over can add milliseconds to every timestamp taken here.
+        sys.setswitchinterval(0.0005)
 
     def wait_mark(self, name: str, timeout_s: float) -> bool:
         """Block until the running procedure passes milestone `name` (True), or `timeout_s` passes.
@@ -61,13 +78,15 @@ class DeviceActor:
             self._marked.notify_all()
 
     def where(self) -> dict:
-        """The Ray node this actor runs on, and a clock reading for the coordinator's offset estimate."""
+        """The Ray node this actor runs on, its worker process, and a clock reading for the coordinator's
+        offset estimate."""
         import ray
 
         return {
             "node_id": ray.get_runtime_context().get_node_id(),
             "hostname": self._node,
             "address": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
             "wall": time.time(),
         }
 
@@ -81,9 +100,9 @@ class DeviceActor:
             value = PROCEDURES[procedure](self._driver, ctx, **kwargs)
         except InterlockError as exc:  # refused before anything was sent: certainly did not happen
             status, error, error_type = "fail", str(exc), type(exc).__name__
-        except (DeviceTimeout, DeviceConnectionError) as exc:
-            # Jepsen's rule: once anything was sent, a lost reply leaves the outcome unknown (the switch may
-            # well have made the circuit); only an operation that sent nothing has certainly failed.
+        except (DeviceTimeout, DeviceConnectionError, DeviceProtocolError) as exc:
+            # Jepsen's rule: once anything was sent, a lost or garbled reply leaves the outcome unknown (the
+            # switch may well have made the circuit); only an operation that sent nothing has certainly failed.
             sent = any(r.direction == "tx" for r in self._audit)
             status, error, error_type = ("info" if sent else "fail"), str(exc), type(exc).__name__
         except DeviceError as exc:

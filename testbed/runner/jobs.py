@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from testbed.config.inventory import Inventory
 from testbed.config.playbook import Job
-from testbed.fabric import PathError, choose_spare, duplex_ring, links_to_circuits, ring
+from testbed.fabric import PathError, choose_spare, links_to_circuits
+from testbed.fabric.jobfabric import fabric_links, ring_link_ports
 from testbed.milestones import segments_of
 from testbed.plan import (
     ApplyStep,
@@ -42,10 +43,17 @@ class Rank:
 
 # Faults only the twin can apply: a lab needs a BMC (power) or a duty-cycle agent (straggle) for them.
 TWIN_ONLY_FAULTS = {"host.power_off", "host.straggle"}
+# A switch whose connection failed during a rewiring is tried again for this long (then the step fails).
+FABRIC_RETRY_S = 3.0
+FABRIC_RETRY_BACKOFF_S = 0.05
+RETRYABLE = {"DeviceConnectionError", "DeviceTimeout"}
+# testbed-train's line once its ring is up: the step it resumed from (the job_ready milestone).
+READY = r"^ready rank \d+ world \d+ step (\d+)"
 
 
 class FaultInjector:
-    """Injects and heals one fault; returns the monotonic time of injection when it takes it itself."""
+    """Injects and heals one fault; returns the monotonic time of injection: the midpoint of the call that
+    delivered it (the fault takes effect somewhere inside the call; the midpoint is off by at most half)."""
 
     def __init__(self, coordinator: Coordinator, twin_control=None) -> None:
         self.coordinator = coordinator
@@ -57,7 +65,7 @@ class FaultInjector:
         if kind in TWIN_ONLY_FAULTS and self.twin is None:
             raise StepFailed(f"{kind} is not supported on a real lab yet (it needs a BMC / a duty-cycle agent)")
         if self.twin is not None and kind in ("gpu.fail", "host.power_off", "host.straggle"):
-            ns = time.monotonic_ns()
+            t0 = time.monotonic_ns()
             if kind == "gpu.fail":
                 self.twin.call(rank.host, "fail_gpu", index=rank.local, xid=xid)
             elif kind == "host.power_off":
@@ -65,7 +73,7 @@ class FaultInjector:
             else:
                 # The playbook's duty is the fraction stopped; the twin's is the fraction running.
                 self.twin.call(rank.host, "straggle", pid=job.get("pid"), duty=1 - duty, period_ms=period_s * 1000)
-            return ns
+            return (t0 + time.monotonic_ns()) // 2
         # On a real lab gpu.fail kills the rank (its GPU is marked failed in the run's events); process.kill
         # and process.hang are signals on any lab.
         signal = {"gpu.fail": "KILL", "process.kill": "KILL", "process.hang": "STOP"}[kind]
@@ -138,8 +146,19 @@ class JobController:
             self._wait(step.label, self.ranks, self.job.progress, step.wait_steps, step.timeout_s)
         self.c.recorder.emit("mark", "job_ready", step=step.label, data={"ranks": len(self.ranks)})
 
-    def _launch(self, label: str) -> dict[int, object]:
-        """Start every rank at once; returns each rank's result (its job_started mark)."""
+    def _launch(
+        self, label: str, watch: int | None = None, timeout_s: float = 120.0
+    ) -> tuple[dict[int, object], object | None]:
+        """Start every rank at once; returns each rank's start result (its job_started mark) and, for the
+        rank `watch`, the result of following its log to its ready line (job_ready) and on to its first
+        training step (first_step).
+
+        The watch follows the start in the same actor program, so it is live within milliseconds of the
+        launch, long before the job can print: every line is marked when it arrives, never when a watch
+        started late finds it already written. One rank is enough: its ready line follows an all-reduce
+        with every rank, and the job's failures reach it too (its peers' deaths end it). Watching every
+        rank's ready line made those results, and Ray's traffic for them, arrive just as the first step
+        did, and delayed seeing it by milliseconds (the twin's ground truth showed both biases)."""
         self.ports = self._listen_ports()
         direct = [f"{self.address_of(r.host)}:{self.ports[r.index]}" for r in self.ranks]
         self.launches += 1
@@ -167,13 +186,21 @@ class JobController:
                     },
                 )
             )
-        out = {}
+        if watch is not None:
+            args = {"job": f"rank{watch}.{self.launches}", "progress": self.job.progress, "ready": READY}
+            args.update(min_step=0, max_s=timeout_s, mark="first_step")
+            programs[self.ranks[watch].host].append((label, "gpu.wait_step", args))
+        started, watched = {}, None
         for host, results in self.c.dispatch(programs).items():
-            _raise_failures(results)
-            for r, result in zip([r for r in self.ranks if r.host == host], results, strict=True):
-                self.handles[r.index] = result.value
-                out[r.index] = result
-        return out
+            on_host = [r for r in self.ranks if r.host == host]
+            for r, result in zip(on_host, results[: len(on_host)], strict=True):
+                if result is not None and result.status == "ok":
+                    self.handles[r.index] = result.value
+                started[r.index] = result
+            if watch is not None and host == self.ranks[watch].host:
+                watched = results[len(on_host)]
+        _raise_failures(list(started.values()))  # the watch's failure is the caller's to raise, after its marks
+        return started, watched
 
     def _listen_ports(self) -> list[int]:
         """Where each rank listens. On a lab, the playbook's port + rank on each host. In the twin every rank
@@ -196,31 +223,29 @@ class JobController:
         two hosts is lit, so a broken or wrongly rewired fabric really stops the job."""
         peers = list(direct)
         fabric = self.job.fabric
-        if self.link is None or fabric is None or fabric.reverse_port is None or len(self.ranks) < 2:
+        if self.link is None or fabric is None or len(self.ranks) < 2:
             return peers
+        # The duplex link that carries rank r -> r+1: on a torus, the x or y link between them.
+        ports = ring_link_ports(fabric, r.index)
         nxt = self.ranks[(r.index + 1) % len(self.ranks)]
-        if nxt.host != r.host:
-            peers[nxt.index] = self.link(r.host, fabric.port, nxt.host, fabric.reverse_port, self.ports[nxt.index])
+        if ports is not None and nxt.host != r.host:
+            peers[nxt.index] = self.link(r.host, ports[0], nxt.host, ports[1], self.ports[nxt.index])
         return peers
 
     def _wait(
-        self, label: str, ranks: list[Rank], progress: str, min_step: int, timeout_s: float, mark: str = "first_step"
+        self,
+        label: str,
+        ranks: list[Rank],
+        progress: str,
+        min_step: int,
+        timeout_s: float,
+        mark: str = "first_step",
     ) -> dict[int, object]:
+        """Wait until each rank's log shows `progress` at min_step or later (marked `mark`)."""
         programs: dict[str, list] = {}
         for r in ranks:
-            programs.setdefault(r.host, []).append(
-                (
-                    label,
-                    "gpu.wait_step",
-                    {
-                        "job": self.handles[r.index],
-                        "progress": progress,
-                        "min_step": min_step,
-                        "max_s": timeout_s,
-                        "mark": mark,
-                    },
-                )
-            )
+            args = {"job": self.handles[r.index], "progress": progress, "min_step": min_step, "max_s": timeout_s}
+            programs.setdefault(r.host, []).append((label, "gpu.wait_step", {**args, "mark": mark}))
         out = {}
         for host, results in self.c.dispatch(programs).items():
             _raise_failures(results)
@@ -245,18 +270,11 @@ class JobController:
         """Make the switches hold the job's topology over the current assignment (the minimal change, on
         every switch at once); returns each switch's result with its sent / acked / lit marks."""
         fabric = self.job.fabric
-        if fabric.topology != "ring":  # the config admits only ring for now; keep the planner honest
-            raise StepFailed(f"job fabric topology {fabric.topology!r} is not supported")
         hosts = self.assignment if hosts is None else hosts
         if len(set(hosts)) != len(hosts):
             raise StepFailed("a job fabric needs one rank per host (a host transmits on one port per rail)")
         try:
-            links = (
-                duplex_ring(hosts, fabric.port, fabric.reverse_port)
-                if fabric.reverse_port
-                else ring(hosts, fabric.port)
-            )
-            circuits = links_to_circuits(links, self.inventory)
+            circuits = links_to_circuits(fabric_links(fabric, hosts), self.inventory)
         except PathError as exc:
             raise StepFailed(f"job fabric: {exc}") from None
         step = ApplyStep(
@@ -269,7 +287,26 @@ class JobController:
             min_power_dbm=-20.0,
             timeout_s=5.0,
         )
-        return self.c.call(self.c._calls(step), label)
+        return self._rewire(step, label)
+
+    def _rewire(self, step: ApplyStep, label: str) -> dict:
+        """Apply the job fabric on every switch at once; a switch whose connection failed (a reset, a stall,
+        a refused connection: the device may be fine) is tried again until FABRIC_RETRY_S has passed. Its
+        procedure reads the switch afresh each time (a failed one forgets its cached state), so a retry
+        after a lost acknowledgement sends only what is still missing. Every attempt is in the history."""
+        calls = self.c._calls(step)
+        deadline = time.monotonic() + FABRIC_RETRY_S
+        done: dict = {}
+        while True:
+            results = {d: r[0] for d, r in self.c.dispatch({d: [(label, *calls[d])] for d in calls}).items()}
+            done.update(results)
+            failed = {d: r for d, r in results.items() if r is None or r.status != "ok"}
+            retry = all(r is not None and r.error_type in RETRYABLE for r in failed.values())
+            if not failed or not retry or time.monotonic() >= deadline:
+                _raise_failures(done.values())
+                return done
+            calls = {d: calls[d] for d in failed}
+            time.sleep(FABRIC_RETRY_BACKOFF_S)  # give the connection a moment to come back: recovery, not sync
 
     # --- faults and detection ---------------------------------------------------------------------
 
@@ -345,6 +382,7 @@ class JobController:
             "rank": target.index,
             "host": target.host,
             "gpu": target.local,
+            "pid": (self.handles.get(target.index) or {}).get("pid"),  # the rank hit: `testbed heal` needs it
         }
 
     def _heal(self, step, target: Rank, job: dict, data: dict) -> None:
@@ -411,7 +449,7 @@ class JobController:
         target = self.ranks[step.rank]
         data = {**self._fault_data(step, target), "duration_s": step.duration_s}
         if step.when_s:
-            time.sleep(step.when_s)  # the playbook's schedule for the fault, not synchronisation
+            self.c.stopping.wait(step.when_s)  # the playbook's schedule for the fault, not synchronisation
         self.c.recorder.emit("invoke", "fault.inject", device=target.host, step=step.label, data=data)
         job = self.handles[target.index]
         try:
@@ -422,7 +460,8 @@ class JobController:
         self.c.recorder.emit("ok", "fault.inject", device=target.host, step=step.label, data=data)
         self._mark_injected(step, target, injected, data)
         try:
-            time.sleep(step.duration_s)  # how long the playbook keeps the fault: part of the experiment
+            # How long the playbook keeps the fault (part of the experiment); an abort cuts it short.
+            self.c.stopping.wait(step.duration_s)
         finally:
             self._heal(step, target, job, data)
 
@@ -506,17 +545,17 @@ class JobController:
                 milestones["link_verified"] = self._mark_at(
                     "link_verified", step, max(r.marks["lit"][0] for r in switches.values())
                 )
-            started = self._launch(step.label)
+            rank = plan["rank"]
+            # The rank on the spare is watched from its launch on: its ready line, then its first step after
+            # the checkpoint.
+            started, result = self._launch(step.label, watch=rank, timeout_s=step.timeout_s)
             milestones["job_relaunched"] = self._mark_at(
                 "job_relaunched", step, max(r.marks["job_started"][0] for r in started.values())
             )
-            ready = self._wait(
-                step.label, self.ranks, r"^ready rank \d+ world \d+ step (\d+)", 0, step.timeout_s, mark="job_ready"
-            )
-            milestones["job_ready"] = max(r.marks["job_ready"][0] for r in ready.values())
-            rank = plan["rank"]
-            resumed = ready[rank].value["step"]
-            result = self._wait(step.label, [self.ranks[rank]], self.job.progress, resumed + 1, step.timeout_s)[rank]
+            _raise_failures([result])
+            # The spare's rank prints its ready line after an all-reduce with every rank: the whole job is up.
+            milestones["job_ready"] = result.marks["job_ready"][0]
+            resumed = result.value["resumed"]
             milestones["first_step"] = result.marks["first_step"][0]
             self.c.recorder.emit(
                 "mark",

@@ -4,6 +4,9 @@ the summary at the end. Each of those is its own module; this one only puts them
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,10 +27,12 @@ from testbed.progress import ProgressDisplay
 from testbed.recorder import Recorder
 from testbed.results import SummaryCollector, make_run_dir, run_info, write_json
 from testbed.runner.clocks import measure_clocks
-from testbed.runner.coordinator import Coordinator
+from testbed.runner.coordinator import ActorDied, Coordinator
+from testbed.runner.faults import TransportFaults
 from testbed.runner.guard import Policy
 from testbed.runner.locks import device_locks
-from testbed.runner.ray_session import ray_session
+from testbed.runner.ray_session import local_session_dir, ray_session, runner_identity
+from testbed.truth import TRUTH_FILE, failover_accuracy, twin_clock
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,11 @@ class RunOutcome:
 
 
 def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
+    if plan.transport_faults and not options.emulate:
+        raise UserError(
+            "the playbook has transport.* faults, which the twin's fault proxy applies; run it with --emulate "
+            "(on a lab, break the network with your own tools, e.g. tc netem on the control host)"
+        )
     run_id, run_dir = make_run_dir(options.results_root, plan.playbook.name)
     info = run_info(
         run_id,
@@ -60,6 +70,7 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
         options.emulate,
         options.ray_address,
     )
+    info["runner"] = runner_identity()  # `testbed heal` tells from it whether this run's process is gone
     write_json(run_dir / "run.json", info)
     collector = SummaryCollector()
     recorder = Recorder(run_dir, run_id, observers=[collector])
@@ -68,13 +79,18 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
         with contextlib.ExitStack() as stack:
             inventory, twin = plan.inventory, None
             if options.emulate:
-                inventory, endpoints, twin = stack.enter_context(_twin(plan, console))
+                inventory, endpoints, twin = stack.enter_context(_twin(plan, console, run_dir / TRUTH_FILE))
                 info["twin"] = endpoints
+                info["twin_pid"] = twin.process.pid  # heal looks for it in /proc: did the twin die with the run?
+                info["twin_clock"] = twin_clock(twin.control)
                 stack.callback(_record_dataplane, twin, info)  # runs before the twin stops, on every path
             stack.enter_context(
                 device_locks({d: transport_address(inventory.devices[d].transport) for d in plan.devices}, run_id)
             )
             with ray_session(options.ray_address) as ray:
+                stack.enter_context(_sigterm_as_interrupt())  # after ray.init, which installs its own handler
+                info["ray"] = {"session_dir": local_session_dir(ray) if options.ray_address is None else None}
+                write_json(run_dir / "run.json", info)
                 actors, notes = _start_actors(ray, plan, inventory, emulate=options.emulate)
                 stack.callback(_stop_actors, ray, actors)
                 for note in notes:
@@ -82,16 +98,21 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
                 info["placement"] = measure_clocks(ray, actors)
                 truth = _ground_truth(twin) if twin is not None else None
                 coordinator = Coordinator(plan, actors, recorder, ray, artifacts=run_dir, ground_truth=truth)
+                if twin is not None:
+                    coordinator.transport_faults = TransportFaults(recorder, twin.control, coordinator.stopping)
                 if plan.playbook.job is not None:
                     coordinator.jobs = _job_controller(ray, plan, inventory, coordinator, twin, options.emulate)
                 stack.callback(coordinator.close)
                 info["devices"] = coordinator.identify()
+                info["actors"] = {name: {"pid": pid} for name, pid in coordinator.actor_pids().items()}
+                # What the run found, and the ports it may change: `testbed heal` restores these after a crash.
+                recorder.emit("mark", "fabric.initial", data=_initial_fabric(plan, info["devices"]))
                 write_json(run_dir / "run.json", info)
                 display = stack.enter_context(ProgressDisplay(console, len(plan.trials)))
                 recorder.add_observer(display)
                 status, error = _execute(plan, coordinator, recorder)
-    except KeyboardInterrupt:
-        status, error = "aborted", "interrupted (Ctrl-C)"
+    except KeyboardInterrupt as exc:
+        status, error = "aborted", "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
         recorder.emit("mark", "run.aborted", data={"reason": error})
     except ExperimentFailed as exc:
         status, error = "failed", str(exc)
@@ -104,6 +125,10 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
         recorder.close()
         collector.write_trials_csv(run_dir / "trials.csv")
         summary = collector.summary(run_id, plan.playbook.name, status, len(plan.trials))
+        if plan.playbook.job is not None:  # the twin's ground truth against the measured failovers
+            accuracy = failover_accuracy(run_dir, plan.playbook.job.progress)
+            if accuracy is not None:
+                summary["ground_truth"] = accuracy
         write_json(run_dir / "summary.json", summary)
         info["status"] = status
         info["error"] = error
@@ -121,9 +146,22 @@ def _execute(plan: Plan, coordinator: Coordinator, recorder: Recorder) -> tuple[
             recorder.emit("mark", "trial.start", data={"sweep": trial.sweep_point})
             try:
                 coordinator.execute_steps(trial.steps)
-            except ExperimentFailed as exc:
-                recorder.emit("mark", "trial.end", data={"status": "failed", "error": str(exc)})
+            except Exception as exc:
+                died = _actor_death(exc)
+                if died is None and not isinstance(exc, ExperimentFailed):
+                    raise
+                if died is not None:
+                    # The callers of the dead call (fault.inject, a watch) cannot close what they opened.
+                    coordinator.open_invokes.close_all(recorder, f"outcome unknown: {died}")
+                    coordinator.wait_until_alive(coordinator.all_actors())  # what follows needs them back
+                end = {"status": "failed", "error": str(exc)} | ({"actor_died": died} if died else {})
+                recorder.emit("mark", "trial.end", data=end)
                 failures.append(f"trial {trial.index}: {exc}")
+                _stop_job(coordinator, failures)  # the next trial starts its own
+                if died is not None:
+                    if plan.playbook.on_actor_death == "stop":
+                        raise ExperimentFailed(f"{died}; the run stops there (on_actor_death: stop)") from None
+                    continue
                 if plan.playbook.on_failure == "abort":
                     raise
                 continue
@@ -131,13 +169,10 @@ def _execute(plan: Plan, coordinator: Coordinator, recorder: Recorder) -> tuple[
                 recorder.trial = None
             recorder.emit("mark", "trial.end", trial=trial.index, data={"status": "ok"})
     finally:
+        coordinator.stopping.set()  # a fault still under way in a `parallel` step heals now, not after its time
         # Teardown runs even after a failure or Ctrl-C, so the lab is left as the playbook says; then the
         # fabric is read back, so `testbed check` can compare it with what the history implies.
-        if coordinator.jobs is not None and coordinator.jobs.handles:
-            try:
-                coordinator.jobs.stop(label="stop job (abort)")
-            except ExperimentFailed as exc:
-                failures.append(f"stopping the job: {exc}")
+        _stop_job(coordinator, failures, label="stop job (abort)")
         for step in plan.teardown:
             try:
                 coordinator.execute(step)
@@ -153,8 +188,72 @@ def _execute(plan: Plan, coordinator: Coordinator, recorder: Recorder) -> tuple[
     return "ok", None
 
 
+def _stop_job(coordinator: Coordinator, failures: list[str], label: str = "stop job (failed trial)") -> None:
+    if coordinator.jobs is not None and coordinator.jobs.handles:
+        try:
+            coordinator.jobs.stop(label=label)
+        except ExperimentFailed as exc:
+            failures.append(f"stopping the job: {exc}")
+
+
+def _actor_death(exc: BaseException) -> str | None:
+    """What died, if `exc` is a device actor's death: ActorDied from the coordinator, or Ray's own error
+    from code that waits on an actor directly (the job's watchers)."""
+    if isinstance(exc, ActorDied):
+        return str(exc)
+    from ray.exceptions import RayActorError
+
+    if isinstance(exc, RayActorError):
+        return f"a device actor died ({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]})"
+    return None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is: the step's faults are healed, teardown runs, the fabric is read back."""
+
+
 @contextlib.contextmanager
-def _twin(plan: Plan, console: Console):
+def _sigterm_as_interrupt():
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread; a run started elsewhere keeps the default
+        return
+
+    def interrupt(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        # None: the handler was not set from Python (Ray's own, in C); the default ends the process too.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _initial_fabric(plan: Plan, identified: dict[str, dict]) -> dict:
+    """The circuits each switch held when the run identified it, and every port the run may change on it
+    (the playbook's configurations and the job's fabric): what `testbed heal` restores after a crash."""
+    managed: dict[str, set[int]] = {sw: set(ports) for sw, ports in plan.job_managed.items()}
+
+    def walk(item) -> None:
+        if isinstance(item, list | tuple):
+            for x in item:
+                walk(x)
+        elif dataclasses.is_dataclass(item):
+            for sw, ports in (getattr(item, "managed", None) or {}).items():
+                managed.setdefault(sw, set()).update(ports)
+            for f in dataclasses.fields(item):
+                walk(getattr(item, f.name))
+
+    walk([plan.setup, plan.teardown, [t.steps for t in plan.trials]])
+    switches = [d for d in plan.devices if plan.inventory.devices[d].kind == "ocs"]
+    return {
+        "circuits": {sw: identified.get(sw, {}).get("circuits") for sw in switches},
+        "managed": {sw: sorted(managed.get(sw, ())) for sw in switches},
+    }
+
+
+@contextlib.contextmanager
+def _twin(plan: Plan, console: Console, truth_log: Path):
     from emulators.twin import TwinProcess
     from testbed.twin import assert_loopback, not_emulated, point_at_twin, twin_spec
 
@@ -162,6 +261,8 @@ def _twin(plan: Plan, console: Console):
     if missing:
         raise UserError(f"--emulate: no emulator yet for {', '.join(missing)}")
     spec = twin_spec(plan.inventory, plan.seed, only=set(plan.devices))
+    spec.truth_log = str(truth_log.resolve())  # the twin's account of what really happened, in the run folder
+    spec.fault_proxy = plan.transport_faults  # only then: a proxy adds its own hop to every device call
     with TwinProcess(spec) as twin:
         endpoints = twin.endpoints.to_json()
         inventory = point_at_twin(plan.inventory, endpoints)
@@ -173,7 +274,7 @@ def _twin(plan: Plan, console: Console):
 def _job_controller(ray, plan: Plan, inv: Inventory, coordinator: Coordinator, twin, emulate: bool):
     """The job's ranks, a watcher actor per host (its own connection; two threads so the coordinator can
     wait for it to be watching), and how faults are injected here."""
-    from testbed.runner.device_actor import DeviceActor
+    from testbed.runner.device_actor import MAX_RESTARTS, DeviceActor
     from testbed.runner.jobs import FaultInjector, JobController
     from testbed.runner.placement import actor_options
 
@@ -185,7 +286,7 @@ def _job_controller(ray, plan: Plan, inv: Inventory, coordinator: Coordinator, t
     hosts = [d for d in plan.devices if d in job.ranks or d in spares]
     for host in hosts:
         options, _ = actor_options(ray, host, inv.devices[host].node, emulate=emulate)
-        watchers[host] = remote_cls.options(**options, max_concurrency=2).remote(
+        watchers[host] = remote_cls.options(**options, max_concurrency=2, max_restarts=MAX_RESTARTS).remote(
             host, inv.devices[host].driver, driver_settings(inv, host)
         )
 
@@ -272,7 +373,7 @@ def driver_settings(inv: Inventory, name: str) -> TransportSettings:
 
 
 def _start_actors(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict, list[str]]:
-    from testbed.runner.device_actor import DeviceActor
+    from testbed.runner.device_actor import MAX_RESTARTS, DeviceActor
     from testbed.runner.placement import actor_options
 
     # Every pin and transport is resolved before the first actor starts: a mistake leaves nothing running.
@@ -280,7 +381,9 @@ def _start_actors(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict,
     settings = {name: driver_settings(inv, name) for name in plan.devices}
     remote_cls = ray.remote(DeviceActor)
     actors = {
-        name: remote_cls.options(**placed[name][0]).remote(name, inv.devices[name].driver, settings[name])
+        name: remote_cls.options(**placed[name][0], max_restarts=MAX_RESTARTS).remote(
+            name, inv.devices[name].driver, settings[name]
+        )
         for name in plan.devices
     }
     return actors, [note for _, note in placed.values() if note]

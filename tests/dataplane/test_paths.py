@@ -76,5 +76,7 @@ def test_twin_spec_carries_the_inventory_fibre_map(repo):
         "switch": first.switch,
         "ingress": first.ingress,
         "egress": first.egress,
+        "launch_power_dbm": first.launch_power_dbm,
+        "rx_sensitivity_dbm": first.rx_sensitivity_dbm,
     }
     parse_fibres(spec.fibres)  # the twin accepts it

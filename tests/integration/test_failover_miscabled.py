@@ -60,6 +60,12 @@ def test_light_verification_catches_the_wrong_ports(ray_cluster, inventory, tmp_
     assert summary["status"] == "failed" and summary["trials"]["failed"] == 1
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert not any(e["op"] in ("link_verified", "job_relaunched") for e in events)
+    # Commit-confirm: the unverified rewiring was reverted, so the switch holds the ring it held before.
+    assert "the change was reverted (commit-confirm)" in err
+    assert any(e["op"] == "reverted" and e.get("device") == "ocs1" for e in events)
+    before = next(e for e in events if e["op"] == "ocs.reconfigure" and e["type"] == "invoke")["data"]["circuits"]
+    final = next(e for e in events if e["op"] == "fabric.final")["data"]["circuits"]["ocs1"]
+    assert {int(i): e for i, e in final.items()} == dict(map(tuple, before))
     assert main(["check", str(run_dir)]) == 0  # the fault was healed, every operation closed
 
 

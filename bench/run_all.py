@@ -1,0 +1,417 @@
+"""Run every benchmark and write bench/RESULTS.md (raw figures in bench/out/*.json, git-ignored).
+
+    python bench/run_all.py            # the full run (about 10 minutes on a 2-core machine)
+    python bench/run_all.py --quick    # a small smoke configuration (a few minutes)
+
+Every figure is a ratio against a baseline measured in the same run, in alternating rounds, because
+machines here are noisy. Each benchmark is its own module (bench/*.py, runnable alone); this one only
+runs them in order, times them, and renders the table. A benchmark that fails is reported as failed in
+RESULTS.md (with its error) and the others still run; the exit status is then 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import shlex
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import failover
+import health_fanout
+import ocs_overhead
+import opus_scale
+from benchlib import OUT, REPO, machine, write_out
+from rich.console import Console
+
+FULL = {
+    "ocs_overhead": {"reconfigs": 300, "rounds": 3},
+    "health_fanout": {"hosts": 64, "rounds": 3, "checks": 5},
+    "failover": {"trials": 10, "restarts": 10, "rounds": 3},
+    "opus_scale": {"trials": 10, "rounds": 3, "hosts": 256},
+}
+QUICK = {
+    "ocs_overhead": {"reconfigs": 30, "rounds": 1},
+    "health_fanout": {"hosts": 8, "rounds": 1, "checks": 2},
+    "failover": {"trials": 2, "restarts": 2, "rounds": 1},
+    "opus_scale": {"trials": 2, "rounds": 1, "hosts": 256},
+}
+MODULES = {
+    "ocs_overhead": ocs_overhead,
+    "health_fanout": health_fanout,
+    "failover": failover,
+    "opus_scale": opus_scale,
+}
+
+
+def run(names: list[str], config: dict, console: Console) -> dict:
+    results = {}
+    for name in names:
+        console.rule(f"{name} {config[name]}")
+        start = time.monotonic()
+        try:
+            figures = MODULES[name].measure(**config[name], console=console)
+            results[name] = {"ok": True, "figures": figures}
+            write_out(name, figures)
+        except Exception as exc:  # one broken benchmark must not lose the others' figures
+            console.print(f"[red]{name} failed: {type(exc).__name__}: {exc}[/]")
+            results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        results[name]["seconds"] = time.monotonic() - start
+        results[name]["config"] = config[name]
+    return results
+
+
+# --- RESULTS.md -------------------------------------------------------------------------------------
+
+
+def _yes(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("yes" if ok else "**no**")
+
+
+def _ms(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f} ms"
+
+
+def _s(x: float | None, digits: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f} s"
+
+
+def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
+    """(figure, measured, baseline, ratio, target, met) for every figure of the issue."""
+    out = []
+
+    def failed(name: str, figure: str, target: str) -> None:
+        err = " ".join(results[name].get("error", "not run").split())
+        out.append((figure, f"failed: {err[:300]}", "", "", target, "**no**"))
+
+    r = results.get("ocs_overhead")
+    if r is not None:
+        if r["ok"]:
+            f = r["figures"]
+            out.append(
+                (
+                    "OCS reconfiguration: framework overhead per reconfiguration",
+                    f"p50 {_ms(f['overhead_p50_ms'], 2)} (p99 {_ms(f['overhead_p99_ms'], 2)}); "
+                    f"cycle p50 {_ms(f['testbed_p50_ms'], 2)}, p99 {_ms(f['testbed_p99_ms'], 2)} (n={f['n_testbed']})",
+                    f"raw socket script: cycle p50 {_ms(f['raw_p50_ms'], 2)}, p99 {_ms(f['raw_p99_ms'], 2)} "
+                    f"(n={f['n_raw']})",
+                    f"{f['ratio_p50']:.3f}x (cycle p50)",
+                    "overhead <= 2 ms p50",
+                    _yes(f["overhead_p50_ms"] <= 2.0),
+                )
+            )
+        else:
+            failed("ocs_overhead", "OCS reconfiguration: framework overhead", "<= 2 ms p50")
+
+    r = results.get("health_fanout")
+    if r is not None:
+        if r["ok"]:
+            f = r["figures"]
+            n = f["hosts"]
+            step = f["testbed_step_s"]
+            if f["ansible"] is not None:
+                best = f["ansible_best_warm"]
+                a = f["ansible"]
+                out.append(
+                    (
+                        f"Fan-out: health check of {n} emulated GPU hosts, testbed vs Ansible `raw` (best: -f "
+                        f"{best['forks']}, connected)",
+                        f"testbed health step p50 {_s(step['p50'], 3)}, p99 {_s(step['p99'], 3)} (n={step['n']})",
+                        f"Ansible -f {best['forks']} warm p50 {_s(best['p50_s'])}",
+                        f"{f['speedup_step_vs_ansible_warm']:.1f}x faster",
+                        ">= 10x faster than Ansible",
+                        _yes(f["speedup_step_vs_ansible_warm"] >= 10),
+                    )
+                )
+                for forks in sorted({int(k[1:].split("_")[0]) for k in a}):
+                    c, w = a[f"f{forks}_cold"], a[f"f{forks}_warm"]
+                    out.append(
+                        (
+                            f"  Ansible `raw`, -f {forks}" + (" (default)" if forks == 5 else ""),
+                            f"cold p50 {_s(c['p50'])} (max {_s(c['max'])}); warm p50 {_s(w['p50'])} "
+                            f"(max {_s(w['max'])}); n={c['n']}",
+                            "",
+                            f"testbed step {w['p50'] / step['p50']:.1f}x faster than warm",
+                            "",
+                            "",
+                        )
+                    )
+                out.append(
+                    (
+                        "  cold start: `testbed run` to the end of the first health step vs Ansible cold",
+                        f"testbed p50 {_s(f['testbed_cold_s']['p50'], 1)} (n={f['testbed_cold_s']['n']})",
+                        f"Ansible -f {f['ansible_best_cold']['forks']} cold p50 {_s(f['ansible_best_cold']['p50_s'])}",
+                        f"{f['speedup_cold_vs_ansible_cold']:.2f}x",
+                        "(reported)",
+                        "n/a",
+                    )
+                )
+            else:
+                out.append(
+                    (
+                        f"Fan-out: {n} hosts vs Ansible",
+                        f"testbed health step p50 {_s(step['p50'], 3)}",
+                        f"not measured: {f['ansible_missing']}",
+                        "",
+                        ">= 10x faster than Ansible",
+                        "**no**",
+                    )
+                )
+            seq = f["sequential_s"]
+            out.append(
+                (
+                    f"Fan-out: {n} hosts, testbed vs a sequential paramiko loop",
+                    f"testbed health step p50 {_s(step['p50'], 3)}",
+                    f"sequential paramiko p50 {_s(seq['p50'])} (n={seq['n']})",
+                    f"{f['speedup_step_vs_sequential']:.1f}x faster",
+                    "(reported)",
+                    "n/a",
+                )
+            )
+            par = f.get("parallel_paramiko_connected_s") or {}
+            if par.get("n"):
+                out.append(
+                    (
+                        "  diagnosis: the same check from one process, a thread and an open paramiko connection "
+                        "per host, no Ray",
+                        f"p50 {_s(par['p50'], 3)}, p99 {_s(par['p99'], 3)} (n={par['n']})",
+                        f"testbed health step p50 {_s(step['p50'], 3)}",
+                        f"testbed / this: {step['p50'] / par['p50']:.2f}x",
+                        "(diagnosis)",
+                        "n/a",
+                    )
+                )
+        else:
+            failed("health_fanout", "Fan-out: health check vs Ansible", ">= 10x faster than Ansible")
+
+    r = results.get("failover")
+    if r is not None:
+        if r["ok"]:
+            f = r["figures"]
+            m, lim, d = f["measured_total_ms"], f["limit_ms"], f["modelled_delays_ms"]
+            out.append(
+                (
+                    "Failover: measured latency vs the physical limit",
+                    f"p50 {_ms(m['p50'])}, p99 {_ms(m['p99'])} (n={m['n']})",
+                    f"limit p50 {_ms(lim['p50'])}, p99 {_ms(lim['p99'])}: OCS {d['ocs_switching_ms']:g} ms + "
+                    f"detection {d['detection_ms']:g} ms (half the {d['heartbeat_ms']:g} ms heartbeat) + restart "
+                    f"alone p50 {_ms(f['restart_alone_ms']['p50'])} (n={f['restart_alone_ms']['n']})",
+                    f"{f['ratio_p50']:.2f}x; framework share {_ms(f['framework_share_p50_ms'])} "
+                    f"({100 * f['framework_share_fraction']:.0f} % of p50; "
+                    f"{_ms(f['framework_share_p50_ms_full_heartbeat'])} counting the whole heartbeat)",
+                    "(report the framework's share)",
+                    "n/a",
+                )
+            )
+            seg = f["segments_p50_ms"]
+            out.append(
+                (
+                    "  where the measured failover goes (p50 of each segment)",
+                    ", ".join(f"{k} {v:.0f} ms" for k, v in seg.items() if k != "total"),
+                    f"restart alone p50 {_ms(f['restart_alone_ms']['p50'])} (launch -> first step)",
+                    "",
+                    "(diagnosis)",
+                    "n/a",
+                )
+            )
+            truth = f["ground_truth"]
+            if truth:
+                e = truth["error_ms"]
+                out.append(
+                    (
+                        "Measurement accuracy: measured failover vs the twin's ground truth",
+                        f"error p99 {_ms(e['p99'], 2)}, p50 {_ms(e['p50'], 2)}, max {_ms(e['max'], 2)} "
+                        f"(n={truth['n']}; error = measured - truth)",
+                        "the twin's own record of fault and first step",
+                        "",
+                        "(report p99 error)",
+                        "n/a",
+                    )
+                )
+            else:
+                out.append(
+                    (
+                        "Measurement accuracy: measured failover vs the twin's ground truth",
+                        "not available (the run's summary.json has no ground_truth)",
+                        "",
+                        "",
+                        "(report p99 error)",
+                        "n/a",
+                    )
+                )
+        else:
+            failed("failover", "Failover vs physical limit (and accuracy)", "(report)")
+
+    r = results.get("opus_scale")
+    if r is not None:
+        if r["ok"]:
+            f = r["figures"]
+            a, o = f["all_switches_ms"], f["one_switch_ms"]
+            out.append(
+                (
+                    f"Opus scale ({f['gpus']} GPUs, {f['rails']} rails of {f['ports']}-port OCSes): one rail "
+                    f"reconfiguration ({f['circuits_per_switch']} circuits per switch) on all switches at once",
+                    f"{f['rails']} switches p50 {_ms(a['p50'])}, p99 {_ms(a['p99'])} (n={a['n']})",
+                    f"one switch alone p50 {_ms(o['p50'])}, p99 {_ms(o['p99'])} (n={o['n']})",
+                    f"{f['ratio_p50']:.2f}x (medians)",
+                    "<= 1.5x",
+                    _yes(f["ratio_p50"] <= 1.5),
+                )
+            )
+            if f.get("raw_all_switches_ms", {}).get("n"):
+                ra, ro = f["raw_all_switches_ms"], f["raw_one_switch_ms"]
+                out.append(
+                    (
+                        "  diagnosis: the same changes by a raw-socket script (no framework), 8 switches vs 1",
+                        f"{f['rails']} switches p50 {_ms(ra['p50'])}, p99 {_ms(ra['p99'])} (n={ra['n']})",
+                        f"one switch p50 {_ms(ro['p50'])}, p99 {_ms(ro['p99'])} (n={ro['n']})",
+                        f"{f['raw_ratio_p50']:.2f}x (medians)",
+                        "(diagnosis)",
+                        "n/a",
+                    )
+                )
+            t = f["twin_memory"]
+            out.append(
+                (
+                    "Opus scale: twin memory per emulated device",
+                    f"{t['per_device_kib']:.0f} KiB per device ({t['full']['devices']} devices: twin RSS "
+                    f"{t['full']['rss_kib'] / 1024:.0f} MiB, started in {t['full']['start_s']:.1f} s); a host's "
+                    f"marginal cost {t['per_host_marginal_kib']:.0f} KiB",
+                    f"empty twin RSS {t['empty']['rss_kib'] / 1024:.0f} MiB",
+                    "",
+                    "(report)",
+                    "n/a",
+                )
+            )
+            act = f["device_actor_memory"]
+            if act.get("rss_mib_p50"):
+                proj = f.get("device_actors_projected_gib") or {}
+                hosts_act = (results.get("health_fanout") or {}).get("figures", {}).get("host_actor_memory") or {}
+                host_part = (
+                    f"; GPU-host actors {hosts_act['rss_mib_p50']:.0f} MiB RSS / {hosts_act['pss_mib_p50']:.0f} MiB PSS"
+                    if hosts_act.get("rss_mib_p50")
+                    else ""
+                )
+                out.append(
+                    (
+                        "Opus scale: Ray actor memory per device actor",
+                        f"switch actors {act['rss_mib_p50']:.0f} MiB RSS / {act['pss_mib_p50']:.0f} MiB PSS each "
+                        f"({act['actors_seen']} seen){host_part}",
+                        f"one actor per device at this scale: {proj.get('devices')} actors, about "
+                        f"{proj.get('pss', 0):.1f} GiB (PSS)",
+                        "",
+                        "(report)",
+                        "n/a",
+                    )
+                )
+        else:
+            failed("opus_scale", "Opus scale", "<= 1.5x")
+    return out
+
+
+HOW = {
+    "ocs_overhead": """**OCS overhead** (`bench/ocs_overhead.py`). One emulated 32x32 switch (25 ms switching
+time, jitter 0) is cycled through the three configurations of `playbooks/ocs-reconfig.yaml`, by `testbed run`
+(Ray actor, driver error checks, read-back, light verification, event recording) and by a minimal raw-socket
+script (SUB / ADD / `*OPC?` / `PMON:POW?` polling), in alternating rounds. A reconfiguration's cycle is the
+interval between the first commands of consecutive reconfigurations; overhead = testbed cycle - raw cycle at the
+same percentile.""",
+    "health_fanout": """**Fan-out** (`bench/health_fanout.py`). The same health commands on every host:
+`GpuHostSsh.health()`'s `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` and `dmesg`. testbed:
+`playbooks/gpu-health.yaml` (one actor per host, all at once), its `health.wall` span per health step; the
+actors are connected by then. Ansible: `ansible all -i INV -m raw -a '<the commands>' -f FORKS -o` over an
+inventory generated from the twin's endpoints (port, user, key file), host keys checked against the twin's
+known_hosts with `StrictHostKeyChecking=yes`; "cold" with a fresh ControlPath directory (OpenSSH connects and
+authenticates every host), "warm" right after it, over the ControlPersist masters (connected, like the actors).
+The target compares testbed's step with the best warm Ansible figure. The emulated SSH server accepts the pty
+that `ansible raw` requests (`ssh -tt`). Sequential: paramiko, connect / check / close host after host. Rounds
+alternate testbed, sequential and Ansible (the forks order alternates too).""",
+    "failover": """**Failover** (`bench/failover.py`). `testbed run playbooks/gpu-failover.yaml --emulate`: a
+4-rank `testbed-train` job, a GPU falls off the bus (Xid 79), detection, spare, OCS rewiring, relaunch from the
+checkpoint; failover.total = fault injected -> the spare's first step. Physical limit per trial = the
+inventory's OCS switching time (25 ms) + half the playbook's 50 ms detection heartbeat (the emulated host's
+`tail --pid` notices a dead rank on average half a heartbeat later) + the job's own restart measured alone: the
+same `run_job` calls over SSH with no framework around them, all ranks at once, the failed rank on a spare, from
+the first launch command to the spare's first step line after its resume point. Teardown of the surviving ranks
+and the light check are not in the limit; their cost is part of the framework's share = measured p50 - limit
+p50. Framework runs and bare restarts alternate by round. Accuracy: each run's summary.json `ground_truth` (the
+twin's own record of when it applied the fault and when the spare's rank wrote the step line taken as
+first_step), error = measured - truth, pooled over the runs.""",
+    "opus_scale": """**Opus scale** (`bench/opus_scale.py`). An inventory built in code: 256 hosts x 8 GPUs with
+ports r0..r7, rail k a 256-port OCS (switching 25 ms, jitter 0) cabled to every host's rk. A playbook applies
+two full permutations of 256 circuits alternately (every circuit moves each time); the run's `rail.total` span
+is first command sent -> every new egress lit on the last switch. All 8 switches at once (one actor each, as
+`testbed run` always does) against the same playbook on one switch, alternating by round; ratio of medians.
+Diagnosis, in the same rounds: a raw-socket script (one thread per switch, released together: SUB, ADD, `*OPC?`,
+`PMON:POW?` until lit) doing the same changes on 8 switches and on 1, with no framework. Memory: the twin
+process's VmRSS after start-up with everything (256 hosts with their SSH servers, 8 switches, 2048 fibres) minus
+an empty twin's, per device; a host's marginal cost from 256 hosts minus 128. Actors: peak VmRSS and Pss (shared
+pages split among sharers) of each `ray::DeviceActor` process of this run, sampled every second.""",
+}
+
+
+def render(results: dict, info: dict, command: str, total_s: float) -> str:
+    m = info
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Generated by `{command}` on {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, "
+        f"in {total_s / 60:.1f} minutes. Every figure is measured side by side with its baseline in the same "
+        "run (alternating rounds); raw figures are in `bench/out/*.json` (not committed).",
+        "",
+        f"Machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB, Linux {m['kernel']}; "
+        f"Python {m['python']}, Ray {m['ray']}, paramiko {m['paramiko']}, "
+        f"ansible-core {m['ansible_core'] or 'absent'}, "
+        f"{m['openssh'] or 'no OpenSSH client'}. Shared with other work: expect noise.",
+        "",
+        "| figure | measured | baseline (same run) | ratio | target | met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows(results):
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
+    repeated = [
+        (name, err) for name, r in results.items() if r["ok"] for err in r["figures"].get("failed_testbed_runs") or []
+    ]
+    if repeated:
+        lines += ["", "Runs that failed and were made again (their figures are not in the table):", ""]
+        lines += [f"- {name}: {' '.join(err.split())[:300]}" for name, err in repeated]
+    lines += ["", "## How each figure is measured", ""]
+    for name in results:
+        took = results[name]["seconds"]
+        lines += [
+            HOW[name].replace("\n", " "),
+            "",
+            f"Configuration: `{results[name]['config']}`; took {took:.0f} s.",
+            "",
+        ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small smoke configuration")
+    parser.add_argument("--only", nargs="+", choices=list(MODULES), help="run only these benchmarks")
+    parser.add_argument("--results", type=Path, default=REPO / "bench/RESULTS.md", help="where to write the table")
+    args = parser.parse_args()
+    console = Console()
+    command = "python bench/run_all.py" + "".join(f" {shlex.quote(a)}" for a in sys.argv[1:])
+    config = QUICK if args.quick else FULL
+    names = args.only or list(MODULES)
+    info = machine()
+    start = time.monotonic()
+    results = run(names, config, console)
+    total = time.monotonic() - start
+    write_out(
+        "run_all",
+        {"command": command, "machine": info, "seconds": total, "results": results},
+    )
+    args.results.write_text(render(results, info, command, total))
+    console.rule("done")
+    console.print(f"{args.results} written in {total / 60:.1f} min; raw figures in {OUT}")
+    return 0 if all(r["ok"] for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

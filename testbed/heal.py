@@ -1,0 +1,691 @@
+"""`testbed heal RUN_DIR`: restore the lab after a run whose runner died (kill -9, a crash, the machine's
+power), from what the run recorded before it died.
+
+What "restore the lab" means, and so what heal does, in this order:
+- every invoke the run left open is closed with `info`: the runner died before its outcome was known;
+- every fault the history leaves active (injected, or whose injection's outcome is unknown, without a
+  later `fault.heal` ok) is healed, by its kind (HEALERS below): process.hang is SIGCONT to the rank's
+  process group; process.kill, and gpu.fail on a lab, leave nothing to undo but the rank's job (the rank
+  was killed; the GPU was only marked failed in the run's events); the twin's own faults go through its
+  control API (recover_gpu, power_on, stop_straggle, and proxy.reset for transport.* kinds);
+- every rank the run started and did not see stop is stopped (SIGTERM, SIGCONT, SIGKILL after a grace);
+- every switch returns to the circuits it held before the run (the `fabric.initial` mark), on the ports
+  the run may change (its configurations and its job's fabric) and nowhere else. Not the state its history
+  implies: the calls the runner had under way when it died have no known outcome, and the fabric the
+  run found is what the lab's owner expects back (the design's rule: a run restores the fabric it found);
+- the devices are locked while heal drives them, as a run locks them (a run still holding them is
+  refused), and every write goes through the inventory's interlocks (the guard a run uses);
+- what is left of the runner's local Ray instance is ended.
+A photonic chip's heaters are left as they are: a run does not record their setting before it starts.
+
+An emulated run's twin exits with its runner (stdin EOF), and its devices, faults, jobs and circuits go
+with it: heal confirms in /proc that the twin process is gone and records that; the twin's leftover rank
+processes, if any, are ended. A twin still alive is healed like a lab, through its endpoints and control.
+
+Heal appends what it found and did to the run's own history, so `testbed check RUN_DIR` can verify the
+healed run: events (`info` closings, invoke/ok/fail of each heal operation, a `fabric.observed` mark for
+each switch as heal found it, `fabric.final`, `run.healed`) and, in audit.jsonl, every byte it exchanged.
+A last line torn by the kill is set aside (events.jsonl.torn) and said so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from testbed.config.inventory import Inventory, transport_address
+from testbed.errors import EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
+from testbed.events import Event
+from testbed.recorder import Recorder
+from testbed.results import SummaryCollector, write_json
+from testbed.runner.ray_session import leftovers, process_start_ticks, runner_alive
+
+UNKNOWN = "outcome unknown: the runner died before this operation completed"
+# Marks a runner writes once it has ended the run itself (teardown and read-back done, or refused early).
+RUN_ENDS = ("run.end", "run.aborted", "run.failed", "run.refused")
+
+
+# --- what the run left -------------------------------------------------------------------------------
+
+
+@dataclass
+class ActiveFault:
+    name: str  # e.g. "process.hang@rank1", the key fault.heal closes
+    kind: str
+    device: str | None  # the device of the fault.inject event (the host, or the proxied device)
+    data: dict
+    job: dict | None  # the rank's job handle when the history tells it
+    certain: bool  # False: its injection's outcome is unknown (the runner died during it)
+
+
+@dataclass
+class Findings:
+    last_seq: int
+    open_invokes: list[dict]
+    faults: list[ActiveFault]
+    jobs: list[dict]  # job handles started and never seen stopped
+    unknown_jobs: list[dict]  # job starts whose outcome is unknown (no pid was ever reported)
+    initial: dict[str, dict[int, int]]  # switch -> circuits before the run
+    managed: dict[str, list[int] | None]  # switch -> ports the run may change (None: not recorded)
+    ended: bool  # the run reached its end (`run.end`): teardown and read-back ran
+    healed_before: bool
+
+    @property
+    def anything(self) -> bool:
+        """Whether heal has anything to do: a run that never reached its end has its fabric restored once."""
+        return bool(self.open_invokes or self.faults or self.jobs or not (self.ended or self.healed_before))
+
+
+def find(events: list[dict]) -> Findings:
+    open_by_key: dict[tuple, list[dict]] = {}
+    injecting: dict[str, dict] = {}  # fault name -> its open fault.inject invoke
+    active: dict[str, ActiveFault] = {}
+    jobs: dict[tuple[str, int], dict] = {}
+    start_invokes: dict[tuple[str, str], dict] = {}
+    for i, e in enumerate(events):
+        key = (e.get("device"), e["op"])
+        data = e.get("data") or {}
+        if e["type"] == "invoke":
+            open_by_key.setdefault(key, []).append(e)
+        elif e["type"] in ("ok", "fail", "info") and open_by_key.get(key):
+            open_by_key[key].pop(0)
+        if e["op"] == "fault.inject":
+            name = data.get("fault", f"seq{e['seq']}")
+            if e["type"] == "invoke":
+                injecting[name] = e
+            elif e["type"] in ("ok", "info"):
+                start = injecting.pop(name, e)
+                job = _job_of(events, start, i)
+                active[name] = ActiveFault(name, data.get("kind", "?"), e.get("device"), data, job, e["type"] == "ok")
+            elif e["type"] == "fail":
+                injecting.pop(name, None)
+        elif e["op"] == "fault.heal" and e["type"] == "ok":
+            active.pop(data.get("fault", ""), None)
+        elif e["op"] == "gpu.start_job":
+            if e["type"] == "invoke":
+                start_invokes[(e.get("device"), data.get("name"))] = e
+            elif e["type"] == "ok":
+                handle = data.get("value") or {}
+                start_invokes.pop((e.get("device"), handle.get("name")), None)
+                jobs[(e.get("device"), handle.get("pid"))] = handle
+            else:
+                start_invokes = {k: v for k, v in start_invokes.items() if k[0] != e.get("device")}
+        elif e["op"] == "gpu.stop_job" and e["type"] == "ok":
+            jobs.pop((e.get("device"), (data.get("value") or {}).get("pid")), None)
+        elif e["op"] == "heal.lab_gone":  # an earlier heal found the twin gone, and its jobs with it
+            jobs.clear()
+    for name, e in injecting.items():  # the runner died during the injection: it may have happened
+        active[name] = ActiveFault(
+            name, e["data"].get("kind", "?"), e.get("device"), e["data"], _job_of(events, e, len(events)), False
+        )
+    initial, managed = _initial_fabric(events)
+    return Findings(
+        last_seq=max((e["seq"] for e in events), default=0),
+        open_invokes=sorted((e for q in open_by_key.values() for e in q), key=lambda e: e["seq"]),
+        faults=list(active.values()),
+        jobs=list(jobs.values()),
+        unknown_jobs=[e["data"] for e in start_invokes.values()],
+        initial=initial,
+        managed=managed,
+        ended=any(e["op"] in RUN_ENDS for e in events),
+        healed_before=any(e["op"] == "run.healed" for e in events),
+    )
+
+
+def _job_of(events: list[dict], inject: dict, end: int) -> dict | None:
+    """The job handle of the rank a fault hit: in the fault's data if the injector put it there, else the
+    signal sent to it inside the injection, else the last start of that rank on its host before it."""
+    data = inject.get("data") or {}
+    if isinstance(data.get("job"), dict):
+        return data["job"]
+    start = next(i for i, e in enumerate(events) if e is inject)
+    for e in events[start:end]:
+        if e["op"] == "gpu.kill_job" and e["type"] == "invoke" and e.get("device") == inject.get("device"):
+            return e["data"]["job"]
+    rank = data.get("rank")
+    for e in reversed(events[:start]):
+        value = (e.get("data") or {}).get("value") or {}
+        if (
+            e["op"] == "gpu.start_job"
+            and e["type"] == "ok"
+            and e.get("device") == data.get("host")
+            and str(value.get("name", "")).startswith(f"rank{rank}.")
+        ):
+            return value
+    if data.get("pid"):
+        return {"host": data.get("host"), "name": "", "pid": data["pid"], "log": "", "workdir": ""}
+    return None
+
+
+def _initial_fabric(events: list[dict]) -> tuple[dict[str, dict[int, int]], dict[str, list[int] | None]]:
+    mark = next((e for e in events if e["op"] == "fabric.initial"), None)
+    if mark is not None:
+        circuits = {sw: c for sw, c in mark["data"]["circuits"].items() if isinstance(c, dict)}
+        managed = mark["data"].get("managed", {})
+    else:  # a run from before the mark existed: what identify read, and no record of the ports it manages
+        circuits = {
+            e["device"]: e["data"]["value"]["circuits"]
+            for e in events
+            if e["op"] == "ocs.identify" and e["type"] == "ok" and isinstance(e["data"]["value"].get("circuits"), dict)
+        }
+        managed = {sw: None for sw in circuits}
+    initial = {sw: {int(i): int(o) for i, o in c.items()} for sw, c in circuits.items()}
+    return initial, {sw: managed.get(sw) for sw in initial}
+
+
+# --- reading the run folder --------------------------------------------------------------------------
+
+
+@dataclass
+class RunFolder:
+    path: Path
+    info: dict
+    events: list[dict]
+    torn: list[str] = field(default_factory=list)  # what was set aside, for the report
+
+    @property
+    def run_id(self) -> str:
+        return self.info.get("run") or self.path.name
+
+
+def read_run(run_dir: Path) -> RunFolder:
+    try:
+        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        inventory = info["inventory"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise UserError(f"{run_dir}: not a readable run folder ({exc}); pass a folder `testbed run` wrote") from None
+    if not isinstance(inventory, dict) or not (run_dir / "events.jsonl").is_file():
+        raise UserError(f"{run_dir}: no events.jsonl or inventory in run.json; pass a folder `testbed run` wrote")
+    return RunFolder(run_dir, info, [])
+
+
+def set_aside_torn_line(path: Path) -> str | None:
+    """A kill can leave the last line of a JSONL file without its newline: move it to PATH.torn, so that
+    what heal appends starts on a line of its own and every line left parses. Returns what was done."""
+    if not path.is_file():
+        return None
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return None
+        f.seek(max(0, size - 1))
+        if f.read(1) == b"\n":
+            return None
+        f.seek(0)
+        data = f.read()
+        keep = data.rfind(b"\n") + 1
+        fragment = data[keep:]
+        with open(str(path) + ".torn", "ab") as torn:
+            torn.write(fragment + b"\n")
+        f.truncate(keep)
+    return f"{path.name}: its last line was torn ({len(fragment)} bytes, no newline); set aside in {path.name}.torn"
+
+
+def parse_jsonl(path: Path) -> list[dict]:
+    out = []
+    if not path.is_file():
+        return out
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError as exc:
+            raise UserError(
+                f"{path}:{n}: not a JSON event ({exc}); the file is damaged beyond a torn last line"
+            ) from None
+    return out
+
+
+# --- talking to the lab ------------------------------------------------------------------------------
+
+
+class Lab:
+    """The devices of the run as heal reaches them: in-process device actors (the runner's own code: its
+    drivers, procedures and interlock guard), the twin's control when there is a live twin, and the
+    run's history, which every call is appended to."""
+
+    def __init__(self, inventory: Inventory, recorder: Recorder, control=None) -> None:
+        self.inventory = inventory
+        self.recorder = recorder
+        self.control = control  # emulators.control.TwinControl, or None on a lab
+        self._actors: dict = {}
+
+    def actor(self, device: str):
+        from testbed.runner.device_actor import DeviceActor
+        from testbed.runner.run import driver_settings, policy
+
+        if device not in self._actors:
+            dev = self.inventory.devices[device]
+            self._actors[device] = DeviceActor(
+                device, dev.driver, driver_settings(self.inventory, device), policy(self.inventory, device)
+            )
+        return self._actors[device]
+
+    def call(self, device: str, procedure: str, kwargs: dict, step: str):
+        """One procedure on a device, recorded as the runner records it (invoke, audit, marks, outcome)."""
+        actor = self.actor(device)
+        self.recorder.emit("invoke", procedure, device=device, step=step, data=_short(kwargs))
+        result = actor.run(procedure, kwargs)
+        self.recorder.audit(result.audit)
+        for name, (ns, wall) in sorted(result.marks.items(), key=lambda m: m[1][0]):
+            self.recorder.emit("mark", name, mono_ns=ns, wall=wall, device=device, node=result.node, step=step)
+        data = {"value": result.value} if result.status == "ok" else {"error": result.error}
+        data["duration_ms"] = (result.end[0] - result.start[0]) / 1e6
+        self.recorder.emit(
+            result.status, procedure, mono_ns=result.end[0], wall=result.end[1], device=device, step=step, data=data
+        )
+        if result.status != "ok":
+            raise HealFailed(f"{device}: {procedure} {result.status}: {(result.error or '').strip()[:300]}")
+        return result.value
+
+    def close(self) -> None:
+        for actor in self._actors.values():
+            try:
+                actor.close()
+            except Exception:  # closing a connection that already broke
+                pass
+        if self.control is not None:
+            self.control.close()
+
+
+class HealFailed(Exception):
+    """One heal operation did not succeed (the report says which; heal exits 1)."""
+
+
+def _short(kwargs: dict) -> dict:
+    return {k: f"{len(v)} items" if isinstance(v, list) and len(v) > 8 else v for k, v in kwargs.items()}
+
+
+# --- healing faults, by kind -------------------------------------------------------------------------
+
+Healer = Callable[[Lab, ActiveFault], str]  # heals one fault, returns what it did; raises HealFailed
+
+
+def _continue_rank(lab: Lab, fault: ActiveFault) -> str:
+    if fault.job is None:
+        raise HealFailed(f"{fault.name}: the history does not say which process was stopped")
+    host = fault.job.get("host") or fault.device
+    state = lab.call(host, "gpu.job_status", {"job": fault.job, "progress": None}, "heal: is the rank there")
+    if state["state"] == "exited":
+        return f"pid {fault.job['pid']} on {host} is gone: nothing is left stopped"
+    lab.call(host, "gpu.kill_job", {"job": fault.job, "signal": "CONT"}, "heal: continue the rank")
+    return f"SIGCONT to pid {fault.job['pid']}'s process group on {host}"
+
+
+def _twin_op(op: str, **fixed) -> Healer:
+    def heal(lab: Lab, fault: ActiveFault) -> str:
+        if lab.control is None:
+            raise HealFailed(f"{fault.name}: only the twin can heal a {fault.kind} so far, and it is not reachable")
+        args = {k: v(fault) if callable(v) else v for k, v in fixed.items()}
+        args = {k: v for k, v in args.items() if v is not None}
+        device = fault.data.get("host") or fault.device
+        lab.control.call(device, op, **args)
+        return f"twin control {op} on {device} {args or ''}".rstrip()
+
+    return heal
+
+
+def _recover_gpu(lab: Lab, fault: ActiveFault) -> str:
+    if lab.control is None:
+        return "on a lab gpu.fail kills the rank and marks the GPU failed in the run only: nothing to undo"
+    return _twin_op("recover_gpu", index=lambda f: f.data.get("gpu", 0))(lab, fault)
+
+
+def _reset_proxy(lab: Lab, fault: ActiveFault) -> str:
+    if lab.control is None:
+        raise HealFailed(f"{fault.name}: a transport fault lives in the twin's fault proxy, which is not reachable")
+    device = fault.data.get("device") or fault.device
+    lab.control.call(device, "proxy.reset")
+    return f"twin control proxy.reset on {device}"
+
+
+HEALERS: dict[str, Healer] = {
+    "process.hang": _continue_rank,
+    "process.kill": lambda lab, f: "the rank was killed: nothing to undo but its job (stopped below)",
+    "gpu.fail": _recover_gpu,
+    "host.power_off": _twin_op("power_on"),
+    "host.straggle": _twin_op("stop_straggle", pid=lambda f: (f.job or {}).get("pid")),
+}
+# Kinds healed alike by the start of their name (the fault proxy's toxics).
+HEALERS_BY_PREFIX: dict[str, Healer] = {"transport.": _reset_proxy}
+
+
+def healer_for(kind: str) -> Healer | None:
+    if kind in HEALERS:
+        return HEALERS[kind]
+    return next((h for prefix, h in HEALERS_BY_PREFIX.items() if kind.startswith(prefix)), None)
+
+
+# --- heal ----------------------------------------------------------------------------------------------
+
+
+class _Appender(Recorder):
+    """The run's recorder opened again: sequence numbers go on from the run's last event."""
+
+    def __init__(self, run_dir: Path, run_id: str, last_seq: int) -> None:
+        super().__init__(run_dir, run_id)
+        self._seq = last_seq
+
+
+@dataclass
+class HealReport:
+    done: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def heal_run(run_dir: Path, console: Console) -> int:
+    run_dir = Path(run_dir)
+    run = read_run(run_dir)
+    host = run.info.get("host", {})
+    runner = run.info.get("runner") or {"pid": host.get("pid"), "hostname": host.get("hostname")}
+    if runner.get("hostname") not in (None, socket.gethostname()):
+        raise UserError(
+            f"{run_dir}: the run was started on {runner['hostname']}; run `testbed heal` there, where it can see "
+            "whether the runner is gone (and its device locks, its twin, its Ray instance)"
+        )
+    if runner.get("pid") is not None and _runner_still_runs(runner):
+        raise UserError(
+            f"{run_dir}: its runner (pid {runner['pid']}) is still running; stop it first (Ctrl-C or SIGTERM "
+            "heals and tears down by itself), and heal only what a runner that died left behind"
+        )
+    report = HealReport()
+    for name in ("events.jsonl", "audit.jsonl"):
+        torn = set_aside_torn_line(run_dir / name)
+        if torn:
+            report.notes.append(torn)
+    run.events = parse_jsonl(run_dir / "events.jsonl")
+    found = find(run.events)
+    if not found.anything:
+        for note in report.notes:
+            console.print(f"note: {note}", soft_wrap=True, markup=False)
+        what = "it was healed before" if found.healed_before else "the run ended and left nothing active"
+        console.print(f"nothing to heal in {run_dir}: {what}", soft_wrap=True, markup=False, highlight=False)
+        return EXIT_OK
+
+    try:
+        inventory = Inventory.model_validate(run.info["inventory"])
+    except ValueError as exc:
+        raise UserError(f"{run_dir}/run.json: its inventory no longer validates ({exc})") from None
+    gone = _twin_gone(run.info)
+    with contextlib.ExitStack() as stack:
+        # The devices are locked before anything is written: a run holding one is refused, nothing done.
+        lab = None if gone is not None else stack.enter_context(_lab_session(run, inventory, found, report))
+        recorder = _Appender(run_dir, run.run_id, found.last_seq)
+        stack.callback(recorder.close)
+        if lab is not None:
+            lab.recorder = recorder
+        _heal(run, found, recorder, lab, gone, report)
+    _update_run_files(run_dir, run.info, report)
+    for line in report.notes:
+        console.print(f"note: {line}", soft_wrap=True, markup=False, highlight=False)
+    for line in report.done:
+        console.print(f"healed: {line}", soft_wrap=True, markup=False, highlight=False)
+    for line in report.problems:
+        console.print(f"[red]not healed:[/] {escape(line)}", soft_wrap=True, highlight=False)
+    return EXIT_EXPERIMENT_FAILED if report.problems else EXIT_OK
+
+
+def _heal(run: RunFolder, found: Findings, recorder: Recorder, lab: Lab | None, gone: str | None, report) -> None:
+    """Everything heal appends to the run's history, in order (`lab` None: the twin went with the run)."""
+    runner = run.info.get("runner") or {}
+    recorder.emit(
+        "mark",
+        "heal.start",
+        data={
+            "by": {"pid": os.getpid(), "hostname": socket.gethostname()},
+            "runner": runner,
+            "torn": report.notes,
+            "open_invokes": len(found.open_invokes),
+            "faults": [f.name for f in found.faults],
+            "jobs": [f"{j.get('host')}:{j.get('pid')}" for j in found.jobs],
+        },
+    )
+    for e in found.open_invokes:
+        recorder.emit(
+            "info",
+            e["op"],
+            device=e.get("device"),
+            step=e.get("step"),
+            trial=e.get("trial"),
+            data={"error": UNKNOWN, "audit_lost": True, "invoke_seq": e["seq"]},
+        )
+    if found.open_invokes:
+        report.done.append(f"closed {len(found.open_invokes)} open operation(s) with info (outcome unknown)")
+    if lab is None:
+        _record_lab_gone(recorder, found, gone, report)
+    else:
+        _heal_faults(lab, found, report)
+        _stop_jobs(lab, found, report)
+        _restore_fabric(lab, run.path, found, report)
+    _end_ray_leftovers(run.info, recorder, report)
+    recorder.emit(
+        "mark", "run.healed", data={"ok": not report.problems, "problems": report.problems, "done": report.done}
+    )
+
+
+def _runner_still_runs(runner: dict) -> bool:
+    if runner.get("start_ticks") is not None:
+        return runner_alive(runner)
+    # A run recorded before the runner's start time was: its pid is alive and still a testbed process.
+    try:
+        cmdline = Path(f"/proc/{int(runner['pid'])}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"testbed" in cmdline
+
+
+def _twin_gone(info: dict) -> str | None:
+    """Why the run's lab no longer exists (its twin died with it), or None if there is a lab to heal."""
+    if not info.get("emulate"):
+        return None
+    pid = info.get("twin_pid")
+    if pid is not None:
+        try:
+            alive = b"emulators" in Path(f"/proc/{int(pid)}/cmdline").read_bytes()
+        except OSError:
+            alive = False
+        if not alive:
+            return (
+                f"the run's twin (pid {pid}) is gone: it exits with its runner, and took its devices, faults and jobs"
+            )
+        return None
+    from emulators.control import TwinControl, TwinControlError
+
+    control = TwinControl(info.get("twin", {}).get("control", "127.0.0.1:1"), timeout=2.0)
+    try:
+        control.call(None, "ping")
+        return None
+    except (TwinControlError, OSError, ValueError):
+        return "the run's twin does not answer on its control address: it went with its runner"
+    finally:
+        control.close()
+
+
+def _record_lab_gone(recorder: Recorder, found: Findings, why: str, report: HealReport) -> None:
+    for fault in found.faults:
+        recorder.emit("invoke", "fault.heal", device=fault.device, data=fault.data)
+        recorder.emit("ok", "fault.heal", device=fault.device, data={**fault.data, "how": why})
+    leftover = [_end_twin_rank(job) for job in found.jobs]
+    recorder.emit(
+        "mark",
+        "heal.lab_gone",
+        data={"why": why, "faults": [f.name for f in found.faults], "jobs": leftover},
+    )
+    recorder.emit("mark", "fabric.final", data={"circuits": {}, "lab_gone": why})
+    report.done.append(why)
+    if found.faults:
+        report.done.append(f"{len(found.faults)} fault(s) went with it: {', '.join(f.name for f in found.faults)}")
+    ended = [j for j in leftover if j["result"] == "killed"]
+    if ended:
+        report.done.append(f"ended {len(ended)} rank process(es) the twin left: {[j['pid'] for j in ended]}")
+
+
+def _end_twin_rank(job: dict) -> dict:
+    """An emulated rank is a process of this machine, in its own session; the twin ends its ranks when it
+    stops, but not if it was killed outright. Ended only if /proc shows it is that very rank."""
+    pid = int(job.get("pid") or 0)
+    out = {"host": job.get("host"), "pid": pid, "name": job.get("name")}
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return {**out, "result": "gone"}
+    if f"TESTBED_JOB={job.get('name')}".encode() not in environ:
+        return {**out, "result": "gone (its pid is another process now)"}
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError as exc:
+        return {**out, "result": f"could not end it: {exc}"}
+    return {**out, "result": "killed"}
+
+
+@contextlib.contextmanager
+def _lab_session(run: RunFolder, inventory: Inventory, found: Findings, report: HealReport):
+    """The lab, with every device heal may touch locked; on an emulated run, the twin that outlived it."""
+    from testbed.runner.locks import device_locks
+
+    control = None
+    if run.info.get("emulate"):  # a twin that outlived its runner: its endpoints and its control
+        from emulators.control import TwinControl
+        from testbed.twin import point_at_twin
+
+        inventory = point_at_twin(inventory, run.info["twin"])
+        control = TwinControl(run.info["twin"]["control"])
+    devices = {f.job.get("host") or f.device for f in found.faults if f.job} | {f.device for f in found.faults}
+    devices |= {j["host"] for j in found.jobs} | set(found.initial)
+    devices = {d for d in devices if d in inventory.devices}
+    addresses = {d: transport_address(inventory.devices[d].transport) for d in devices}
+    lab = Lab(inventory, None, control)
+    try:
+        with device_locks(addresses, f"heal of {run.run_id}"):
+            report.done.append(f"the run's devices were free to lock: {', '.join(sorted(addresses)) or 'none'}")
+            yield lab
+    finally:
+        lab.close()
+    for start in found.unknown_jobs:
+        report.notes.append(
+            f"job {start.get('name')} may have started (its start's outcome is unknown and no pid was recorded): "
+            "look for a process with TESTBED_JOB=" + str(start.get("name")) + " on its host"
+        )
+
+
+def _heal_faults(lab: Lab, found: Findings, report: HealReport) -> None:
+    for fault in found.faults:
+        lab.recorder.emit("invoke", "fault.heal", device=fault.device, step="heal", data=fault.data)
+        healer = healer_for(fault.kind)
+        try:
+            if healer is None:
+                raise HealFailed(f"{fault.name}: heal does not know the kind {fault.kind!r} (testbed.heal.HEALERS)")
+            how = healer(lab, fault)
+        except Exception as exc:  # a device that refuses, a twin op that fails: say so, heal the rest
+            lab.recorder.emit(
+                "fail", "fault.heal", device=fault.device, step="heal", data={**fault.data, "error": str(exc)}
+            )
+            report.problems.append(f"fault {fault.name}: {exc}")
+            continue
+        lab.recorder.emit("ok", "fault.heal", device=fault.device, step="heal", data={**fault.data, "how": how})
+        report.done.append(f"fault {fault.name}: {how}")
+
+
+def _stop_jobs(lab: Lab, found: Findings, report: HealReport) -> None:
+    for job in found.jobs:
+        try:
+            value = lab.call(job["host"], "gpu.stop_job", {"job": job}, "heal: stop the run's job")
+        except Exception as exc:
+            report.problems.append(f"job {job.get('name')} (pid {job.get('pid')}) on {job.get('host')}: {exc}")
+            continue
+        report.done.append(f"job {job.get('name')} (pid {job['pid']}) on {job['host']}: {value['result']}")
+
+
+def _restore_fabric(lab: Lab, run_dir: Path, found: Findings, report: HealReport) -> None:
+    from testbed.fabric.diff import circuit_diff
+
+    final: dict[str, dict] = {}
+    for switch, before in found.initial.items():
+        try:
+            audit_line = _count_lines(run_dir / "audit.jsonl")
+            now = lab.call(switch, "ocs.connections", {}, "heal: read the switch")
+            lab.recorder.emit(
+                "mark",
+                "fabric.observed",
+                device=switch,
+                data={"circuits": now, "audit_line": audit_line, "why": "heal: the switch as the dead run left it"},
+            )
+            now = {int(i): int(o) for i, o in now.items()}
+            ports = found.managed.get(switch)
+            if ports is None:  # not recorded: every port whose circuit differs, within the interlocks
+                ports = sorted({p for i, o in set(now.items()) ^ set(before.items()) for p in (i, o)})
+            target = [(i, o) for i, o in sorted(before.items()) if i in ports or o in ports]
+            remove, add = circuit_diff(now, target, ports)
+            if remove or add:
+                lab.call(
+                    switch,
+                    "ocs.reconfigure",
+                    {"circuits": target, "managed": list(ports), "verify_light": False},
+                    "heal: the circuits before the run",
+                )
+                report.done.append(
+                    f"{switch}: back to the circuits before the run on its {len(ports)} managed ports "
+                    f"({len(remove)} removed, {len(add)} restored)"
+                )
+            else:
+                report.done.append(f"{switch}: already holds the circuits it held before the run")
+            final[switch] = lab.call(switch, "ocs.connections", {}, "heal: final read-back")
+        except Exception as exc:
+            report.problems.append(f"{switch}: {exc}")
+    lab.recorder.emit("mark", "fabric.final", data={"circuits": final, "healed": True})
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0
+
+
+def _end_ray_leftovers(info: dict, recorder: Recorder, report: HealReport) -> None:
+    """The agents a SIGKILLed runner's Ray instance leaves for a while (see testbed.runner.ray_session)."""
+    session = (info.get("ray") or {}).get("session_dir")
+    if not session or (info.get("runner") or {}).get("hostname") != socket.gethostname():
+        return
+    ended = []
+    for pid, name in leftovers(session):
+        ticks = process_start_ticks(pid)
+        try:
+            if ticks is not None:
+                os.kill(pid, signal.SIGKILL)
+                ended.append({"pid": pid, "name": name})
+        except OSError:
+            pass  # exited meanwhile
+    if ended:
+        recorder.emit("mark", "runner.leftovers", data={"ray_session": session, "ended": ended})
+        report.done.append(f"ended {len(ended)} leftover process(es) of the run's Ray instance: {ended}")
+
+
+def _update_run_files(run_dir: Path, info: dict, report: HealReport) -> None:
+    """run.json says what became of the run; a run killed before its end gets its summary and trials.csv
+    from the events it recorded (as the runner would have written them)."""
+    if info.get("status") == "running":
+        info["status"] = "aborted"
+        info["error"] = "the runner died before the run ended; the lab was healed by `testbed heal`"
+    info["healed"] = {"ok": not report.problems, "done": report.done, "problems": report.problems}
+    write_json(run_dir / "run.json", info)
+    if (run_dir / "summary.json").is_file():
+        return
+    collector = SummaryCollector()
+    for e in parse_jsonl(run_dir / "events.jsonl"):
+        collector.on_event(Event(**{k: e.get(k) for k in Event.__dataclass_fields__ if k in e}))
+    collector.write_trials_csv(run_dir / "trials.csv")
+    summary = collector.summary(info["run"], info["playbook"]["name"], info["status"], int(info.get("trials") or 0))
+    write_json(run_dir / "summary.json", summary)

@@ -1,0 +1,156 @@
+"""Property tests for the emulated GPU host's restricted shell (emulators/gpuhost/shell.py): random and
+malformed command lines (quotes, redirections, pipes, operators, long lines, control characters, NUL
+bytes, non-ASCII digits) never make it raise, hang, run anything or touch a file outside the host's
+home; every line ends with an exit status a real shell could give (0-255). Directly on Shell.run, and
+through the host's real SSH server (exec channels).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from drivers.errors import DeviceTimeout
+from drivers.ssh import SshSettings, SshTransport
+from emulators.gpuhost.device import GpuHostAdapter
+from emulators.gpuhost.host import GpuHostEngine
+from emulators.gpuhost.shell import Shell, Stream
+from emulators.gpuhost.spec import GpuHostSpec
+
+HANG_UP_S = 0.3  # the client of a fuzzed line hangs up after this (a `tail -f` runs until it does)
+BOUND = 5.0  # "never a hang" for one line
+
+WORDS = [
+    "nvidia-smi", "dmesg", "journalctl", "-k", "kill", "ps", "pgrep", "cat", "tail", "ls", "mkdir", "-p", "cd",
+    "echo", "true", "false", "hostname", "whoami", "pwd", "exit", "sleep", "testbed-train", "bash", "rm",
+    " ", "&&", "||", ";", "&", "|", "|&", "$(", "`", ">", ">>", "2>", "2>&1", "&>", "<", "1>&2", ">&2",
+    "'", '"', "\\", "#", "a", "b/c", "..", "../..", "/", "/etc/passwd", "/dev/zero", "~", "~/x", "$!", "$HOME",
+    "*", "-n", "5", "+1", "-f", "-F", "--pid=1", "-s", "0.01", "-o", "pid,stat", "stat=", "-p", "1", "-9", "--",
+    "-1", "-0", "--query-gpu=index,name", "--format=csv", "-i", "X=1", "env", "-C", "setsid", "nohup", "exec",
+    "\n", "\t", "\r", "\x00", "\x1b[31m", "é", "٣", "9" * 5000,
+]  # fmt: skip
+
+command_lines = st.one_of(
+    st.text(max_size=200),
+    st.lists(st.sampled_from(WORDS), max_size=20).map(" ".join),
+    st.lists(st.sampled_from(WORDS), max_size=20).map("".join),
+)
+
+
+@pytest.fixture(scope="module")
+def shell() -> Iterator[tuple[Shell, Path]]:
+    root = Path(tempfile.mkdtemp(prefix="fuzz-shell-"))
+    home = root / "home"
+    home.mkdir()
+    engine = GpuHostEngine(GpuHostSpec("fuzz", gpus=2, jobs=()), home)  # jobs=(): nothing may be started
+    yield Shell(engine), root
+    engine.close()
+
+
+def run(sh: Shell, line: str) -> tuple[str, str, int, float]:
+    """(stdout, stderr, exit status, seconds): what an exec channel would carry, streamed or returned."""
+    out: list[str] = []
+    err: list[str] = []
+    start = time.monotonic()
+    stream = Stream(out=out.append, err=err.append, closed=lambda: time.monotonic() - start > HANG_UP_S)
+    rest_out, rest_err, status = sh.run(line, stream)  # must not raise
+    return "".join(out) + rest_out, "".join(err) + rest_err, status, time.monotonic() - start
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(command_lines)
+@example("cat a\x00b")  # os.path.realpath raised ValueError on the NUL byte
+@example("echo hi > x\x00y")
+@example("exit ²")  # int('²') raised
+@example("exit 300")  # an exit status is a byte
+@example("ps -p ²")
+@example("echo " + "a" * 100_000)
+def test_any_command_line_ends_cleanly_inside_the_home(shell, line):
+    sh, root = shell
+    out, err, status, elapsed = run(sh, line)
+    assert isinstance(status, int) and 0 <= status <= 255
+    assert elapsed < BOUND
+    assert "Traceback" not in err
+    assert [p.name for p in root.iterdir()] == ["home"]  # nothing written outside the home
+    assert not [j for j in sh.engine.live_jobs()]  # nothing was started
+
+
+@pytest.mark.parametrize(
+    ("line", "status", "words"),
+    [
+        ("echo 'unterminated", 2, "syntax error"),
+        ('echo "unterminated', 2, "syntax error"),
+        ("echo a \\", 2, "syntax error"),
+        ("&& true", 2, "unexpected token `&&'"),
+        ("; ;", 2, "unexpected token `;'"),
+        ("ps | cat", 2, "`|' is not supported"),
+        ("echo $( hostname )", 2, "`$(' is not supported"),
+        ("echo >", 2, "unexpected token `newline'"),
+        ("rm -rf ~", 127, "rm: command not found"),
+        ("/bin/sh -c id", 127, "No such file or directory"),
+        ("sleep 100", 127, "sleep: command not found"),  # not on this host's allowlist
+        ("cat /etc/passwd", 1, "Permission denied"),
+        ("cd ../..", 1, "Permission denied"),
+        ("echo x > ../escape", 1, "Permission denied"),
+        ("exit x", 2, "numeric argument required"),
+        ("kill -NOPE 1", 1, "invalid signal specification"),
+        ("ps -o bogus", 1, "unknown user-defined format specifier"),
+        ("pgrep '('", 2, "invalid regular expression"),
+    ],
+)
+def test_malformed_lines_get_a_clear_error(shell, line, status, words):
+    sh, _ = shell
+    out, err, got, _ = run(sh, line)
+    assert (got, words in err) == (status, True), (out, err)
+
+
+def test_text_after_a_nul_byte_never_reaches_the_shell(shell):
+    # sshd passes the command on as a C string, so a NUL ends it there.
+    sh, _ = shell
+    assert run(sh, "echo before\x00; echo after")[:3] == ("before\n", "", 0)
+
+
+@pytest.mark.parametrize("line", ["tail -n ² x", "tail --pid=² -F x"])
+def test_tail_with_a_non_ascii_digit_is_an_error_not_a_crash(shell, line):
+    sh, _ = shell
+    _, err, status, _ = run(sh, line)
+    assert status == 1 and "invalid" in err
+
+
+# --- through the host's SSH server -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ssh_host() -> Iterator[SshTransport]:
+    host = GpuHostAdapter(GpuHostSpec("fuzz", gpus=2, jobs=()))
+    ep = host.start_sync()
+    address, port = ep["ssh"].rsplit(":", 1)
+    settings = SshSettings(address, ep["user"], int(port), ep["key_file"], ep["known_hosts"], timeout_s=2.0)
+    transport = SshTransport(settings, "fuzz")
+    yield transport
+    transport.close()
+    host.close_sync()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(command_lines)
+@example("cat a\x00b")
+def test_the_ssh_server_answers_every_line_with_an_exit_status(ssh_host, line):
+    start = time.monotonic()
+    try:
+        result = ssh_host.exec(line, timeout_s=1.0, check=False)
+    except DeviceTimeout:
+        return  # a `tail -f` runs until the client hangs up: the client's timeout ends it
+    assert time.monotonic() - start < BOUND
+    assert 0 <= result.status <= 255
+    assert "internal error" not in result.stderr  # what the server says when the shell raised
+
+
+def test_the_ssh_server_is_still_serving(ssh_host):
+    assert ssh_host.exec("hostname").stdout == "fuzz\n"
