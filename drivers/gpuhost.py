@@ -30,12 +30,14 @@ from .errors import DeviceCommandError, DeviceError, DeviceProtocolError
 from .ssh import ExecResult, SshTransport
 
 GPU_QUERY = "index,name,uuid,pci.bus_id,memory.total,memory.used,utilization.gpu,temperature.gpu,power.draw"
+GPUS_ARGS = f"--query-gpu={GPU_QUERY} --format=csv,noheader,nounits"
 APP_QUERY = "pid,process_name,used_memory,gpu_uuid"
 LOST = re.compile(r"Unable to determine the device handle for (?:GPU|gpu )?\s*([0-9A-Fa-f:.]+)")
 DRIVER_FAILURES = ("NVIDIA-SMI has failed", "Failed to initialize NVML", "couldn't communicate with the NVIDIA driver")
 JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 SIGNALS = {"TERM", "KILL", "INT", "HUP", "STOP", "CONT", "USR1", "USR2", "QUIT"}
 MARK = "--testbed-tail--"
+STATUS_MARK = "--testbed-nvidia-smi-status--"  # health(): separates nvidia-smi's output and exit status from dmesg's
 PS_STAT = re.compile(r"^[DIPRSTtWXZ][<NLsl+]*$")  # `ps -o stat=`: a state letter, then modifiers
 # A pid or a step number: ASCII digits (str.isdigit() also accepts '²', which int() refuses), and not
 # thousands of them (int() refuses those too).
@@ -90,7 +92,9 @@ class GpuHostSsh:
         return Identity(vendor="NVIDIA", model=f"{len(rows)}x {name}", serial=hostname, firmware=version)
 
     def _smi(self, args: str) -> ExecResult:
-        r = self.exec(f"nvidia-smi {args}", check=False)
+        return self._smi_checked(self.exec(f"nvidia-smi {args}", check=False))
+
+    def _smi_checked(self, r: ExecResult) -> ExecResult:
         text = r.stdout + r.stderr
         if r.status == 0 or (r.status == 15 and LOST.search(text)):
             return r
@@ -115,7 +119,9 @@ class GpuHostSsh:
         )
 
     def gpus(self) -> list[GpuInfo]:
-        r = self._smi(f"--query-gpu={GPU_QUERY} --format=csv,noheader,nounits")
+        return self._parse_gpus(self._smi(GPUS_ARGS))
+
+    def _parse_gpus(self, r: ExecResult) -> list[GpuInfo]:
         out: list[GpuInfo] = []
         for line in r.stdout.splitlines():
             if not line.strip():
@@ -341,14 +347,29 @@ class GpuHostSsh:
         (since boot: compare `xids` with an earlier probe to see new ones). A kernel log that cannot be
         read is reported in kernel_log_error and does not make the host unhealthy on its own."""
         error = kernel_error = None
+        # One exec for both (a round trip and a channel fewer per probe): nvidia-smi, its exit status, dmesg.
+        r = self.exec(f"nvidia-smi {GPUS_ARGS} ; echo {STATUS_MARK} $? ; dmesg", check=False)
+        smi_out, found, rest = r.stdout.partition(f"{STATUS_MARK} ")
+        status, _, kernel = rest.partition("\n")
+        if not found or not status.strip().isascii() or not status.strip().isdigit():
+            raise self._error(
+                DeviceProtocolError,
+                f"the health probe's output lacks nvidia-smi's exit status ({STATUS_MARK} N)",
+                sent=r.command,
+                received=r.stdout[-600:],
+                hint="the host's login shell must be a POSIX shell (bash, dash) for the probe's `;` and `$?`",
+            )
         try:
-            gpus = self.gpus()
+            gpus = self._parse_gpus(self._smi_checked(ExecResult(r.command, smi_out, r.stderr, int(status))))
         except DeviceCommandError as exc:
             gpus, error = [], exc.message
-        try:
-            xids = self.kernel_xids()
-        except DeviceCommandError as exc:
-            xids, kernel_error = [], exc.message
+        if r.status == 0:
+            xids = [line for line in kernel.splitlines() if "NVRM: Xid" in line]
+        else:  # dmesg is restricted here: the journal instead (kernel_xids' fallback)
+            try:
+                xids = self.kernel_xids()
+            except DeviceCommandError as exc:
+                xids, kernel_error = [], exc.message
         lost = [g.index for g in gpus if g.lost]
         codes = sorted({int(m.group(1)) for line in xids if (m := XID.search(line))})
         return {

@@ -74,6 +74,7 @@ class _Sink(list):
 class _State:
     cwd: Path
     last_bg: int | None = None
+    status: int = 0  # $?: the exit status of the last command
     out: _Sink = field(default_factory=_Sink)
     err: _Sink = field(default_factory=_Sink)
     exited: bool = False
@@ -151,7 +152,7 @@ class Shell:
         rc, prev = 0, None
         for words, sep in segments:
             if prev in (None, ";", "&") or (prev == "&&" and rc == 0) or (prev == "||" and rc != 0):
-                rc = self._simple(words, st, background=(sep == "&"))
+                rc = st.status = self._simple(words, st, background=(sep == "&"))
             prev = sep
             if st.exited:
                 break
@@ -192,6 +193,8 @@ class Shell:
     def _expand(self, word: str, st: _State) -> str:
         if word == "$!":
             return str(st.last_bg) if st.last_bg is not None else ""
+        if word == "$?":
+            return str(st.status)
         if word == "~" or word.startswith("~/"):
             return str(self.home) + word[1:]
         return word

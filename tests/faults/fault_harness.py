@@ -44,7 +44,9 @@ def proxy_toxic(fault: str, timeout_s: float) -> tuple[str, str, dict] | None:
     return {
         "latency_above": ("latency", "downstream", {"latency": ms * 3}),  # every reply late by 3 timeouts
         "latency_below": ("latency", "downstream", {"latency": ms / 4}),  # late, within the timeout
-        "bandwidth": ("bandwidth", "downstream", {"rate": 1.0}),  # 1 KB/s, in 100 ms pieces
+        # 2 KB/s, in 100 ms pieces: slow, yet the health probe's one reply (nvidia-smi and dmesg, ~1 KB with
+        # SSH framing) still fits in the 1 s timeout
+        "bandwidth": ("bandwidth", "downstream", {"rate": 2.0}),
         "slow_close": ("slow_close", "downstream", {"delay": 2000}),  # a close from the device, 2 s late
         "timeout": ("timeout", "downstream", {"timeout": 0}),  # replies swallowed, connection held: a stall
         "reset_peer": ("reset_peer", "downstream", {"timeout": 0}),  # TCP RST when the first reply comes
