@@ -45,7 +45,7 @@ from rich.markup import escape
 from testbed.config.inventory import Inventory, transport_address
 from testbed.errors import EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
 from testbed.events import Event
-from testbed.recorder import Recorder
+from testbed.recorder import Recorder, count_lines
 from testbed.results import SummaryCollector, write_json
 from testbed.runner.ray_session import leftovers, process_start_ticks, runner_alive
 
@@ -613,7 +613,7 @@ def _restore_fabric(lab: Lab, run_dir: Path, found: Findings, report: HealReport
     final: dict[str, dict] = {}
     for switch, before in found.initial.items():
         try:
-            audit_line = _count_lines(run_dir / "audit.jsonl")
+            audit_line = count_lines(run_dir / "audit.jsonl")
             now = lab.call(switch, "ocs.connections", {}, "heal: read the switch")
             lab.recorder.emit(
                 "mark",
@@ -644,14 +644,6 @@ def _restore_fabric(lab: Lab, run_dir: Path, found: Findings, report: HealReport
         except Exception as exc:
             report.problems.append(f"{switch}: {exc}")
     lab.recorder.emit("mark", "fabric.final", data={"circuits": final, "healed": True})
-
-
-def _count_lines(path: Path) -> int:
-    try:
-        with open(path, "rb") as f:
-            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-    except FileNotFoundError:
-        return 0
 
 
 def _end_ray_leftovers(info: dict, recorder: Recorder, report: HealReport) -> None:

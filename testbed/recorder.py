@@ -79,3 +79,12 @@ class Recorder:
         with self._lock:
             self._events.close()
             self._audit.close()
+
+
+def count_lines(path: Path) -> int:
+    """Complete lines in a file (the position of the next audit record)."""
+    try:
+        with open(path, "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0

@@ -155,21 +155,8 @@ TRANSPORT_KINDS = (
     "transport.limit_data",
     "transport.down",
 )
-FaultKind = Literal[
-    "gpu.fail",
-    "process.kill",
-    "process.hang",
-    "host.straggle",
-    "host.power_off",
-    "transport.latency",
-    "transport.bandwidth",
-    "transport.slow_close",
-    "transport.timeout",
-    "transport.reset_peer",
-    "transport.slicer",
-    "transport.limit_data",
-    "transport.down",
-]
+RANK_KINDS = ("gpu.fail", "process.kill", "process.hang", "host.straggle", "host.power_off")
+FaultKind = Literal[RANK_KINDS + TRANSPORT_KINDS]
 
 
 class Fault(Strict):

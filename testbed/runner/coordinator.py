@@ -43,7 +43,7 @@ from testbed.plan import (
     RailIterateStep,
     WaitStep,
 )
-from testbed.recorder import Recorder
+from testbed.recorder import Recorder, count_lines
 from testbed.runner.device_actor import OpResult
 from testbed.runner.faults import FaultBudget
 
@@ -207,7 +207,7 @@ class Coordinator:
         for device in devices:
             if self.plan.inventory.devices[device].kind != "ocs" or self.artifacts is None:
                 continue
-            audit_line = _count_lines(self.artifacts / "audit.jsonl")
+            audit_line = count_lines(self.artifacts / "audit.jsonl")
             try:
                 label = "read back after the actor restarted"
                 (result,) = self.dispatch({device: [(label, "ocs.connections", {})]}, observe=False)[device]
@@ -494,15 +494,6 @@ def _raise_failures(results) -> None:
         raise StepFailed(
             "\n".join((r.error or f"{r.device}: {r.procedure} failed") if r else "not run" for r in failed)
         )
-
-
-def _count_lines(path: Path) -> int:
-    """Complete lines in a file (the position of the next audit record)."""
-    try:
-        with open(path, "rb") as f:
-            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-    except FileNotFoundError:
-        return 0
 
 
 def _summarise(kwargs: dict) -> dict:
