@@ -9,10 +9,12 @@ the GPU marked failed in the run, as published testbeds simulate it).
 
 from __future__ import annotations
 
+import random
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from testbed.config.inventory import Inventory
 from testbed.config.playbook import Job
@@ -116,6 +118,7 @@ class JobController:
         self.inventory = inventory
         self.managed = managed or {}  # switch -> ports the job's fabric owns
         self.seed = seed
+        self._rng = random.Random()  # listen ports of emulated ranks: any free ones, not part of the experiment
         # (src host, src port, dst host, dst port, target port) -> address: the twin's data-plane relay, so
         # a rank reaches its neighbour only along circuits the switches hold (None: direct, as on a lab)
         self.link = link
@@ -205,17 +208,25 @@ class JobController:
     def _listen_ports(self) -> list[int]:
         """Where each rank listens. On a lab, the playbook's port + rank on each host. In the twin every rank
         runs on this machine, so each launch takes free ports: a rank left over from an earlier run (its
-        twin killed) cannot make this launch fail to bind."""
+        twin killed) cannot make this launch fail to bind. They are taken below the kernel's ephemeral range:
+        a port from bind(0) is free only until the probe closes, and the twin's relays, which bind(0) too,
+        could take it first (a rank's neighbour would then be a relay back to itself)."""
         if self.link is None:
             return [self.job.port + r.index for r in self.ranks]
-        sockets = [socket.socket() for _ in self.ranks]
-        try:
-            for s in sockets:
-                s.bind(("127.0.0.1", 0))
-            return [s.getsockname()[1] for s in sockets]
-        finally:
-            for s in sockets:
-                s.close()
+        low = _ephemeral_low()
+        candidates = list(range(max(1024, low - 12000), low))
+        self._rng.shuffle(candidates)
+        chosen: list[int] = []
+        for port in candidates:
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            chosen.append(port)
+            if len(chosen) == len(self.ranks):
+                return chosen
+        raise StepFailed(f"no {len(self.ranks)} free ports below {low} on 127.0.0.1 for the emulated ranks")
 
     def _peers_of(self, r: Rank, direct: list[str]) -> list[str]:
         """Rank r's view of every rank's address. Through the twin's data plane, the neighbour it connects to
@@ -595,6 +606,14 @@ class JobController:
 
     def health(self, step: HealthStep) -> None:
         health_check(self.c, step)
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (bind(0) hands out ports from there up)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def health_check(c: Coordinator, step: HealthStep) -> None:
