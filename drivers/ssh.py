@@ -23,9 +23,10 @@ from dataclasses import dataclass
 import paramiko
 
 from .audit import AuditSink, record
-from .errors import DeviceCommandError, DeviceConnectionError, DeviceTimeout
+from .errors import DeviceCommandError, DeviceConnectionError, DeviceError, DeviceTimeout
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+RECONNECTS = "the host went down or sshd restarted; the next call reconnects"
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,16 @@ class SshTransport:
 
     def _error(self, cls, message: str, *, sent: str | None = None, received=None, hint: str | None = None):
         return cls(message, device=self.device, address=self.address, sent=sent, received=received, hint=hint)
+
+    def _timed_out(self, command: str, message: str, hint: str) -> DeviceError:
+        record(self.audit, self.device, self.address, "rx", "(timeout)")
+        return self._error(DeviceTimeout, message, sent=command, hint=hint)
+
+    def _dropped(self, command: str, message: str, hint: str, why: object) -> DeviceError:
+        """The connection is gone: audited, closed (the next call reconnects), and the error to raise."""
+        record(self.audit, self.device, self.address, "rx", f"(connection lost: {why})")
+        self.close()
+        return self._error(DeviceConnectionError, message, sent=command, hint=hint)
 
     def _transport(self) -> paramiko.Transport:
         with self._lock:
@@ -209,23 +220,19 @@ class SshTransport:
                 raise EOFError("the connection closed before the command's exit status arrived")
             status = channel.recv_exit_status()
         except TimeoutError as exc:
-            record(self.audit, self.device, self.address, "rx", "(timeout)")
             _close_quietly(channel)
-            raise self._error(
-                DeviceTimeout,
+            raise self._timed_out(
+                command,
                 f"no complete answer within {timeout:g} s",
-                sent=command,
                 hint="the host is overloaded or the command hangs; the command may still be running there",
             ) from exc
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            record(self.audit, self.device, self.address, "rx", f"(connection lost: {exc})")
-            self.close()
-            raise self._error(
-                DeviceConnectionError,
+            raise self._dropped(
+                command,
                 f"the connection dropped while running the command: {exc!r}",
-                sent=command,
                 hint="the host went down or sshd restarted; the next call reconnects, but whether this command ran "
                 "is unknown",
+                why=exc,
             ) from exc
         finally:
             _close_quietly(channel)
@@ -275,30 +282,21 @@ class SshTransport:
                     data = channel.recv_stderr(65536)
                     yield StreamChunk("err", data, record(self.audit, self.device, self.address, "rx", data))
             except TimeoutError as exc:  # only from the exec request: later silence is "idle"
-                record(self.audit, self.device, self.address, "rx", "(timeout)")
-                raise self._error(
-                    DeviceTimeout,
+                raise self._timed_out(
+                    command,
                     f"the host did not answer the exec request within {self.settings.timeout_s:g} s",
-                    sent=command,
                     hint="the host is overloaded or the connection stalled; the command may have started there",
                 ) from exc
             except (OSError, EOFError, paramiko.SSHException) as exc:
-                record(self.audit, self.device, self.address, "rx", f"(connection lost: {exc})")
-                self.close()
-                raise self._error(
-                    DeviceConnectionError,
-                    f"the connection dropped while streaming: {exc!r}",
-                    sent=command,
-                    hint="the host went down or sshd restarted; the next call reconnects",
+                raise self._dropped(
+                    command, f"the connection dropped while streaming: {exc!r}", hint=RECONNECTS, why=exc
                 ) from exc
             if not channel.status_event.is_set() or _connection_lost(channel):
-                record(self.audit, self.device, self.address, "rx", "(connection lost: no exit status)")
-                self.close()
-                raise self._error(
-                    DeviceConnectionError,
+                raise self._dropped(
+                    command,
                     "the connection dropped while streaming (the channel closed without an exit status)",
-                    sent=command,
-                    hint="the host went down or sshd restarted; the next call reconnects",
+                    hint=RECONNECTS,
+                    why="no exit status",
                 )
             status = channel.exit_status
             yield StreamChunk(

@@ -8,8 +8,11 @@ span between two marks, which is what the summary aggregates.
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, Protocol
 
 EventType = Literal["invoke", "ok", "fail", "info", "mark", "measure"]
@@ -56,3 +59,18 @@ class Observer(Protocol):
 
 def now() -> tuple[int, float]:
     return time.monotonic_ns(), time.time()
+
+
+def read_events(path: Path) -> Iterator[dict]:
+    """events.jsonl, line by line; a line cut short (an aborted run) is skipped."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(event, dict):
+                yield event

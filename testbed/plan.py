@@ -203,7 +203,7 @@ class Plan:
     def transport_faults(self) -> bool:
         """Whether any step breaks a connection (transport.*): the twin then needs its fault proxy."""
         steps = [*self.setup, *self.teardown, *(s for t in self.trials for s in t.steps)]
-        return any(isinstance(s, FaultInjectStep) and s.device is not None for s in _flat_planned(steps))
+        return any(isinstance(s, FaultInjectStep) and s.device is not None for s in _flatten(steps))
 
 
 def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = None, seed: int | None = None) -> Plan:
@@ -269,7 +269,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
     faulted = {  # a connection the twin's fault proxy breaks: its device must be in the twin
         s.device
         for t in trial_plans
-        for s in _flat_planned(t.steps)
+        for s in _flatten(t.steps)
         if isinstance(s, FaultInjectStep) and s.device is not None
     }
     touched = sorted(writes | checked | faulted, key=order)
@@ -286,13 +286,6 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
     )
 
 
-def _flat_planned(steps) -> list:
-    out = []
-    for s in steps:
-        out.extend(_flat_planned(s.steps) if isinstance(s, ParallelStep) else [s])
-    return out
-
-
 FAULT_STEPS = (FaultInjectStep, FaultDetectStep)  # FailoverStep is a FaultDetectStep
 
 
@@ -300,7 +293,7 @@ def _check_concurrent_faults(steps, limit: int, where: str) -> None:
     """Interlock: faults in one `parallel` step are active together; sequential ones are healed in between."""
     for s in steps:
         if isinstance(s, ParallelStep):
-            faults = [f for f in _flat_planned(s.steps) if isinstance(f, FAULT_STEPS)]
+            faults = [f for f in _flatten(s.steps) if isinstance(f, FAULT_STEPS)]
             if len(faults) > limit:
                 raise PlanError(
                     f"interlock: {where}, step {s.label!r} would have {len(faults)} faults active at once "
@@ -322,9 +315,10 @@ def _job_managed(playbook: Playbook, inv: Inventory, hosts: set[str]) -> dict[st
 
 
 def _flatten(steps):
+    """Every step, and the steps nested in `parallel` ones (of a playbook or of a plan)."""
     for step in steps:
         yield step
-        if isinstance(step, Parallel):
+        if isinstance(step, Parallel | ParallelStep):
             yield from _flatten(step.steps)
 
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from testbed.errors import UserError
+from testbed.events import read_events
 from testbed.milestones import MILESTONES, segments_of, trial_milestones
 from testbed.stats import summarize
 
@@ -51,7 +51,7 @@ def write_plots(run_dir: str | Path) -> list[Path]:
         written.append(path)
     events_path = run_dir / "events.jsonl"
     if events_path.is_file():
-        path = plot_timeline(list(_read_events(events_path)), run_dir / TIMELINE_FILE)
+        path = plot_timeline(list(read_events(events_path)), run_dir / TIMELINE_FILE)
         if path:
             written.append(path)
     summary = _read_json(run_dir / "summary.json")
@@ -72,21 +72,6 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
-def _read_events(path: Path) -> Iterator[dict]:
-    """events.jsonl, line by line; a line cut short (an aborted run) is skipped."""
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(event, dict):
-                yield event
-
-
 def span_durations(run_dir: Path) -> dict[str, list[float]]:
     """Measured durations (ms) per span: from trials.csv, or from events.jsonl's measure events when the
     run ended before writing trials.csv."""
@@ -102,7 +87,7 @@ def span_durations(run_dir: Path) -> dict[str, list[float]]:
         return out
     events_path = run_dir / "events.jsonl"
     if events_path.is_file():
-        for event in _read_events(events_path):
+        for event in read_events(events_path):
             if event.get("type") == "measure" and isinstance(event.get("data"), dict) and "ms" in event["data"]:
                 out.setdefault(event["op"], []).append(float(event["data"]["ms"]))
     return out

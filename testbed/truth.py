@@ -12,11 +12,12 @@ A failover whose truth cannot be found is listed with the reason, never dropped 
 
 from __future__ import annotations
 
-import json
 import re
+import time
 from pathlib import Path
 
 from emulators.truth import read_truth
+from testbed.events import read_events
 from testbed.stats import summarize
 
 TRUTH_FILE = "twin_truth.jsonl"
@@ -30,7 +31,7 @@ def failover_accuracy(run_dir: Path, progress: str, clock_offset_ns: int = 0) ->
     truth_path = run_dir / TRUTH_FILE
     if not truth_path.exists():
         return None
-    events = _events(run_dir / "events.jsonl")
+    events = list(read_events(run_dir / "events.jsonl"))
     truth = read_truth(truth_path)
     pattern = re.compile(progress)
     rows, unmatched = [], []
@@ -51,16 +52,6 @@ def failover_accuracy(run_dir: Path, progress: str, clock_offset_ns: int = 0) ->
         "end_error_ms": summarize([r["end_error_ms"] for r in rows]),
         "per_trial": rows,
     }
-
-
-def _events(path: Path) -> list[dict]:
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a torn last line of a killed run
-    return out
 
 
 def _failovers(events: list[dict]) -> list[dict]:
@@ -115,8 +106,6 @@ def twin_clock(control, samples: int = 5) -> dict:
     """The twin's monotonic clock minus ours, by Cristian's method (the shortest round trip bounds the
     error by half of it). On one machine both read CLOCK_MONOTONIC, so the offset should be 0 within the
     bound: the run records it as evidence, and the comparison above uses 0."""
-    import time
-
     best = None
     for _ in range(samples):
         t0 = time.monotonic_ns()

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drivers.errors import DeviceError
 from testbed.photonics.calibration import CalibrationSettings
 from testbed.procedures.context import ProcedureContext, forgets_on_error
 from testbed.procedures.errors import VerificationError
-from testbed.procedures.verify import check_holds, wait_for_light
+from testbed.procedures.verify import check_holds, revert_unverified, wait_for_light
 
 
 def identify(mesh, ctx: ProcedureContext, *, expected_size: int | None = None) -> dict:
@@ -121,16 +120,7 @@ def reconfigure(
             )
             ctx.mark("lit")
     except VerificationError as exc:
-        try:
-            mesh.program(current)
-            ctx.cache["circuits"] = mesh.circuits()
-            ctx.mark("reverted")
-        except DeviceError as revert_error:
-            ctx.cache.pop("circuits", None)
-            exc.message += f"; reverting the change failed too ({revert_error.message}): read the chip first"
-            raise exc from revert_error
-        exc.message += "; the change was reverted (commit-confirm)"
-        raise
+        revert_unverified(exc, ctx, lambda: mesh.program(current))
     return {"added": len(added), "removed": len(removed), "min_power_dbm": min(powers.values()) if powers else None}
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from drivers.errors import DeviceError
 from testbed.capabilities import CircuitSwitch
 from testbed.fabric.diff import circuit_diff
 from testbed.procedures.context import ProcedureContext, forgets_on_error
 from testbed.procedures.errors import VerificationError
-from testbed.procedures.verify import check_holds, wait_for_light
+from testbed.procedures.verify import check_holds, revert_unverified, wait_for_light
 
 
 def identify(switch: CircuitSwitch, ctx: ProcedureContext, *, expected_size: int | None = None) -> dict:
@@ -102,28 +101,19 @@ def reconfigure(
             )
             ctx.mark("lit")
     except VerificationError as exc:
-        _revert(switch, ctx, current, managed, exc)
+        revert_unverified(exc, ctx, lambda: _restore(switch, current, managed))
     return {"added": len(add), "removed": len(remove), "min_power_dbm": min(powers.values()) if powers else None}
 
 
-def _revert(switch: CircuitSwitch, ctx: ProcedureContext, before: dict[int, int], managed: list[int], exc) -> None:
-    """Put the managed ports back as they were before the change, then re-raise `exc` saying so."""
-    try:
-        remove, add = circuit_diff(switch.connections(), sorted(before.items()), managed)
-        if remove:
-            switch.disconnect(remove, check=False)
-        if add:
-            switch.connect(add, check=False)
-        switch.wait_settled()
-        switch.check_errors("reverting the unverified change")
-        ctx.cache["connections"] = switch.connections()
-        ctx.mark("reverted")
-    except DeviceError as revert_error:
-        ctx.cache.pop("connections", None)
-        exc.message += f"; reverting the change failed too ({revert_error.message}): read the switch before going on"
-        raise exc from revert_error
-    exc.message += "; the change was reverted (commit-confirm)"
-    raise exc
+def _restore(switch: CircuitSwitch, before: dict[int, int], managed: list[int]) -> None:
+    """Put the managed ports back as they were before the change."""
+    remove, add = circuit_diff(switch.connections(), sorted(before.items()), managed)
+    if remove:
+        switch.disconnect(remove, check=False)
+    if add:
+        switch.connect(add, check=False)
+    switch.wait_settled()
+    switch.check_errors("reverting the unverified change")
 
 
 @forgets_on_error("connections")

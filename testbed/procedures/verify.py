@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn
 
+from drivers.errors import DeviceError
 from testbed.procedures.context import ProcedureContext
 from testbed.procedures.errors import VerificationError
 
@@ -62,3 +64,17 @@ def check_holds(
             sent=sent,
             hint=hint,
         )
+
+
+def revert_unverified(exc: VerificationError, ctx: ProcedureContext, restore: Callable[[], None]) -> NoReturn:
+    """Commit-confirm (as NAPALM's): a change that was not verified is undone by `restore` (mark: reverted),
+    and `exc` is raised again saying whether the device is back as it was. The procedure's cached device
+    state is dropped either way (procedures.context.forgets_on_error)."""
+    try:
+        restore()
+    except DeviceError as failed:
+        exc.message += f"; reverting the change failed too ({failed.message}): read the device before going on"
+        raise exc from failed
+    ctx.mark("reverted")
+    exc.message += "; the change was reverted (commit-confirm)"
+    raise exc

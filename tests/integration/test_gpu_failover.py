@@ -13,17 +13,8 @@ import pytest
 
 from emulators.truth import read_truth
 from testbed.cli import main
+from testbed.milestones import MILESTONES, SEGMENTS
 
-MILESTONES = [
-    "fault_injected",
-    "failure_detected",
-    "spare_selected",
-    "fabric_reconfigured",
-    "link_verified",
-    "job_relaunched",
-    "job_ready",
-    "first_step",
-]
 TRIALS = 20
 # 20 failovers take ~35 s on an idle 2-core machine; the margin is for a loaded one.
 pytestmark = pytest.mark.timeout(400)
@@ -70,9 +61,8 @@ def test_every_milestone_in_order_and_segments_add_up(run_dir):
             times[name] = min(stamps)
         assert [times[m] for m in MILESTONES] == sorted(times[m] for m in MILESTONES), times
     summary = json.loads((run_dir / "summary.json").read_text())
-    segments = ["detect", "select", "reconfigure", "verify", "relaunch", "ready", "first_step"]
     assert summary["spans"]["failover.total"]["n"] == TRIALS
-    total = sum(summary["spans"][f"failover.{s}"]["mean_ms"] for s in segments)
+    total = sum(summary["spans"][f"failover.{s}"]["mean_ms"] for s in SEGMENTS)
     assert total == pytest.approx(summary["spans"]["failover.total"]["mean_ms"], rel=1e-3)
 
 
