@@ -136,11 +136,16 @@ class PolatisScpi:
 
     def _circuit_command(self, verb: str, pairs: Iterable[tuple[int, int]], check: bool = True) -> None:
         # The switch wants the lower number (ingress) first in each pair.
-        ordered = [tuple(sorted((operator.index(a), operator.index(b)))) for a, b in pairs]
-        if ordered:
-            ingress = _chanlist([p[0] for p in ordered])
-            egress = _chanlist([p[1] for p in ordered])
-            self._write(f"{verb} {ingress},{egress}", check=check)
+        ingress: list[int] = []
+        egress: list[int] = []
+        for a, b in pairs:
+            low, high = operator.index(a), operator.index(b)
+            if low > high:
+                low, high = high, low
+            ingress.append(low)
+            egress.append(high)
+        if ingress:
+            self._write(f"{verb} {_chanlist(ingress)},{_chanlist(egress)}", check=check)
 
     def _query(self, cmd: str, *, has_ports: bool = False) -> str:
         try:
@@ -234,7 +239,7 @@ def _ports(ports: Iterable[int]) -> list[int]:
 
 
 def _chanlist(ports: Sequence[int]) -> str:
-    return "(@" + ",".join(str(p) for p in ports) + ")"
+    return "(@" + ",".join(map(str, ports)) + ")"
 
 
 def _chunks(items: list[int], n: int) -> Iterable[list[int]]:

@@ -74,6 +74,7 @@ class PolatisEngine(ScpiEngine):
         self.failed: set[int] = set()
         self.input_power = {int(p): float(v) for p, v in self.spec.input_power_dbm.items()}
         self.moving_until: dict[int, float] = {}
+        self._latest_move = float("-inf")  # the latest time in moving_until
         self.switching_time_ms = self.spec.switching_time_ms
         self.jitter_ms = self.spec.jitter_ms
         self.boot_mode = "DARK"
@@ -140,16 +141,19 @@ class PolatisEngine(ScpiEngine):
             feed = self.input_feeds.get(port)
             arriving = feed(now) if feed is not None else None
             return DARK_DBM if arriving is None else arriving
+        # The egress path inlined (no port_state / is_moving calls): a PMON query of a 256-port switch
+        # reads 256 of these, and eight switches share one twin process.
         ingress = self.conn_to.get(port)
-        if ingress is None or self.port_state(port) != "E":
+        if ingress is None or port in self.failed or not self.enabled[port]:
             return DARK_DBM
-        if self.is_moving(ingress, now) or self.is_moving(port, now):
+        moving = self.moving_until
+        if moving.get(ingress, -1.0) > now or moving.get(port, -1.0) > now:
             return DARK_DBM
         arriving = self.power_dbm(ingress, now)
         return DARK_DBM if arriving == DARK_DBM else arriving - self.spec.insertion_loss_db
 
     def operations_complete_at(self, now: float) -> float:
-        return max([now, *self.moving_until.values()])
+        return max(now, self._latest_move)  # the latest move's end, kept by _apply
 
     def reset_device(self, now: float) -> None:
         # *RST: "reset the instrument and disconnect all connections"; a failed port stays failed.
@@ -168,9 +172,9 @@ class PolatisEngine(ScpiEngine):
 
     def _ports(self, text: str, lo: int, hi: int) -> list[int]:
         ports = parse_channel_list(text, allow_ranges=self.allow_ranges)
-        for p in ports:
-            if not lo <= p <= hi:
-                raise ScpiError(-222, f"port {p} not in {lo}..{hi}")
+        if ports and not lo <= min(ports) <= max(ports) <= hi:
+            bad = next(p for p in ports if not lo <= p <= hi)
+            raise ScpiError(-222, f"port {bad} not in {lo}..{hi}")
         return ports
 
     def _pairs(self, call: Call, *, allow_empty_egress: bool = False) -> list[tuple[int, int | None]]:
@@ -189,15 +193,22 @@ class PolatisEngine(ScpiEngine):
 
     def _apply(self, new: dict[int, int], now: float) -> None:
         """Switch to connection map `new`; every port whose peer changes starts one move."""
-        changed = {i for i in self.conn.keys() | new.keys() if self.conn.get(i) != new.get(i)}
-        if not changed:
+        # The circuits that differ, both the old and the new ones, as sets of pairs (a 256-port change
+        # is diffed in C, not in 512 dictionary lookups): their ports are the ones that move.
+        differ = self.conn.items() ^ new.items()
+        if not differ:
             return
-        ports = set(changed)
-        ports |= {self.conn[i] for i in changed if i in self.conn} | {new[i] for i in changed if i in new}
+        ports = {p for pair in differ for p in pair}
         jitter = self.rng.uniform(-self.jitter_ms, self.jitter_ms)
         until = now + max(0.0, self.switching_time_ms + jitter) / 1000.0
-        for p in ports:
-            self.moving_until[p] = max(until, self.moving_until.get(p, until))
+        moving = self.moving_until
+        if self._latest_move <= until:
+            moving.update(dict.fromkeys(ports, until))
+        else:  # jitter or a shorter switching time: a port still moving for longer keeps its later time
+            for p in ports:
+                if moving.get(p, until) <= until:
+                    moving[p] = until
+        self._latest_move = max(self._latest_move, until)
         self.conn = new
         self.conn_to = {e: i for i, e in new.items()}
 
@@ -269,7 +280,11 @@ class PolatisEngine(ScpiEngine):
 
     def _power(self, call: Call) -> str:
         ports = self._ports(call.args[0], 1, 2 * self.size)
-        return ",".join(f"{self.power_dbm(p, call.now):.2f}" for p in ports)
+        power, now = self.power_dbm, call.now
+        # Levels repeat (dark ports, one launch power through equal losses): each is formatted once.
+        values = [power(p, now) for p in ports]
+        text = {v: f"{v:.2f}" for v in set(values)}
+        return ",".join([text[v] for v in values])
 
     def _set_boot_mode(self, call: Call) -> None:
         self.boot_mode = parse_choice(call.args[0], ["DARK", "RESTore", "AUTosave"])

@@ -141,8 +141,42 @@ _COMMON_RE = re.compile(r"\*[A-Za-z]+\??")
 _PATTERN_NODE_RE = re.compile(r"\[:?([A-Za-z0-9_#]+)\]|:?([A-Za-z0-9_#]+)")
 
 
+_PARENS_RE = re.compile(r"([()])")
+
+
 def split_top_level(text: str, sep: str) -> list[str]:
     """Split on `sep` outside parentheses and quoted strings ('...' or "...", doubled quote escapes)."""
+    if sep not in text:
+        return [text]
+    if "'" not in text and '"' not in text:
+        return _split_outside_parens(text, sep)
+    return _split_top_level_chars(text, sep)
+
+
+def _split_outside_parens(text: str, sep: str) -> list[str]:
+    """split_top_level without quotes: only parentheses matter, so the text between them is split by
+    str.split. A 256-port channel list is one piece here, not 2,000 steps of a character loop (a rail
+    change on eight 256-port switches is parsed by one twin process)."""
+    parts: list[str] = []
+    current: list[str] = []  # pieces of the part being built
+    depth = 0
+    for piece in _PARENS_RE.split(text):
+        if piece == "(":
+            depth += 1
+        elif piece == ")":
+            depth = max(0, depth - 1)
+        elif depth == 0 and sep in piece:
+            first, *rest = piece.split(sep)
+            parts.append("".join(current) + first)
+            parts.extend(rest[:-1])
+            current = [rest[-1]]
+            continue
+        current.append(piece)
+    parts.append("".join(current))
+    return parts
+
+
+def _split_top_level_chars(text: str, sep: str) -> list[str]:
     parts, start, depth, quote = [], 0, 0, ""
     for i, c in enumerate(text):
         if quote:
@@ -201,20 +235,29 @@ def parse_choice(text: str, choices: list[str]) -> str:
     raise ScpiError(-224, f"expected one of {','.join(choices)}")
 
 
+_CHANNEL_LIST_RE = re.compile(r"\(\s*@(.*)\)", re.S)
+_PLAIN_CHANNELS_RE = re.compile(r"\s*\d{1,9}\s*(?:,\s*\d{1,9}\s*)*")
+_CHANNEL_RE = re.compile(r"\d{1,9}")
+
+
 def parse_channel_list(text: str, *, allow_ranges: bool = True) -> list[int]:
     """`(@1,2,3)`, `(@1, 2, 3)`, `(@)` and, if allowed, ranges `(@1:4)` / `(@4:1)`."""
-    m = re.fullmatch(r"\(\s*@(.*)\)", text.strip(), re.S)
+    m = _CHANNEL_LIST_RE.fullmatch(text.strip())
     if not m:
         raise ScpiError(-102, "expected a channel list (@...)")
     body = m.group(1).strip()
     if not body:
         return []
+    if _PLAIN_CHANNELS_RE.fullmatch(body):  # no ranges: one match checks every channel at once
+        if body.count(",") >= MAX_CHANNELS:
+            raise ScpiError(-224, "channel list too long")
+        return [int(item) for item in body.split(",")]
     ports: list[int] = []
     for item in body.split(","):
         lo, sep, hi = item.strip().partition(":")
         if sep and not allow_ranges:
             raise ScpiError(-102, "channel ranges are not supported")
-        if not re.fullmatch(r"\d{1,9}", lo.strip()) or (sep and not re.fullmatch(r"\d{1,9}", hi.strip())):
+        if not _CHANNEL_RE.fullmatch(lo.strip()) or (sep and not _CHANNEL_RE.fullmatch(hi.strip())):
             raise ScpiError(-102, f"bad channel {item.strip()[:20]}")
         a, b = int(lo), int(hi) if sep else int(lo)
         if len(ports) + abs(b - a) + 1 > MAX_CHANNELS:

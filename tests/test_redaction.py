@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from drivers.audit import AuditRecord
 from testbed.recorder import Recorder
-from testbed.redact import redact
+from testbed.redact import SECRET_IN_TEXT, redact, redact_text
 
 
 def test_secrets_in_device_traffic_are_masked_in_the_audit_log(tmp_path):
@@ -31,3 +34,16 @@ def test_secrets_in_device_traffic_are_masked_in_the_audit_log(tmp_path):
 def test_redact_keeps_structure_and_non_secret_values():
     value = {"user": "lab", "token": "t", "nested": [{"passphrase": "p", "port": 22}]}
     assert redact(value) == {"user": "lab", "token": "***", "nested": [{"passphrase": "***", "port": 22}]}
+
+
+# Pieces of secrets in odd cases and spellings (ſ and K fold to s and k, as IGNORECASE matches them)
+_PIECES = ["password", "PassWD", "paſſword", "secret", "TOKEN", "toKen", "ACT-USER::a:1::", "act-user::b:2::",
+           " -P ", "-P", "=", ":", ";", " ", "x", "1", "\t", "(@1,2)", "-1.00,"]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=12).map("".join))
+def test_the_shortcut_for_text_without_secrets_masks_exactly_what_the_patterns_do(text):
+    expected = text
+    for pattern, repl in SECRET_IN_TEXT:
+        expected = pattern.sub(repl, expected)
+    assert redact_text(text) == expected

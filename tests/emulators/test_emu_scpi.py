@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from emulators.scpi import (
     Call,
@@ -13,6 +15,7 @@ from emulators.scpi import (
     parse_int,
     split_top_level,
 )
+from emulators.scpi import _split_top_level_chars as split_by_characters
 
 
 class ToySource(ScpiEngine):
@@ -126,6 +129,18 @@ def test_channel_lists():
     with pytest.raises(ScpiError) as err:
         parse_channel_list("(@1:999999999)")
     assert err.value.code == -224
+
+
+@given(st.text(alphabet="ab ;,()'\"@1:", max_size=40), st.sampled_from([";", ","]))
+def test_fast_split_agrees_with_the_character_scan(text, sep):
+    # split_top_level takes a shortcut when there are no quotes; it must split exactly as the full scan
+    assert split_top_level(text, sep) == split_by_characters(text, sep)
+
+
+@given(st.lists(st.tuples(st.integers(0, 999_999_999), st.sampled_from(["", " ", "  "])), max_size=50))
+def test_channel_lists_of_any_length_and_spacing(items):
+    text = "(@" + ",".join(f"{pad}{n}{pad}" for n, pad in items) + ")"
+    assert parse_channel_list(text) == [n for n, _ in items]
 
 
 def test_numbers():
