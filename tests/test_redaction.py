@@ -37,8 +37,28 @@ def test_redact_keeps_structure_and_non_secret_values():
 
 
 # Pieces of secrets in odd cases and spellings (ſ and K fold to s and k, as IGNORECASE matches them)
-_PIECES = ["password", "PassWD", "paſſword", "secret", "TOKEN", "toKen", "ACT-USER::a:1::", "act-user::b:2::",
-           " -P ", "-P", "=", ":", ";", " ", "x", "1", "\t", "(@1,2)", "-1.00,"]
+_PIECES = [
+    "password",
+    "PassWD",
+    "paſſword",
+    "secret",
+    "TOKEN",
+    "toKen",
+    "to\u212aen",
+    "ACT-USER::a:1::",
+    "act-user::b:2::",
+    " -P ",
+    "-P",
+    "=",
+    ":",
+    ";",
+    " ",
+    "x",
+    "1",
+    "\t",
+    "(@1,2)",
+    "-1.00,",
+]
 
 
 @given(st.lists(st.sampled_from(_PIECES), max_size=12).map("".join))
