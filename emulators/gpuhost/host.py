@@ -226,16 +226,17 @@ class GpuHostEngine:
         try:
             while chunk := os.read(pipe.fileno(), 65536):
                 t_ns = time.monotonic_ns()
+                os.write(sink, chunk)
+                with self.appended:
+                    self.appended_count += 1
+                    self.appended.notify_all()
+                # Written down after the readers are woken: the record's own cost is not in their way.
                 if self.truth is not None:
                     *lines, partial = (partial + chunk).split(b"\n")
                     for line in lines:
                         self.truth.record(
                             "line", t_ns, host=self.spec.name, pid=job.pid, job=job.name, line=_text(line)
                         )
-                os.write(sink, chunk)
-                with self.appended:
-                    self.appended_count += 1
-                    self.appended.notify_all()
         except OSError:
             pass  # the file's disk went away with the host's home (reset): the job's output is lost
         finally:

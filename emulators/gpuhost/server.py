@@ -161,6 +161,9 @@ class SshServer:
             threading.Thread(target=self._serve, args=(conn,), name=f"ssh-{self.name}-conn", daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        # As sshd does for interactive sessions: a job's log line streamed by `tail -F` is one small
+        # segment, which Nagle's algorithm would hold until the previous one is acknowledged.
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport = _Transport(conn)
         with self._lock:
             if self._sock is None:  # powered off between accept and here

@@ -174,12 +174,20 @@ class Shell:
             except _PathEscape:
                 st.err.append(f"env: cannot change directory to '{chdir}': Permission denied\n")
                 return 125
-            if not cwd.is_dir():
+            if not os.path.isdir(cwd):
                 st.err.append(f"env: cannot change directory to '{chdir}': No such file or directory\n")
                 return 125
         name, args = words[0], words[1:]
         if name in self.builtins:
-            out, err, rc = self.builtins[name](args, st)
+            try:
+                out, err, rc = self.builtins[name](args, st)
+            except OSError as exc:
+                if st.cancelled():
+                    raise  # the client went away while the builtin wrote to it: the server ends the session
+                # The file system refused what the builtin did not expect (a name too long, ...): say so as
+                # the tool would, with a status; an OSError reaching the SSH server means "client gone".
+                st.err.append(f"{name}: {exc.strerror or exc}\n")
+                return 1
             return self._deliver(out, err, rc, redirs, st)
         if "/" in name:
             st.err.append(f"bash: {name}: No such file or directory\n")
@@ -332,7 +340,7 @@ class Shell:
             path = self.resolve(target, st.cwd)
         except _PathEscape:
             return "", f"bash: cd: {target}: Permission denied\n", 1
-        if not path.is_dir():
+        if not os.path.isdir(path):
             return "", f"bash: cd: {target}: No such file or directory\n", 1
         st.cwd = path
         return "", "", 0
@@ -357,7 +365,7 @@ class Shell:
             path = self.resolve(name, st.cwd)
         except _PathEscape:
             return None, f"{tool}: {name}: Permission denied\n"
-        if path.is_dir():
+        if os.path.isdir(path):  # not Path.is_dir: it raises on a name too long
             return None, f"{tool}: {name}: Is a directory\n"
         try:
             return path.read_bytes(), ""
@@ -501,6 +509,22 @@ class Shell:
         try:
             while not st.cancelled():
                 seen = self.engine.appended_count  # before reading: an append after this wakes the wait below
+                data = b""
+                if fh is not None:
+                    if os.fstat(fh.fileno()).st_size < pos:
+                        st.err.append(f"tail: {name}: file truncated\n")
+                        pos = 0
+                    fh.seek(pos)
+                    data = fh.read()
+                    pos += len(data)
+                    if data:
+                        st.out.append(decoder.decode(data))
+                if gone:  # this was the last read after the writer died
+                    st.out.append(decoder.decode(b"", final=True))
+                    return "", "", 0
+                # -F looks the name up after passing on the data, as GNU tail drains a replaced file before
+                # following the new one: resolving the path costs a stat per component, and a step line
+                # (the end of a measured failover) must not wait for it.
                 if by_name:
                     try:
                         current = os.stat(self.resolve(name, st.cwd)).st_ino
@@ -515,19 +539,7 @@ class Shell:
                         if fh is not None and ino == current:
                             st.err.append(f"tail: '{name}' {was};  following new file\n")
                             missing = False
-                data = b""
-                if fh is not None:
-                    if os.fstat(fh.fileno()).st_size < pos:
-                        st.err.append(f"tail: {name}: file truncated\n")
-                        pos = 0
-                    fh.seek(pos)
-                    data = fh.read()
-                    pos += len(data)
-                    if data:
-                        st.out.append(decoder.decode(data))
-                if gone:  # this was the last read after the writer died
-                    st.out.append(decoder.decode(b"", final=True))
-                    return "", "", 0
+                            continue  # read the new file at once
                 now = time.monotonic()
                 if pid is not None and (data or now >= next_pid_check):
                     gone = not any(j.pid == pid for j in self.engine.live_jobs())
@@ -554,9 +566,9 @@ class Shell:
             except _PathEscape:
                 err, rc = err + f"ls: cannot open directory '{name}': Permission denied\n", 2
                 continue
-            if path.is_dir():
+            if os.path.isdir(path):
                 out.extend(sorted(p.name for p in path.iterdir()))
-            elif path.exists():
+            elif os.path.exists(path):
                 out.append(name)
             else:
                 err, rc = err + f"ls: cannot access '{name}': No such file or directory\n", 2
@@ -628,7 +640,7 @@ class Shell:
         jobs = self._jobs_by_pid()
         err, rc = "", 0
         for t in targets:
-            if not re.fullmatch(r"-?\d+", t):
+            if not re.fullmatch(r"-?\d{1,18}", t):  # bash refuses what does not fit its intmax_t, too
                 err, rc = err + f"bash: kill: {t}: arguments must be process or job IDs\n", 1
                 continue
             n = int(t)

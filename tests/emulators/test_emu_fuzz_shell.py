@@ -141,6 +141,8 @@ def ssh_host() -> Iterator[SshTransport]:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(command_lines)
 @example("cat a\x00b")
+@example("cat " + "9" * 5000)  # a name too long for the file system: once, no exit status at all
+@example("kill " + "9" * 5000)  # a pid too long for int(): once, an internal error
 def test_the_ssh_server_answers_every_line_with_an_exit_status(ssh_host, line):
     start = time.monotonic()
     try:
