@@ -721,9 +721,21 @@ class Shell:
         return "".join(o + "\n" for o in out), "", 0 if out else 1
 
 
+_QUOTING = re.compile(r"[\"'\\]")
+_BLANKS = re.compile(r"[ \t\r\n]+")  # shlex's whitespace; str.split() would also split on \x0b, \xa0, ...
+
+
+def _words(command: str) -> list[str]:
+    """shlex.split(command, posix=True), without its character-by-character scan when there is no quoting
+    to interpret (a health probe's command line is 200 characters, and 64 hosts share one twin)."""
+    if _QUOTING.search(command):
+        return shlex.split(command, comments=False, posix=True)
+    return [w for w in _BLANKS.split(command) if w]
+
+
 def _split(command: str) -> list[str]:
     tokens = []
-    for tok in shlex.split(command, comments=False, posix=True):
+    for tok in _words(command):
         if len(tok) > 1 and tok.endswith(";") and not tok.endswith("\\;"):
             tokens += [tok[:-1], ";"]
         else:

@@ -7,6 +7,7 @@ through the host's real SSH server (exec channels).
 
 from __future__ import annotations
 
+import shlex
 import tempfile
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from drivers.errors import DeviceTimeout
 from drivers.ssh import SshSettings, SshTransport
 from emulators.gpuhost.device import GpuHostAdapter
 from emulators.gpuhost.host import GpuHostEngine
-from emulators.gpuhost.shell import Shell, Stream
+from emulators.gpuhost.shell import Shell, Stream, _words
 from emulators.gpuhost.spec import GpuHostSpec
 
 HANG_UP_S = 0.3  # the client of a fuzzed line hangs up after this (a `tail -f` runs until it does)
@@ -156,3 +157,15 @@ def test_the_ssh_server_answers_every_line_with_an_exit_status(ssh_host, line):
 
 def test_the_ssh_server_is_still_serving(ssh_host):
     assert ssh_host.exec("hostname").stdout == "fuzz\n"
+
+
+@given(st.text(alphabet=" \t\r\n\x0b\xa0ab;$?|&<>=-#'\"\\", max_size=40))
+def test_words_are_split_as_shlex_splits_them(line):
+    # _words skips shlex's character scan when there is nothing to unquote; it must agree with shlex
+    try:
+        expected = shlex.split(line, comments=False, posix=True)
+    except ValueError:  # an unclosed quote: shlex's own error either way
+        with pytest.raises(ValueError):
+            _words(line)
+        return
+    assert _words(line) == expected
