@@ -55,11 +55,17 @@ class Stream:
 
 
 class _Sink(list):
-    """Collects text, or forwards each piece at once to a stream's writer."""
+    """Collects text; or, for an exec's stream, queues it in `pending` (shared by stdout and stderr, so the
+    order between them holds) until flush() hands it to the stream's writers.
 
-    def __init__(self, write: Callable[[str], None] | None = None) -> None:
+    A command line's quick commands (`nvidia-smi ...; echo ...; dmesg`) thus reach the client in one SSH
+    packet, as from sshd reading the shell's pipe after they wrote; what streams (`tail -f`, a foreground
+    process) flushes each piece as it comes."""
+
+    def __init__(self, write: Callable[[str], None] | None = None, pending: list | None = None) -> None:
         super().__init__()
         self.write = write
+        self.pending = pending if pending is not None else []
 
     def append(self, text: str) -> None:
         if not text:
@@ -67,7 +73,18 @@ class _Sink(list):
         if self.write is None:
             super().append(text)
         else:
-            self.write(text)
+            self.pending.append((self, text))
+
+    def flush(self) -> None:
+        pending = self.pending
+        while pending:
+            sink, run = pending[0][0], 0
+            while run < len(pending) and pending[run][0] is sink:
+                run += 1
+            text = "".join(t for _, t in pending[:run])
+            del pending[:run]
+            assert sink.write is not None
+            sink.write(text)
 
 
 @dataclass
@@ -148,14 +165,19 @@ class Shell:
             segments.append((words, None))
         st = _State(cwd=self.home, stream=stream)
         if stream is not None:
-            st.out, st.err = _Sink(stream.out), _Sink(stream.err)
+            pending: list = []
+            st.out, st.err = _Sink(stream.out, pending), _Sink(stream.err, pending)
         rc, prev = 0, None
-        for words, sep in segments:
-            if prev in (None, ";", "&") or (prev == "&&" and rc == 0) or (prev == "||" and rc != 0):
-                rc = st.status = self._simple(words, st, background=(sep == "&"))
-            prev = sep
-            if st.exited:
-                break
+        try:
+            for words, sep in segments:
+                if prev in (None, ";", "&") or (prev == "&&" and rc == 0) or (prev == "||" and rc != 0):
+                    rc = st.status = self._simple(words, st, background=(sep == "&"))
+                prev = sep
+                if st.exited:
+                    break
+        finally:
+            if not st.cancelled():
+                st.out.flush()
         return "".join(st.out), "".join(st.err), rc
 
     def _simple(self, words: list[str], st: _State, background: bool) -> int:
@@ -519,6 +541,7 @@ class Shell:
                     pos += len(data)
                     if data:
                         st.out.append(decoder.decode(data))
+                st.out.flush()  # what was appended goes out now (with any message before it)
                 if gone:  # this was the last read after the writer died
                     st.out.append(decoder.decode(b"", final=True))
                     return "", "", 0
@@ -546,6 +569,7 @@ class Shell:
                     next_pid_check = now + interval
                     if gone:
                         continue  # read once more, at once
+                st.out.flush()
                 with self.engine.appended:  # a job's output reaching its log file wakes this at once
                     if self.engine.appended_count == seen:
                         # Sleep until data is announced, the next poll, or the next pid check (GNU tail checks
@@ -823,6 +847,7 @@ def _pump(proc: subprocess.Popen, st: _State) -> bool:
                     if not chunk:
                         sel.unregister(key.fileobj)
                     sink.append(decoder.decode(chunk, final=not chunk))
+                    sink.flush()  # a foreground process's output streams
                 if st.cancelled():
                     return False
         return True

@@ -169,3 +169,17 @@ def test_words_are_split_as_shlex_splits_them(line):
             _words(line)
         return
     assert _words(line) == expected
+
+
+def test_a_command_lines_output_is_written_in_order_and_in_as_few_writes_as_it_comes(shell):
+    # Quick commands reach the channel together (one SSH packet, as sshd would read the shell's pipe),
+    # and stdout and stderr keep their order between them (with a pty they share one terminal).
+    sh, _ = shell
+    writes: list[tuple[str, str]] = []
+    stream = Stream(out=lambda t: writes.append(("out", t)), err=lambda t: writes.append(("err", t)))
+    assert sh.run("echo a; echo b; ls nope; echo c", stream) == ("", "", 0)
+    assert writes == [
+        ("out", "a\nb\n"),
+        ("err", "ls: cannot access 'nope': No such file or directory\n"),
+        ("out", "c\n"),
+    ]
