@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from line_server import LineServer, Reply
+from socket_servers import Reply, ScriptedServer
 
 from drivers.errors import DeviceCommandError, DeviceError, DeviceProtocolError, DeviceTimeout
 from drivers.mesh import QontrolMesh, ScpiMesh
@@ -56,14 +56,14 @@ def scripted(table: dict[str, Reply]) -> Callable[[str], Reply]:
 @pytest.fixture
 def device() -> Iterator[Callable]:
     """device(driver, overrides) -> (driver object, server): a healthy chip but for `overrides`."""
-    made: list[tuple[object, LineServer]] = []
+    made: list[tuple[object, ScriptedServer]] = []
 
     def make(kind: str, overrides: dict[str, Reply]):
         if kind == "scpi-mesh":
-            server = LineServer(scripted({**SCPI_HEALTHY, **overrides}))
+            server = ScriptedServer(reply=scripted({**SCPI_HEALTHY, **overrides}), terminator=b"\n")
             drv = ScpiMesh(open_transport(TransportSettings("visa", server.visa, timeout_s=TIMEOUT), "chip1"), "chip1")
         else:
-            server = LineServer(scripted({**QONTROL_HEALTHY, **overrides}))
+            server = ScriptedServer(reply=scripted({**QONTROL_HEALTHY, **overrides}), terminator=b"\n")
             settings = TransportSettings("serial", server.url, timeout_s=TIMEOUT, baudrate=115200)
             drv = QontrolMesh(open_transport(settings, "chip1"), "chip1")
         made.append((drv, server))

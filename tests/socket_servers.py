@@ -2,11 +2,15 @@
 
 Each accepted connection gets its own thread, so a connection that is kept waiting does not block the
 next one (VISA reconnects after a timeout). Behaviours act on each complete request line:
-  reply    answer with `reply` (a str or a callable taking the request line)
+  reply    answer with `reply` (a str or a callable taking the request line): a str is sent with the
+           terminator, bytes as they are (a truncated or binary reply), None sends nothing (a SCPI
+           set, or a device that stays silent)
   silent   read and never answer
   fin      read the request, then close the connection normally (FIN)
   reset    read the request, then reset the connection (SO_LINGER 0 -> RST)
   partial  answer with the first bytes of `reply` and no terminator, then keep quiet
+Text is latin-1 both ways, so every byte maps to one character (garbage replies are sent as written).
+Here in tests/ so that every test folder can import it (tests/conftest.py puts this folder on sys.path).
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ import threading
 import time
 from collections.abc import Callable
 
+Reply = str | bytes | None
+
 
 class ScriptedServer:
     def __init__(
         self,
         behaviour: str = "reply",
-        reply: str | Callable[[str], str] = "OK",
+        reply: Reply | Callable[[str], Reply] = "OK",
         terminator: bytes = b"\r\n",
         port: int = 0,
     ) -> None:
@@ -77,7 +83,7 @@ class ScriptedServer:
                 buf += data
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
-                    request = line.decode().rstrip("\r")
+                    request = line.decode("latin-1").rstrip("\r")
                     with self._lock:
                         self.requests.append(request)
                     if not self._act(conn, request):
@@ -90,11 +96,11 @@ class ScriptedServer:
         reply = self.reply(request) if callable(self.reply) else self.reply
         if self.behaviour == "reply":
             if reply is not None:
-                conn.sendall(reply.encode() + self.terminator)
+                conn.sendall(reply if isinstance(reply, bytes) else reply.encode("latin-1") + self.terminator)
                 with self._lock:
                     self.sent.append(reply)
         elif self.behaviour == "partial":
-            conn.sendall(reply.encode()[: max(1, len(reply) // 2)])
+            conn.sendall(reply.encode("latin-1")[: max(1, len(reply) // 2)])
         elif self.behaviour == "fin":
             conn.close()
             return False
