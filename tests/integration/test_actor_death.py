@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import pytest
+from runner_process import WAIT_S, cli, read_events, start_run, wait_for_event
 
 PLAYBOOK = """\
 name: actor-death
@@ -26,53 +24,26 @@ steps:
   - {{action: job.measure, rank: 0, steps: 400, measure: it}}
   - {{action: job.stop}}
 """
-WAIT_S = 120  # bound on waiting for the run to reach the call (a slow CI machine), not a timing claim
 
 
 def run_and_kill_actor(repo: Path, tmp_path: Path, policy: str) -> tuple[int, list[dict], Path]:
     playbook = tmp_path / "actor-death.yaml"
     playbook.write_text(PLAYBOOK.format(policy=policy))
     results = tmp_path / "results"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed", "run", str(playbook), "--emulate", "--results", str(results)],
-        cwd=repo,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_run(repo, [str(playbook), "--emulate", "--results", str(results)])
     try:
-        run_dir = wait_for(results, proc, lambda e: e["op"] == "gpu.step_times" and e["type"] == "invoke")
+        run_dir = wait_for_event(results, proc, "gpu.step_times", "invoke")
         pid = json.loads((run_dir / "run.json").read_text())["actors"]["gpu01"]["pid"]
         os.kill(pid, signal.SIGKILL)  # the actor's Ray worker, in the middle of the measurement
-        out, _ = proc.communicate(timeout=300)
+        proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    return proc.returncode, events, run_dir
-
-
-def wait_for(results: Path, proc: subprocess.Popen, condition) -> Path:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        for path in results.glob("*/events.jsonl"):
-            lines = path.read_text().splitlines()
-            if any(condition(json.loads(line)) for line in lines if line.endswith("}")):
-                return path.parent
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before the call was made: {proc.stdout.read()}")
-        time.sleep(0.1)  # polling the file the run writes; the condition, not the pause, synchronises
-    pytest.fail(f"the call was not made within {WAIT_S} s")
+    return proc.returncode, read_events(run_dir / "events.jsonl"), run_dir
 
 
 def trial_ends(events: list[dict]) -> dict[int, dict]:
     return {e["trial"]: e["data"] for e in events if e["op"] == "trial.end"}
-
-
-def check(repo: Path, run_dir: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "testbed", "check", str(run_dir)], cwd=repo, capture_output=True, text=True
-    )
 
 
 def test_restart_records_the_lost_call_as_info_and_goes_on_with_the_next_trial(repo, tmp_path):
@@ -87,7 +58,7 @@ def test_restart_records_the_lost_call_as_info_and_goes_on_with_the_next_trial(r
     assert restarted["device"] == "gpu01" and restarted["data"]["pid"] != restarted["data"]["was"]
     assert any(e["op"] == "it.time" and e["trial"] == 1 for e in events)
     assert code == 1  # a trial failed: the run says so
-    result = check(repo, run_dir)
+    result = cli("check", str(run_dir), cwd=repo)
     assert result.returncode == 0, result.stdout
 
 
@@ -101,7 +72,7 @@ def test_stop_ends_the_run_after_the_trial_with_teardown_and_read_back(repo, tmp
     stops = [e["type"] for e in events if e["op"] == "gpu.stop_job" and e["type"] != "invoke"]
     assert stops == ["ok", "ok"]  # both ranks stopped, through the restarted actor too
     assert code == 1 and json.loads((run_dir / "run.json").read_text())["status"] == "failed"
-    result = check(repo, run_dir)
+    result = cli("check", str(run_dir), cwd=repo)
     assert result.returncode == 0, result.stdout
 
 
@@ -124,15 +95,9 @@ def test_a_switch_actor_killed_after_its_commands_is_read_back_and_check_explain
     playbook = tmp_path / "dark.yaml"
     playbook.write_text(DARK)
     results = tmp_path / "results"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed", "run", str(playbook), "--emulate", "--results", str(results)],
-        cwd=repo,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_run(repo, [str(playbook), "--emulate", "--results", str(results)])
     try:
-        run_dir = wait_for(results, proc, lambda e: e["op"] == "ocs.reconfigure" and e["type"] == "invoke")
+        run_dir = wait_for_event(results, proc, "ocs.reconfigure", "invoke")
         info = json.loads((run_dir / "run.json").read_text())
         twin = TwinControl(info["twin"]["control"])
         deadline = time.monotonic() + WAIT_S
@@ -145,12 +110,12 @@ def test_a_switch_actor_killed_after_its_commands_is_read_back_and_check_explain
     finally:
         if proc.poll() is None:
             proc.kill()
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    events = read_events(run_dir / "events.jsonl")
     assert [e["type"] for e in events if e["op"] == "ocs.reconfigure"] == ["invoke", "info"]
     observed = next(e for e in events if e["op"] == "fabric.observed")
     assert observed["data"]["circuits"] == {"25": 41}  # sent by the dead worker, whose audit records died with it
     assert any(e["op"] == "fabric.final" for e in events)
-    result = check(repo, run_dir)
+    result = cli("check", str(run_dir), cwd=repo)
     assert result.returncode == 0, result.stdout
     assert "explained by the calls whose bytes were lost" in result.stdout
 
@@ -159,5 +124,5 @@ def test_a_switch_actor_killed_after_its_commands_is_read_back_and_check_explain
     (run_dir / "events.jsonl").write_text(
         "\n".join(line.replace('"audit_lost": true', '"audit_lost": false') for line in lines) + "\n"
     )
-    result = check(repo, run_dir)
+    result = cli("check", str(run_dir), cwd=repo)
     assert result.returncode == 1 and "differs from its history on ports [25, 41]" in result.stdout

@@ -11,12 +11,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
+from runner_process import cli, read_events, start_run, wait_for_event
 
 from drivers.registry import make_driver
 from drivers.transports import TransportSettings
@@ -42,42 +41,6 @@ steps:
 # Before the run the switch holds a circuit on a port the job's fabric takes (1: gpu01:p0's transmitter)
 # and one on ports the run never touches; heal must give back exactly these.
 BEFORE = {1: 40, 21: 53}
-WAIT_S = 120  # bound on waiting for the run to reach its fault (a slow CI machine), not a timing claim
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "testbed", *args], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
-
-
-def start_run(repo: Path, args: list[str]) -> subprocess.Popen:
-    # Its own session: the test kills the runner's whole process group, as a terminal's kill would.
-    return subprocess.Popen(
-        [sys.executable, "-m", "testbed", "run", *args],
-        cwd=repo,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-
-
-def wait_for_event(results: Path, proc: subprocess.Popen, op: str, type_: str) -> Path:
-    """The run folder, once its events.jsonl holds `type_ op` (read as the run writes it)."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        for events in results.glob("*/events.jsonl"):
-            if any(e["op"] == op and e["type"] == type_ for e in read_events(events)):
-                return events.parent
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended (exit {proc.returncode}) before {type_} {op}: {proc.stderr.read()}")
-        time.sleep(0.1)  # polling the file the run writes; the condition, not the pause, synchronises
-    pytest.fail(f"no {type_} {op} within {WAIT_S} s")
-
-
-def read_events(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def kill9(proc: subprocess.Popen) -> None:
