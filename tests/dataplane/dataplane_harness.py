@@ -52,6 +52,15 @@ def address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        assert chunk, f"closed after {len(buf)} of {n} bytes"
+        buf += chunk
+    return buf
+
+
 def refused(relay: str, timeout: float = 5.0) -> bool:
     """Connect through a relay: True if the connection is refused or reset before any data comes back."""
     try:

@@ -6,7 +6,7 @@ import socket
 import time
 
 import pytest
-from dataplane_harness import SPEC, address, refused, wait_reset
+from dataplane_harness import SPEC, address, recv_exact, refused, wait_reset
 
 from emulators.control import TwinControlError
 from emulators.spec import TwinSpec
@@ -36,15 +36,6 @@ def open_pair(relay: str, rank) -> tuple[socket.socket, socket.socket]:
     client = socket.create_connection(address(relay), timeout=5)
     client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return client, rank.accept()
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        assert chunk, f"closed after {len(buf)} of {n} bytes"
-        buf += chunk
-    return buf
 
 
 def test_spec_carries_the_fibre_map():

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
-from dataplane_harness import address, refused, wait_reset
+from dataplane_harness import address, recv_exact, refused, wait_reset
 
 from emulators.control import TwinControl
 from emulators.dataplane import LightPaths
@@ -205,15 +205,6 @@ def scpi(twin: TwinProcess, device: str, line: str) -> str:
             assert chunk, "connection closed early"
             buf += chunk
     return buf.decode().strip()
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        assert chunk, f"closed after {len(buf)} of {n} bytes"
-        buf += chunk
-    return buf
 
 
 def test_a_connection_crosses_two_switches_and_is_cut_when_either_circuit_goes(twin, ctl, rank):
