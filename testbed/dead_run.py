@@ -1,0 +1,211 @@
+"""What a run whose runner died left behind, read from its folder: the invokes it left open, the faults
+its history leaves active, the ranks it never saw stop, the fabric it found (`testbed heal` acts on it).
+
+Its files as a kill can leave them: a last line torn mid-write is set aside, any other damage is an error
+naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.errors import UserError
+
+UNKNOWN = "outcome unknown: the runner died before this operation completed"
+# Marks a runner writes once it has ended the run itself (teardown and read-back done, or refused early).
+RUN_ENDS = ("run.end", "run.aborted", "run.failed", "run.refused")
+
+
+# --- what the run left -------------------------------------------------------------------------------
+
+
+@dataclass
+class ActiveFault:
+    name: str  # e.g. "process.hang@rank1", the key fault.heal closes
+    kind: str
+    device: str | None  # the device of the fault.inject event (the host, or the proxied device)
+    data: dict
+    job: dict | None  # the rank's job handle when the history tells it
+    certain: bool  # False: its injection's outcome is unknown (the runner died during it)
+
+
+@dataclass
+class Findings:
+    last_seq: int
+    open_invokes: list[dict]
+    faults: list[ActiveFault]
+    jobs: list[dict]  # job handles started and never seen stopped
+    unknown_jobs: list[dict]  # job starts whose outcome is unknown (no pid was ever reported)
+    initial: dict[str, dict[int, int]]  # switch -> circuits before the run
+    managed: dict[str, list[int] | None]  # switch -> ports the run may change (None: not recorded)
+    ended: bool  # the run reached its end (`run.end`): teardown and read-back ran
+    healed_before: bool
+
+    @property
+    def anything(self) -> bool:
+        """Whether heal has anything to do: a run that never reached its end has its fabric restored once."""
+        return bool(self.open_invokes or self.faults or self.jobs or not (self.ended or self.healed_before))
+
+
+def find(events: list[dict]) -> Findings:
+    open_by_key: dict[tuple, list[dict]] = {}
+    injecting: dict[str, dict] = {}  # fault name -> its open fault.inject invoke
+    active: dict[str, ActiveFault] = {}
+    jobs: dict[tuple[str, int], dict] = {}
+    start_invokes: dict[tuple[str, str], dict] = {}
+    for i, e in enumerate(events):
+        key = (e.get("device"), e["op"])
+        data = e.get("data") or {}
+        if e["type"] == "invoke":
+            open_by_key.setdefault(key, []).append(e)
+        elif e["type"] in ("ok", "fail", "info") and open_by_key.get(key):
+            open_by_key[key].pop(0)
+        if e["op"] == "fault.inject":
+            name = data.get("fault", f"seq{e['seq']}")
+            if e["type"] == "invoke":
+                injecting[name] = e
+            elif e["type"] in ("ok", "info"):
+                start = injecting.pop(name, e)
+                job = _job_of(events, start, i)
+                active[name] = ActiveFault(name, data.get("kind", "?"), e.get("device"), data, job, e["type"] == "ok")
+            elif e["type"] == "fail":
+                injecting.pop(name, None)
+        elif e["op"] == "fault.heal" and e["type"] == "ok":
+            active.pop(data.get("fault", ""), None)
+        elif e["op"] == "gpu.start_job":
+            if e["type"] == "invoke":
+                start_invokes[(e.get("device"), data.get("name"))] = e
+            elif e["type"] == "ok":
+                handle = data.get("value") or {}
+                start_invokes.pop((e.get("device"), handle.get("name")), None)
+                jobs[(e.get("device"), handle.get("pid"))] = handle
+            else:
+                start_invokes = {k: v for k, v in start_invokes.items() if k[0] != e.get("device")}
+        elif e["op"] == "gpu.stop_job" and e["type"] == "ok":
+            jobs.pop((e.get("device"), (data.get("value") or {}).get("pid")), None)
+        elif e["op"] == "heal.lab_gone":  # an earlier heal found the twin gone, and its jobs with it
+            jobs.clear()
+    for name, e in injecting.items():  # the runner died during the injection: it may have happened
+        active[name] = ActiveFault(
+            name, e["data"].get("kind", "?"), e.get("device"), e["data"], _job_of(events, e, len(events)), False
+        )
+    initial, managed = _initial_fabric(events)
+    return Findings(
+        last_seq=max((e["seq"] for e in events), default=0),
+        open_invokes=sorted((e for q in open_by_key.values() for e in q), key=lambda e: e["seq"]),
+        faults=list(active.values()),
+        jobs=list(jobs.values()),
+        unknown_jobs=[e["data"] for e in start_invokes.values()],
+        initial=initial,
+        managed=managed,
+        ended=any(e["op"] in RUN_ENDS for e in events),
+        healed_before=any(e["op"] == "run.healed" for e in events),
+    )
+
+
+def _job_of(events: list[dict], inject: dict, end: int) -> dict | None:
+    """The job handle of the rank a fault hit: in the fault's data if the injector put it there, else the
+    signal sent to it inside the injection, else the last start of that rank on its host before it."""
+    data = inject.get("data") or {}
+    if isinstance(data.get("job"), dict):
+        return data["job"]
+    start = next(i for i, e in enumerate(events) if e is inject)
+    for e in events[start:end]:
+        if e["op"] == "gpu.kill_job" and e["type"] == "invoke" and e.get("device") == inject.get("device"):
+            return e["data"]["job"]
+    rank = data.get("rank")
+    for e in reversed(events[:start]):
+        value = (e.get("data") or {}).get("value") or {}
+        if (
+            e["op"] == "gpu.start_job"
+            and e["type"] == "ok"
+            and e.get("device") == data.get("host")
+            and str(value.get("name", "")).startswith(f"rank{rank}.")
+        ):
+            return value
+    if data.get("pid"):
+        return {"host": data.get("host"), "name": "", "pid": data["pid"], "log": "", "workdir": ""}
+    return None
+
+
+def _initial_fabric(events: list[dict]) -> tuple[dict[str, dict[int, int]], dict[str, list[int] | None]]:
+    mark = next((e for e in events if e["op"] == "fabric.initial"), None)
+    if mark is not None:
+        circuits = {sw: c for sw, c in mark["data"]["circuits"].items() if isinstance(c, dict)}
+        managed = mark["data"].get("managed", {})
+    else:  # a run from before the mark existed: what identify read, and no record of the ports it manages
+        circuits = {
+            e["device"]: e["data"]["value"]["circuits"]
+            for e in events
+            if e["op"] == "ocs.identify" and e["type"] == "ok" and isinstance(e["data"]["value"].get("circuits"), dict)
+        }
+        managed = {sw: None for sw in circuits}
+    initial = {sw: {int(i): int(o) for i, o in c.items()} for sw, c in circuits.items()}
+    return initial, {sw: managed.get(sw) for sw in initial}
+
+
+# --- reading the run folder --------------------------------------------------------------------------
+
+
+@dataclass
+class RunFolder:
+    path: Path
+    info: dict
+    events: list[dict]
+    torn: list[str] = field(default_factory=list)  # what was set aside, for the report
+
+    @property
+    def run_id(self) -> str:
+        return self.info.get("run") or self.path.name
+
+
+def read_run(run_dir: Path) -> RunFolder:
+    try:
+        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        inventory = info["inventory"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise UserError(f"{run_dir}: not a readable run folder ({exc}); pass a folder `testbed run` wrote") from None
+    if not isinstance(inventory, dict) or not (run_dir / "events.jsonl").is_file():
+        raise UserError(f"{run_dir}: no events.jsonl or inventory in run.json; pass a folder `testbed run` wrote")
+    return RunFolder(run_dir, info, [])
+
+
+def set_aside_torn_line(path: Path) -> str | None:
+    """A kill can leave the last line of a JSONL file without its newline: move it to PATH.torn, so that
+    what heal appends starts on a line of its own and every line left parses. Returns what was done."""
+    if not path.is_file():
+        return None
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return None
+        f.seek(max(0, size - 1))
+        if f.read(1) == b"\n":
+            return None
+        f.seek(0)
+        data = f.read()
+        keep = data.rfind(b"\n") + 1
+        fragment = data[keep:]
+        with open(str(path) + ".torn", "ab") as torn:
+            torn.write(fragment + b"\n")
+        f.truncate(keep)
+    return f"{path.name}: its last line was torn ({len(fragment)} bytes, no newline); set aside in {path.name}.torn"
+
+
+def parse_jsonl(path: Path) -> list[dict]:
+    out = []
+    if not path.is_file():
+        return out
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError as exc:
+            raise UserError(
+                f"{path}:{n}: not a JSON event ({exc}); the file is damaged beyond a torn last line"
+            ) from None
+    return out
