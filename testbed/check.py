@@ -22,6 +22,7 @@ from emulators.scpi import parse_channel_list
 from emulators.spec import OcsSpec
 from testbed.config.inventory import Inventory, OcsDevice
 from testbed.errors import UserError
+from testbed.events import InvokeLedger
 
 # Polatis SCPI commands that change the switch (short forms, upper case) and whether they carry ports.
 WRITE_HEADERS = (
@@ -82,20 +83,14 @@ def _jsonl(path: Path) -> list[dict]:
 def _invokes_closed(events: list[dict]) -> list[str]:
     """Each completion closes the oldest open invoke of the same operation on the same device (an
     operation such as fault.inject may wrap device operations, so a device can have several open)."""
-    pending: dict[tuple[str, str], list[dict]] = {}
+    ledger = InvokeLedger()
     problems = []
     for e in events:
-        key = (e.get("device") or "(run)", e["op"])
-        if e["type"] == "invoke":
-            pending.setdefault(key, []).append(e)
-        elif e["type"] in ("ok", "fail", "info"):
-            queue = pending.get(key) or []
-            if not queue:
-                problems.append(f"seq {e['seq']}: {e['type']} {e['op']} on {key[0]} closes no invoke")
-            else:
-                queue.pop(0)
-    for (device, _), queue in pending.items():
-        problems += [f"seq {e['seq']}: invoke {e['op']} on {device} never closed" for e in queue]
+        if not ledger.add(e.get("device"), e["op"], e["type"], e):
+            problems.append(f"seq {e['seq']}: {e['type']} {e['op']} on {e.get('device') or '(run)'} closes no invoke")
+    problems += [
+        f"seq {e['seq']}: invoke {e['op']} on {e.get('device') or '(run)'} never closed" for e in ledger.still_open()
+    ]
     return problems
 
 

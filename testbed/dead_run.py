@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.errors import UserError
+from testbed.events import InvokeLedger
 
 UNKNOWN = "outcome unknown: the runner died before this operation completed"
 # Marks a runner writes once it has ended the run itself (teardown and read-back done, or refused early).
@@ -51,18 +52,14 @@ class Findings:
 
 
 def find(events: list[dict]) -> Findings:
-    open_by_key: dict[tuple, list[dict]] = {}
+    ledger = InvokeLedger()
     injecting: dict[str, dict] = {}  # fault name -> its open fault.inject invoke
     active: dict[str, ActiveFault] = {}
     jobs: dict[tuple[str, int], dict] = {}
     start_invokes: dict[tuple[str, str], dict] = {}
     for i, e in enumerate(events):
-        key = (e.get("device"), e["op"])
         data = e.get("data") or {}
-        if e["type"] == "invoke":
-            open_by_key.setdefault(key, []).append(e)
-        elif e["type"] in ("ok", "fail", "info") and open_by_key.get(key):
-            open_by_key[key].pop(0)
+        ledger.add(e.get("device"), e["op"], e["type"], e)
         if e["op"] == "fault.inject":
             name = data.get("fault", f"seq{e['seq']}")
             if e["type"] == "invoke":
@@ -95,7 +92,7 @@ def find(events: list[dict]) -> Findings:
     initial, managed = _initial_fabric(events)
     return Findings(
         last_seq=max((e["seq"] for e in events), default=0),
-        open_invokes=sorted((e for q in open_by_key.values() for e in q), key=lambda e: e["seq"]),
+        open_invokes=sorted(ledger.still_open(), key=lambda e: e["seq"]),
         faults=list(active.values()),
         jobs=list(jobs.values()),
         unknown_jobs=[e["data"] for e in start_invokes.values()],

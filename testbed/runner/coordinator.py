@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from testbed.errors import ExperimentFailed
-from testbed.events import Event
+from testbed.events import Event, InvokeLedger
 from testbed.plan import (
     ApplyStep,
     CalibrateStep,
@@ -84,20 +84,16 @@ class OpenInvokes:
     with `info` (an operation that wraps device calls, such as fault.inject, stays open when one dies)."""
 
     def __init__(self) -> None:
-        self._open: dict[tuple[str | None, str], list[Event]] = {}
+        self._ledger = InvokeLedger()
         self._lock = threading.Lock()
 
     def on_event(self, event: Event) -> None:
-        key = (event.device, event.op)
         with self._lock:
-            if event.type == "invoke":
-                self._open.setdefault(key, []).append(event)
-            elif event.type in ("ok", "fail", "info") and self._open.get(key):
-                self._open[key].pop(0)
+            self._ledger.add(event.device, event.op, event.type, event)
 
     def close_all(self, recorder: Recorder, reason: str) -> int:
         with self._lock:
-            orphans = [e for queue in self._open.values() for e in queue]
+            orphans: list[Event] = self._ledger.still_open()
         for e in sorted(orphans, key=lambda e: e.seq):
             recorder.emit(
                 "info", e.op, device=e.device, step=e.step, trial=e.trial, data={"error": reason, "audit_lost": True}
