@@ -318,9 +318,11 @@ class GpuHostSsh:
         pending, errors = b"", ""
         for chunk in self.transport.stream(command, idle_s=heartbeat_s):
             if chunk.kind == "out":
+                end = -len(pending)  # where each line's newline is in this chunk: the line's time is its arrival
                 *complete, pending = (pending + chunk.data).split(b"\n")
                 for raw in complete:
-                    yield _line_event(raw, rx, chunk.mono_ns)
+                    end += len(raw) + 1
+                    yield _line_event(raw, rx, chunk.arrival_ns(end - 1))
             elif chunk.kind == "err":
                 errors = (errors + chunk.data.decode("utf-8", errors="backslashreplace"))[-2000:]
             elif chunk.kind == "idle":

@@ -17,6 +17,7 @@ import os
 import select
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -70,12 +71,50 @@ class ExecResult:
 class StreamChunk:
     """A piece of a streaming command's life: "out" / "err" bytes as received, "idle" (nothing arrived for
     the idle interval), or "exit" with the remote exit status (-1: killed by a signal, no status sent).
-    mono_ns is time.monotonic_ns() taken when the piece was received (or the idle interval ended)."""
+    mono_ns is time.monotonic_ns() taken when the piece was read (or the idle interval ended). For "out",
+    `arrived` says when its bytes reached this machine: (end offset in data, monotonic ns) per SSH packet."""
 
     kind: str
     data: bytes
     mono_ns: int
     status: int | None = None
+    arrived: tuple[tuple[int, int], ...] = ()
+
+    def arrival_ns(self, offset: int) -> int:
+        """When data[offset] arrived (mono_ns when not known)."""
+        for end, ns in self.arrived:
+            if offset < end:
+                return ns
+        return self.mono_ns
+
+
+class _Arrivals:
+    """When each piece of a channel's stdout reached this machine. paramiko's transport thread hands every
+    packet's data to the channel's buffer; it is stamped there, before the thread that reads the channel
+    wakes up, which on a busy machine can be a millisecond later: a step line's time is when it arrived."""
+
+    def __init__(self, channel: paramiko.Channel) -> None:
+        self._pieces: deque[list[int]] = deque()  # [bytes left, ns]: appended by the transport thread
+        feed = channel.in_buffer.feed
+
+        def stamped(data: bytes) -> None:
+            self._pieces.append([len(data), time.monotonic_ns()])
+            feed(data)
+
+        channel.in_buffer.feed = stamped
+
+    def take(self, n: int) -> tuple[tuple[int, int], ...]:
+        """The arrival of the next n bytes read from the channel: (end offset, ns) per piece."""
+        out, done = [], 0
+        while done < n and self._pieces:
+            piece = self._pieces[0]
+            used = min(piece[0], n - done)
+            done += used
+            out.append((done, piece[1]))
+            piece[0] -= used
+            if piece[0] == 0:
+                self._pieces.popleft()
+        return tuple(out)
 
 
 class _AeadFirstTransport(paramiko.Transport):
@@ -282,6 +321,7 @@ class SshTransport:
         if not idle_s > 0:
             raise ValueError(f"idle_s must be > 0, got {idle_s!r}")
         channel = self._open_channel(command)
+        arrivals = _Arrivals(channel)
         record(self.audit, self.device, self.address, "tx", command)
         try:
             try:
@@ -299,7 +339,7 @@ class SshTransport:
                     if not data:
                         break  # EOF: the command ended (or the connection went)
                     ns = record(self.audit, self.device, self.address, "rx", data)
-                    yield StreamChunk("out", data, ns)
+                    yield StreamChunk("out", data, ns, arrived=arrivals.take(len(data)))
                 channel.status_event.wait(self.settings.timeout_s)
                 while channel.recv_stderr_ready():
                     data = channel.recv_stderr(65536)

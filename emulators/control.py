@@ -3,6 +3,9 @@
     request   {"device": "ocs1", "op": "fail_port", "args": {"port": 3}}
     response  {"ok": true, "result": null}  or  {"ok": false, "error": "..."}
 
+    timed     {"device": "gpu03", "op": "fail_gpu", "args": {...}, "at_ns": T}: run at CLOCK_MONOTONIC T
+    missed    {"ok": false, "missed": true, "error": "..."}: T had passed on arrival; nothing applied
+
 Twin-wide ops use "device": null ("ping", "endpoints"). Every device op is idempotent (fail a port,
 set a power, reset, read state), so a call that hits a dropped connection is retried once.
 """
@@ -17,6 +20,10 @@ from typing import Any
 
 class TwinControlError(RuntimeError):
     """The twin refused a control request, or could not be reached."""
+
+
+class TriggerMissed(TwinControlError):
+    """A timed request reached the twin after its moment: nothing was applied; schedule it further ahead."""
 
 
 def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
@@ -38,7 +45,16 @@ class TwinControl:
 
     def call(self, device: str | None, op: str, **args: Any) -> Any:
         """Run `op` on `device` (None for twin-wide ops) and return its result."""
-        request = (json.dumps({"device": device, "op": op, "args": args}) + "\n").encode()
+        return self._request({"device": device, "op": op, "args": args})
+
+    def call_at(self, at_ns: int, device: str, op: str, **args: Any) -> Any:
+        """Run `op` on `device` at CLOCK_MONOTONIC at_ns (the twin shares this machine's clock) and return its
+        result once it has run. Raises TriggerMissed if the request reached the twin too late."""
+        return self._request({"device": device, "op": op, "args": args, "at_ns": int(at_ns)})
+
+    def _request(self, payload: dict[str, Any]) -> Any:
+        device, op = payload["device"], payload["op"]
+        request = (json.dumps(payload) + "\n").encode()
         with self._lock:
             try:
                 line = self._exchange(request)
@@ -54,7 +70,8 @@ class TwinControl:
                     ) from exc
         response = json.loads(line)
         if not response.get("ok"):
-            raise TwinControlError(f"{op!r} on {device!r}: {response.get('error')}")
+            kind = TriggerMissed if response.get("missed") else TwinControlError
+            raise kind(f"{op!r} on {device!r}: {response.get('error')}")
         return response.get("result")
 
     def ping(self) -> bool:

@@ -28,6 +28,12 @@ the serial-line faults). Control ops, all on the device's name:
 
 Without the field the twin opens no proxy and the proxy.* ops answer an error.
 
+Timed requests: a request with "at_ns" runs its op at that moment of the twin's CLOCK_MONOTONIC (the
+runner's clock too: the twin runs on the runner's machine), as a lab's clock-synced fault injector fires
+at a set time. The response comes once the op has run. Only ops a device lists in `timed_ops` (ops safe
+to run off the loop) can be timed. A request that arrives after its moment is refused with
+"missed": true and nothing applied: the caller schedules it again, further ahead.
+
 Data plane (TwinSpec.fibres, emulators/dataplane): loopback TCP relays between job ranks that pass
 bytes only while the emulated switches hold a light path between the two host ports, both ways.
 Twin-wide control ops ("device": null):
@@ -66,6 +72,9 @@ from emulators.truth import GroundTruth
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the directory that holds `emulators/`
 GIL_SWITCH_S = 0.0001
+# A timed op's thread wakes this long before its moment and waits out the rest awake: a sleeping thread is
+# woken late by the scheduler's slack and by whatever else runs on the machine.
+TRIGGER_WAKE_EARLY_NS = 100_000
 
 
 @dataclass
@@ -179,6 +188,26 @@ class TwinServer:
         except Exception as exc:  # bad arguments, out-of-range ports: the caller gets the message
             return {"ok": False, "error": f"{op} on {device!r} failed: {type(exc).__name__}: {exc}"}
 
+    def dispatch_at(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A timed request: its op runs at request["at_ns"] (see Timed requests above); never raises."""
+        at_ns, device, op = request["at_ns"], request.get("device"), request.get("op")
+        if not isinstance(at_ns, int) or isinstance(at_ns, bool):
+            return {"ok": False, "error": f"at_ns must be an integer (CLOCK_MONOTONIC ns), got {at_ns!r}"}
+        target = self.devices.get(device) if isinstance(device, str) else None
+        timed = getattr(target, "timed_ops", ())
+        if op not in timed:
+            ops = ", ".join(timed) or "none"
+            return {"ok": False, "error": f"{op!r} on {device!r} cannot be timed (timed ops: {ops})"}
+        late_ns = time.monotonic_ns() - at_ns
+        if late_ns > 0:
+            return {
+                "ok": False,
+                "missed": True,
+                "error": f"{op} on {device!r} arrived {late_ns / 1e6:.3f} ms after its moment; nothing applied",
+            }
+        _wait_until(at_ns)
+        return self.dispatch({"device": device, "op": op, "args": request.get("args")})
+
     def _proxy_op(self, device: Any, op: str, args: dict[str, Any]) -> dict[str, Any]:
         if not self.fault_proxy:
             return {"ok": False, "error": f"{op}: this twin has no fault proxy (start it with fault_proxy=True)"}
@@ -202,18 +231,33 @@ class TwinServer:
             return {"ok": False, "error": f"{op} on {device!r} failed: {type(exc).__name__}: {exc}"}
 
     async def _control_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while line := await reader.readline():
                 try:
-                    response = self.dispatch(json.loads(line))
+                    request = json.loads(line)
                 except ValueError as exc:
                     response = {"ok": False, "error": f"invalid JSON request: {exc}"}
+                else:
+                    if isinstance(request, dict) and request.get("at_ns") is not None:
+                        # Waited for on a thread of its own: the loop's other work cannot make it late.
+                        response = await loop.run_in_executor(None, self.dispatch_at, request)
+                    else:
+                        response = self.dispatch(request)
                 writer.write((json.dumps(response, default=str) + "\n").encode())
                 await writer.drain()
         except (ConnectionError, ValueError, asyncio.LimitOverrunError):
             pass  # client vanished, or sent an over-long line: drop the connection
         finally:
             writer.close()
+
+
+def _wait_until(at_ns: int) -> None:
+    """Return at CLOCK_MONOTONIC at_ns: asleep until shortly before, then awake (see TRIGGER_WAKE_EARLY_NS)."""
+    while (left := at_ns - time.monotonic_ns()) > TRIGGER_WAKE_EARLY_NS:
+        time.sleep((left - TRIGGER_WAKE_EARLY_NS) / 1e9)
+    while time.monotonic_ns() < at_ns:
+        pass
 
 
 def _attributes(attributes: Any) -> dict[str, Any]:

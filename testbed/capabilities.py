@@ -110,7 +110,8 @@ class JobStatus:
 
 @dataclass(frozen=True)
 class WatchEvent:
-    """What a watch on a running job reports, timestamped (time.monotonic_ns) when it was received:
+    """What a watch on a running job reports, timestamped (time.monotonic_ns) when it reached this machine
+    (a line: when the packet that completed it arrived, not when a thread got round to reading it):
     "progress" (a log line matching the progress pattern; step: its number), "line" (any other log line),
     "idle" (nothing arrived for one heartbeat; lets the watcher check its timeouts), "exited" (the job's
     process is gone)."""

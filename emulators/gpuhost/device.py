@@ -14,6 +14,7 @@ from emulators.gpuhost.spec import GpuHostSpec
 class GpuHostAdapter:
     kind = "gpu_host"
     control_ops = GpuHostEngine.control_ops
+    timed_ops = GpuHostEngine.control_ops  # they take the engine's lock (SSH sessions call it from their threads)
 
     def __init__(self, spec: GpuHostSpec) -> None:
         self.name = spec.name

@@ -269,6 +269,11 @@ class GpuHostEngine:
             gpu = self._gpu(index)
             gpu.lost, gpu.xid = True, int(xid)
             victims = [j for j in self.jobs.values() if j.alive and index in j.gpus]
+            # The processes die first, at the moment a timed fault was set for; the kernel's lines follow, in
+            # the same hold of the lock, so nobody sees the one without the other.
+            t_ns = time.monotonic_ns()
+            for job in victims:
+                job.signal_group(signal.SIGKILL)
             pci = f"PCI:0000:{gpu.short_bus_id[5:7]}:00"
             pid = f"pid={victims[0].pid}, " if victims else "pid='<unknown>', "
             self.kernel.add(f"NVRM: GPU at {pci}: {gpu.uuid}")
@@ -276,9 +281,6 @@ class GpuHostEngine:
             self.kernel.add(f"NVRM: Xid ({pci}): {int(xid)}, {pid}{XID_TEXT.get(int(xid), 'Unknown Error')}")
             if int(xid) == 79:
                 self.kernel.add(f"NVRM: GPU {gpu.short_bus_id}: GPU has fallen off the bus.")
-            t_ns = time.monotonic_ns()
-            for job in victims:
-                job.signal_group(signal.SIGKILL)
             self.record_truth("fault", t_ns, op="fail_gpu", gpu=index, xid=int(xid), pids=[j.pid for j in victims])
             return {"gpu": index, "xid": int(xid), "killed": [j.pid for j in victims]}
 

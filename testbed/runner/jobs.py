@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from emulators.control import TriggerMissed
 from testbed.config.inventory import Inventory
 from testbed.config.playbook import Job
 from testbed.fabric import PathError, choose_spare, links_to_circuits
@@ -51,11 +52,20 @@ FABRIC_RETRY_BACKOFF_S = 0.05
 RETRYABLE = {"DeviceConnectionError", "DeviceTimeout"}
 # testbed-train's line once its ring is up: the step it resumed from (the job_ready milestone).
 READY = r"^ready rank \d+ world \d+ step (\d+)"
+# A twin fault is scheduled this far ahead: more than a control request takes to reach the twin on a loaded
+# machine (~5 ms at worst on 2 cores). A trigger that still arrives late is sent again, further ahead.
+TRIGGER_LEAD_NS = 20_000_000
+TRIGGER_ATTEMPTS = 3
 
 
 class FaultInjector:
-    """Injects and heals one fault; returns the monotonic time of injection: the midpoint of the call that
-    delivered it (the fault takes effect somewhere inside the call; the midpoint is off by at most half)."""
+    """Injects and heals one fault; returns the monotonic time of injection.
+
+    A twin fault is a timed trigger: the twin applies it at a moment chosen here, on the clock both share,
+    and that moment is the injection time. (The midpoint of a call that delivers a fault is off by up to
+    half the call, and on a loaded machine a call's two halves differ by milliseconds.) The twin's ground
+    truth records when the fault really took effect, so its lateness is measured, not assumed away. On a real
+    lab the fault is a signal sent over SSH, and the injection time is the midpoint of that `kill`."""
 
     def __init__(self, coordinator: Coordinator, twin_control=None) -> None:
         self.coordinator = coordinator
@@ -67,20 +77,34 @@ class FaultInjector:
         if kind in TWIN_ONLY_FAULTS and self.twin is None:
             raise StepFailed(f"{kind} is not supported on a real lab yet (it needs a BMC / a duty-cycle agent)")
         if self.twin is not None and kind in ("gpu.fail", "host.power_off", "host.straggle"):
-            t0 = time.monotonic_ns()
             if kind == "gpu.fail":
-                self.twin.call(rank.host, "fail_gpu", index=rank.local, xid=xid)
+                op, args = "fail_gpu", {"index": rank.local, "xid": xid}
             elif kind == "host.power_off":
-                self.twin.call(rank.host, "power_off")
+                op, args = "power_off", {}
             else:
                 # The playbook's duty is the fraction stopped; the twin's is the fraction running.
-                self.twin.call(rank.host, "straggle", pid=job.get("pid"), duty=1 - duty, period_ms=period_s * 1000)
-            return (t0 + time.monotonic_ns()) // 2
+                op, args = "straggle", {"pid": job.get("pid"), "duty": 1 - duty, "period_ms": period_s * 1000}
+            return self._trigger(kind, rank, op, args)
         # On a real lab gpu.fail kills the rank (its GPU is marked failed in the run's events); process.kill
         # and process.hang are signals on any lab.
         signal = {"gpu.fail": "KILL", "process.kill": "KILL", "process.hang": "STOP"}[kind]
         result = self.coordinator.call({rank.host: ("gpu.kill_job", {"job": job, "signal": signal})}, label)
         return result[rank.host].marks["fault_injected"][0]
+
+    def _trigger(self, kind: str, rank: Rank, op: str, args: dict) -> int:
+        lead = TRIGGER_LEAD_NS
+        for _ in range(TRIGGER_ATTEMPTS):
+            at = time.monotonic_ns() + lead
+            try:
+                self.twin.call_at(at, rank.host, op, **args)
+                return at
+            except TriggerMissed:
+                lead *= 4
+        raise StepFailed(
+            f"{kind} on {rank.host}: the twin received the timed fault after its moment {TRIGGER_ATTEMPTS} times "
+            f"(last time {lead // 4_000_000} ms ahead); nothing was applied. This machine is overloaded: stop "
+            "other work on it and run again"
+        )
 
     def heal(self, kind: str, rank: Rank, job: dict, label: str) -> None:
         if kind == "gpu.fail" and self.twin is not None:

@@ -6,13 +6,16 @@ import json
 import os
 import signal
 import socket
+import time
 
 import paramiko
 import pytest
 
+from emulators.control import TriggerMissed, TwinControlError
 from emulators.gpuhost.keys import new_ed25519
 from emulators.gpuhost.spec import GpuHostSpec
-from emulators.spec import TwinSpec
+from emulators.spec import OcsSpec, TwinSpec
+from emulators.truth import read_truth
 from emulators.twin import TwinProcess
 
 START_SLEEP = (
@@ -173,3 +176,28 @@ def test_the_twin_process_serves_gpu_hosts_and_their_control_ops(openssh):
         twin.control.call("h1", "power_on")
         assert openssh(ep["h1"], "true").returncode == 0
     assert not os.path.exists(ep["h1"]["key_file"])  # the twin's private dir is gone with it
+
+
+def test_a_timed_fault_takes_effect_at_its_moment_and_never_before(tmp_path):
+    """fault_injected of an emulated failover is the moment the twin was told to apply the fault: the twin
+    must not apply it earlier (the truth log's fault time is at or after it), must answer only once it has
+    applied it, and must refuse a moment that has passed (nothing applied) or an op that cannot be timed."""
+    truth = tmp_path / "truth.jsonl"
+    spec = TwinSpec([GpuHostSpec("h1", gpus=2), OcsSpec("ocs1", size=4)], truth_log=str(truth))
+    with TwinProcess(spec) as twin:
+        ctl = twin.control
+        for _ in range(3):
+            at = time.monotonic_ns() + 30_000_000
+            ctl.call_at(at, "h1", "fail_gpu", index=1)
+            answered = time.monotonic_ns()
+            fault = [t for t in read_truth(truth) if t["event"] == "fault"][-1]
+            assert at <= fault["t_ns"] <= answered
+            ctl.call("h1", "recover_gpu", index=1)
+
+        with pytest.raises(TriggerMissed, match="after its moment; nothing applied"):
+            ctl.call_at(time.monotonic_ns() - 1_000_000, "h1", "fail_gpu", index=0)
+        assert ctl.call("h1", "state")["gpus"][0]["lost"] is False
+        with pytest.raises(TwinControlError, match="cannot be timed") as refused:
+            ctl.call_at(time.monotonic_ns() + 10_000_000, "ocs1", "fail_port", port=1)
+        assert not isinstance(refused.value, TriggerMissed)
+        assert ctl.call("ocs1", "state")["port_states"]["1"] != "F"

@@ -4,16 +4,20 @@ failure-detection procedures (gpu.watch_job / wait_step / kill_job / health) aga
 from __future__ import annotations
 
 import re
+import select
+import socket
 import statistics
 import threading
 import time
 
+import paramiko
 import pytest
 
 from drivers.errors import DeviceCommandError
 from drivers.gpuhost import GpuHostSsh
 from drivers.registry import make_driver
-from drivers.ssh import StreamChunk
+from drivers.ssh import StreamChunk, _Arrivals
+from emulators.gpuhost.keys import new_ed25519
 from testbed.capabilities import JobHandle
 from testbed.procedures import PROCEDURES, ProcedureContext
 
@@ -267,3 +271,57 @@ def test_an_xid_on_a_running_rank_is_detected_by_the_periodic_health_probe(drive
     assert result["detected"] == "xid"
     assert "still running" in result["evidence"] and ": 63," in result["evidence"]
     assert driver.job_status(JobHandle(**job), progress=None).state == "running"
+
+
+class _AcceptAll(paramiko.ServerInterface):
+    def get_allowed_auths(self, username):
+        return "none"
+
+    def check_auth_none(self, username):
+        return paramiko.AUTH_SUCCESSFUL
+
+    def check_channel_request(self, kind, chanid):
+        return paramiko.OPEN_SUCCEEDED
+
+    def check_channel_exec_request(self, channel, command):
+        return True
+
+
+@pytest.fixture
+def channel_pair():
+    """A real SSH session over a socket pair: (the client's channel, the server's)."""
+    a, b = socket.socketpair()
+    server, client = paramiko.Transport(a), paramiko.Transport(b)
+    server.add_server_key(new_ed25519()[0])
+    server.start_server(event=threading.Event(), server=_AcceptAll())
+    client.connect()
+    client.auth_none("lab")
+    ours = client.open_session()
+    ours.exec_command("tail -F train.log")
+    theirs = server.accept(5)
+    yield ours, theirs
+    client.close()
+    server.close()
+
+
+def test_a_line_is_timed_when_it_arrived_not_when_it_was_read(channel_pair):
+    """A step line ends a measured failover: its time must be when its packet reached us, even if the
+    reading thread wakes late (on a busy machine, a millisecond or more). Each packet keeps its own time."""
+    ours, theirs = channel_pair
+    arrivals = _Arrivals(ours)
+    theirs.sendall(b"step 41\n")
+    assert select.select([ours], [], [], 5)[0], "the first line never arrived"
+    between = time.monotonic_ns()
+    theirs.sendall(b"step 42\n")
+    deadline = time.monotonic() + 5
+    while len(ours.in_buffer) < 16 and time.monotonic() < deadline:
+        select.select([], [], [], 0.001)  # the second packet is on its way: poll the buffer for it
+    after = time.monotonic_ns()
+    data = ours.recv(100)
+    assert data == b"step 41\nstep 42\n"
+    chunk = StreamChunk("out", data, time.monotonic_ns(), arrived=arrivals.take(len(data)))
+    (end1, first), (end2, second) = chunk.arrived
+    assert (end1, end2) == (8, 16)
+    assert first <= between <= second <= after < chunk.mono_ns
+    assert [chunk.arrival_ns(i) for i in (0, 7, 8, 15)] == [first, first, second, second]
+    assert chunk.arrival_ns(16) == chunk.mono_ns  # past the data: when it was read
