@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import os
 import select
+import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import paramiko
 from cryptography.exceptions import InvalidTag
 
+from .arrival import Arrivals, rx_stamped
 from .audit import AuditSink, record
 from .errors import DeviceCommandError, DeviceConnectionError, DeviceError, DeviceTimeout
 from .transports._common import no_delay
@@ -86,35 +87,6 @@ class StreamChunk:
             if offset < end:
                 return ns
         return self.mono_ns
-
-
-class _Arrivals:
-    """When each piece of a channel's stdout reached this machine. paramiko's transport thread hands every
-    packet's data to the channel's buffer; it is stamped there, before the thread that reads the channel
-    wakes up, which on a busy machine can be a millisecond later: a step line's time is when it arrived."""
-
-    def __init__(self, channel: paramiko.Channel) -> None:
-        self._pieces: deque[list[int]] = deque()  # [bytes left, ns]: appended by the transport thread
-        feed = channel.in_buffer.feed
-
-        def stamped(data: bytes) -> None:
-            self._pieces.append([len(data), time.monotonic_ns()])
-            feed(data)
-
-        channel.in_buffer.feed = stamped
-
-    def take(self, n: int) -> tuple[tuple[int, int], ...]:
-        """The arrival of the next n bytes read from the channel: (end offset, ns) per piece."""
-        out, done = [], 0
-        while done < n and self._pieces:
-            piece = self._pieces[0]
-            used = min(piece[0], n - done)
-            done += used
-            out.append((done, piece[1]))
-            piece[0] -= used
-            if piece[0] == 0:
-                self._pieces.popleft()
-        return tuple(out)
 
 
 class _AeadFirstTransport(paramiko.Transport):
@@ -185,9 +157,12 @@ class SshTransport:
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
         keyscan = f"ssh-keyscan -p {s.port} -t ed25519,ecdsa,rsa {s.host} >> {kh}"
         try:
+            # Our own socket, so that the kernel's receive stamps reach the stream's lines (drivers/arrival.py).
+            sock = rx_stamped(socket.create_connection((s.host, s.port), timeout=s.timeout_s))
             client.connect(
                 s.host,
                 port=s.port,
+                sock=sock,
                 username=s.user,
                 key_filename=s.key_file,
                 allow_agent=s.key_file is None,
@@ -321,7 +296,7 @@ class SshTransport:
         if not idle_s > 0:
             raise ValueError(f"idle_s must be > 0, got {idle_s!r}")
         channel = self._open_channel(command)
-        arrivals = _Arrivals(channel)
+        arrivals = Arrivals(channel)
         record(self.audit, self.device, self.address, "tx", command)
         try:
             try:

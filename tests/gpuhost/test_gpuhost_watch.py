@@ -13,10 +13,11 @@ import time
 import paramiko
 import pytest
 
+from drivers.arrival import SO_TIMESTAMPNS, Arrivals, rx_stamped
 from drivers.errors import DeviceCommandError
 from drivers.gpuhost import GpuHostSsh
 from drivers.registry import make_driver
-from drivers.ssh import StreamChunk, _Arrivals
+from drivers.ssh import StreamChunk
 from emulators.gpuhost.keys import new_ed25519
 from testbed.capabilities import JobHandle
 from testbed.procedures import PROCEDURES, ProcedureContext
@@ -308,7 +309,7 @@ def test_a_line_is_timed_when_it_arrived_not_when_it_was_read(channel_pair):
     """A step line ends a measured failover: its time must be when its packet reached us, even if the
     reading thread wakes late (on a busy machine, a millisecond or more). Each packet keeps its own time."""
     ours, theirs = channel_pair
-    arrivals = _Arrivals(ours)
+    arrivals = Arrivals(ours)
     theirs.sendall(b"step 41\n")
     assert select.select([ours], [], [], 5)[0], "the first line never arrived"
     between = time.monotonic_ns()
@@ -325,3 +326,24 @@ def test_a_line_is_timed_when_it_arrived_not_when_it_was_read(channel_pair):
     assert first <= between <= second <= after < chunk.mono_ns
     assert [chunk.arrival_ns(i) for i in (0, 7, 8, 15)] == [first, first, second, second]
     assert chunk.arrival_ns(16) == chunk.mono_ns  # past the data: when it was read
+
+
+@pytest.mark.skipif(SO_TIMESTAMPNS is None, reason="kernel receive stamps are read on Linux x86_64 / aarch64")
+def test_the_kernel_stamps_when_a_segment_arrived_whoever_reads_it_later():
+    """On Linux the SSH socket hands over the kernel's receive stamp of each segment, on CLOCK_MONOTONIC:
+    a step line is timed when it reached the machine, before any thread was scheduled to read it."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        ours = rx_stamped(socket.create_connection(server.getsockname(), timeout=5))
+        theirs, _ = server.accept()
+        with ours, theirs:
+            stamps = []
+            for step in range(5):  # the kernel may leave the first segments unstamped while it turns stamping on
+                sent = time.monotonic_ns()
+                theirs.sendall(b"step %d\n" % step)
+                assert select.select([ours], [], [], 5)[0], "the line never arrived"
+                seen = time.monotonic_ns()
+                assert ours.recv(100) == b"step %d\n" % step
+                if ours.last_rx_ns is not None:
+                    assert sent <= ours.last_rx_ns <= seen
+                    stamps.append(ours.last_rx_ns)
+            assert len(stamps) >= 3 and stamps == sorted(stamps)
