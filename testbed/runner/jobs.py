@@ -9,6 +9,7 @@ the GPU marked failed in the run, as published testbeds simulate it).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 import time
@@ -50,6 +51,8 @@ TWIN_ONLY_FAULTS = {"host.power_off", "host.straggle"}
 FABRIC_RETRY_S = 3.0
 FABRIC_RETRY_BACKOFF_S = 0.05
 RETRYABLE = {"DeviceConnectionError", "DeviceTimeout"}
+# What gpu.watch_job reports when the host itself shows the fault, not just the process's exit.
+HARDWARE_FAILURES = {"gpu_lost", "xid"}
 # testbed-train's line once its ring is up: the step it resumed from (the job_ready milestone).
 READY = r"^ready rank \d+ world \d+ step (\d+)"
 # A twin fault is scheduled this far ahead: more than a control request takes to reach the twin on a loaded
@@ -449,15 +452,15 @@ class JobController:
                     break
         ray.wait(list(refs.values()), num_returns=1, timeout=limit)
         self.stop(label=step.label)
-        first = None
+        detections = []
         for ref, results in zip(refs.values(), ray.get(list(refs.values())), strict=True):
             rank = by_ref[ref]
             result = results[0]
             self.c._record(self.ranks[rank].host, step.label, "gpu.watch_job", result)
             mark = result.marks.get("failure_detected") if result.status == "ok" else None
-            if mark and (result.value or {}).get("detected") and (first is None or mark[0] < first[1]):
-                first = (rank, mark[0], result.value)
-        return first
+            if mark and (result.value or {}).get("detected"):
+                detections.append((rank, mark[0], result.value))
+        return failed_rank(detections)
 
     def _mark_injected(self, step, target: Rank, injected: int, data: dict) -> None:
         """One fault_injected event per fault: taken here for a twin fault; taken by the host's actor
@@ -566,6 +569,19 @@ class JobController:
         try:
             if "fabric" not in plan:
                 raise StepFailed(f"{step.label}: the failure was not reported by a watcher in time to fail over")
+            if first is not None and first[0] != plan["rank"]:
+                # The spare was chosen for the first rank seen to exit, a peer of the one the evidence names
+                # (see failed_rank): undo that choice and fail over the right rank; it costs a second rewiring.
+                with contextlib.suppress(Exception):  # the wrong rewiring's outcome no longer matters
+                    plan["fabric"].result()
+                self.failovers -= 1
+                self.spare_use[plan["spare"]] -= 1
+                self._mark(
+                    "failure_reattributed",
+                    step,
+                    {"first_seen": plan["rank"], "failed": first[0], "evidence": first[2].get("evidence")},
+                )
+                on_detect(first[0])
             milestones = {
                 "fault_injected": injected,
                 "failure_detected": first[1],
@@ -630,6 +646,15 @@ class JobController:
 
     def health(self, step: HealthStep) -> None:
         health_check(self.c, step)
+
+
+def failed_rank(detections: list[tuple[int, int, dict]]) -> tuple[int, int, dict] | None:
+    """Which rank failed, from every watcher's (rank, failure_detected ns, watch_job value): the earliest
+    with hardware evidence (a GPU lost, a new Xid), else the earliest. When a rank dies its peers exit too,
+    as their ring breaks, and a peer's watcher can see its own rank's exit first: its `tail --pid` checks
+    right after the peer's last words, the failed rank's only at its next heartbeat."""
+    evidence = [d for d in detections if d[2].get("detected") in HARDWARE_FAILURES]
+    return min(evidence or detections, key=lambda d: d[1], default=None)
 
 
 def _ephemeral_low() -> int:
