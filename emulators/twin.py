@@ -49,6 +49,7 @@ Twin-wide control ops ("device": null):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import selectors
@@ -113,6 +114,9 @@ class TwinServer:
                 device.attach_truth(self.truth)
         self._control: asyncio.Server | None = None
         self.endpoints: Endpoints | None = None
+        self._holders_lock = threading.Lock()  # timed ops waiting awake (see _gil_held)
+        self._holders = 0
+        self._interval_before = sys.getswitchinterval()
 
     async def start(self) -> Endpoints:
         loop = asyncio.get_running_loop()
@@ -211,14 +215,29 @@ class TwinServer:
             }
         while (left := at_ns - time.monotonic_ns()) > TRIGGER_WAKE_EARLY_NS:
             time.sleep((left - TRIGGER_WAKE_EARLY_NS) / 1e9)
-        interval = sys.getswitchinterval()
-        sys.setswitchinterval(TRIGGER_HOLD_GIL_S)
-        try:
+        with self._gil_held():
             while time.monotonic_ns() < at_ns:
                 pass
             return self.dispatch({"device": device, "op": op, "args": request.get("args")})
+
+    @contextlib.contextmanager
+    def _gil_held(self):
+        """TRIGGER_HOLD_GIL_S as the switch interval while any timed op waits awake. The interval is the
+        process's: with two at once, the last to finish restores the one from before the first."""
+        with self._holders_lock:
+            if self._holders == 0:
+                self._interval_before = sys.getswitchinterval()
+                sys.setswitchinterval(TRIGGER_HOLD_GIL_S)
+            self._holders += 1
+        try:
+            yield
         finally:
-            sys.setswitchinterval(interval)
+            with self._holders_lock:
+                self._holders -= 1
+                if self._holders == 0:
+                    # The interpreter keeps whole microseconds and reads them back as a float just below;
+                    # set back as read, the interval would lose a microsecond each time.
+                    sys.setswitchinterval(round(self._interval_before, 6))
 
     def _proxy_op(self, device: Any, op: str, args: dict[str, Any]) -> dict[str, Any]:
         if not self.fault_proxy:

@@ -6,7 +6,9 @@ import json
 import os
 import signal
 import socket
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import paramiko
 import pytest
@@ -16,7 +18,7 @@ from emulators.gpuhost.keys import new_ed25519
 from emulators.gpuhost.spec import GpuHostSpec
 from emulators.spec import OcsSpec, TwinSpec
 from emulators.truth import read_truth
-from emulators.twin import TwinProcess
+from emulators.twin import GIL_SWITCH_S, TwinProcess, TwinServer
 
 START_SLEEP = (
     "mkdir -p j && CUDA_VISIBLE_DEVICES=1 TESTBED_JOB=j setsid env -C j sleep 60 > j/j.log 2>&1 < /dev/null & echo $!"
@@ -201,3 +203,29 @@ def test_a_timed_fault_takes_effect_at_its_moment_and_never_before(tmp_path):
             ctl.call_at(time.monotonic_ns() + 10_000_000, "ocs1", "fail_port", port=1)
         assert not isinstance(refused.value, TriggerMissed)
         assert ctl.call("ocs1", "state")["port_states"]["1"] != "F"
+
+
+def test_timed_faults_at_once_leave_the_twins_switch_interval_as_it_was(tmp_path):
+    """A timed op holds the GIL through its last millisecond by raising the process's switch interval; two
+    at the same moment (faults on two hosts) must not leave the twin with the raised one for good."""
+    pytests = sys.getswitchinterval()
+    sys.setswitchinterval(GIL_SWITCH_S)  # as `serve` sets it in the twin's process
+    twins = sys.getswitchinterval()  # as the interpreter rounds it
+    server = TwinServer(TwinSpec([GpuHostSpec("h1", gpus=1), GpuHostSpec("h2", gpus=1)]))
+    try:
+        at = time.monotonic_ns() + 50_000_000
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(
+                pool.map(
+                    lambda host: server.dispatch_at(
+                        {"device": host, "op": "fail_gpu", "args": {"index": 0}, "at_ns": at}
+                    ),
+                    ["h1", "h2"],
+                )
+            )
+        assert [a["ok"] for a in answers] == [True, True], answers
+        assert sys.getswitchinterval() == twins
+    finally:
+        sys.setswitchinterval(pytests)
+        for device in server.devices.values():
+            device.close_sync()
