@@ -24,7 +24,13 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+# One rank drives one GPU; its NumPy work is a 64-wide vector, too small for BLAS threads to help. Started
+# with the default (a thread per core), every rank start-up spends twice the CPU creating them, and on a
+# shared host the ranks' threads only contend. Set before NumPy loads its BLAS; a user's own setting wins.
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
+import numpy as np  # noqa: E402 - after the BLAS thread settings above
 
 HEADER = struct.Struct("!QIIQ")  # step, phase, chunk, payload bytes
 EXIT_COMM = 3

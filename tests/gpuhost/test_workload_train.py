@@ -88,3 +88,21 @@ def test_a_hung_rank_makes_the_others_time_out(tmp_path):
     procs[1].kill()
     procs[1].communicate()
     assert procs[0].returncode == 3 and "for 1 s" in err and "hangs or the link is down" in err
+
+
+THREADS_AFTER_IMPORT = (
+    "import os, testbed.workload.train\nprint(len(os.listdir('/proc/self/task')), os.environ['OPENBLAS_NUM_THREADS'])"
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts threads in /proc")
+def test_a_rank_runs_on_one_thread_unless_the_user_asks_for_more(monkeypatch):
+    """Ranks share a host with the twin here (and with their own data loaders on a lab): NumPy's BLAS must not
+    start a thread per core for a 64-wide model. A user's own setting is kept."""
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    out = subprocess.run([sys.executable, "-c", THREADS_AFTER_IMPORT], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "1"]
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    out = subprocess.run([sys.executable, "-c", THREADS_AFTER_IMPORT], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[1] == "2"
