@@ -219,7 +219,10 @@ def ground_truth_figures(truths: list[dict | None]) -> dict | None:
             errors += [r["error_ms"] for r in rows if r.get("error_ms") is not None]
     if errors:
         abs_err = [abs(e) for e in errors]
-        return {"n": len(errors), "error_ms": stats(errors), "abs_error_ms": stats(abs_err)}
+        # The priority the twin fired the faults at (testbed/truth.py): the figure depends on it.
+        triggers = {t.get("trigger", "unknown") for t in truths if t}
+        trigger = triggers.pop() if len(triggers) == 1 else "mixed"
+        return {"n": len(errors), "error_ms": stats(errors), "abs_error_ms": stats(abs_err), "trigger": trigger}
     # The summary's own statistics, if it gives no per-trial rows (one run only: they cannot be pooled).
     for truth in truths:
         if truth and isinstance(truth.get("error_ms"), dict):

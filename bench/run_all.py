@@ -224,7 +224,8 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                     (
                         "Measurement accuracy: measured failover vs the twin's ground truth",
                         f"error p99 {_ms(e['p99'], 2)}, p50 {_ms(e['p50'], 2)}, max {_ms(e['max'], 2)} "
-                        f"(n={truth['n']}; error = measured - truth)",
+                        f"(n={truth['n']}; error = measured - truth; faults fired at "
+                        f"{truth.get('trigger', 'unknown')} priority)",
                         "the twin's own record of fault and first step",
                         "",
                         "(report p99 error)",

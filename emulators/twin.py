@@ -32,7 +32,9 @@ Timed requests: a request with "at_ns" runs its op at that moment of the twin's 
 runner's clock too: the twin runs on the runner's machine), as a lab's clock-synced fault injector fires
 at a set time. The response comes once the op has run. Only ops a device lists in `timed_ops` (ops safe
 to run off the loop) can be timed. A request that arrives after its moment is refused with
-"missed": true and nothing applied: the caller schedules it again, further ahead.
+"missed": true and nothing applied: the caller schedules it again, further ahead. The op's thread waits
+at real-time priority where the machine allows it (emulators/realtime.py); the ground truth logs a
+"trigger" event with "realtime": true or false for every timed op.
 
 Data plane (TwinSpec.fibres, emulators/dataplane): loopback TCP relays between job ranks that pass
 bytes only while the emulated switches hold a light path between the two host ports, both ways.
@@ -68,6 +70,7 @@ from emulators.dataplane import DataPlane
 from emulators.devices import EmulatedDevice, build_device
 from emulators.endpoints import precise_event_loop
 from emulators.proxy import FaultProxy
+from emulators.realtime import realtime_thread
 from emulators.spec import TwinSpec
 from emulators.truth import GroundTruth
 
@@ -213,12 +216,16 @@ class TwinServer:
                 "missed": True,
                 "error": f"{op} on {device!r} arrived {late_ns / 1e6:.3f} ms after its moment; nothing applied",
             }
-        while (left := at_ns - time.monotonic_ns()) > TRIGGER_WAKE_EARLY_NS:
-            time.sleep((left - TRIGGER_WAKE_EARLY_NS) / 1e9)
-        with self._gil_held():
-            while time.monotonic_ns() < at_ns:
-                pass
-            return self.dispatch({"device": device, "op": op, "args": request.get("args")})
+        with realtime_thread() as realtime:
+            while (left := at_ns - time.monotonic_ns()) > TRIGGER_WAKE_EARLY_NS:
+                time.sleep((left - TRIGGER_WAKE_EARLY_NS) / 1e9)
+            with self._gil_held():
+                while (fired_ns := time.monotonic_ns()) < at_ns:
+                    pass
+                response = self.dispatch({"device": device, "op": op, "args": request.get("args")})
+        if self.truth is not None:  # the conditions the fault was fired under, next to the fault itself
+            self.truth.record("trigger", fired_ns, host=device, op=op, at_ns=at_ns, realtime=realtime)
+        return response
 
     @contextlib.contextmanager
     def _gil_held(self):

@@ -119,3 +119,13 @@ def print_ground_truth(console: Console, truth: dict) -> None:
     )
     for row in truth.get("unmatched", []):
         console.print(f"[yellow]trial {row['trial']}: no ground truth: {row['reason']}[/]")
+    trigger = truth.get("trigger")
+    if trigger == "real-time":
+        console.print("The twin fired every fault at real-time priority (SCHED_FIFO).")
+    elif trigger in ("normal", "mixed"):
+        console.print(
+            f"[yellow]The twin fired {'the' if trigger == 'normal' else 'some'} faults at normal priority: on a busy "
+            "machine such a fault can land a few ms after its moment, and that lateness is in the error above "
+            "(the start row). To fire at real-time priority, run with CAP_SYS_NICE or an rtprio limit of 1 or more "
+            "(/etc/security/limits.conf).[/]"
+        )

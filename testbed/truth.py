@@ -50,8 +50,20 @@ def failover_accuracy(run_dir: Path, progress: str, clock_offset_ns: int = 0) ->
         "abs_error_ms": summarize([abs(e) for e in errors]),
         "start_error_ms": summarize([r["start_error_ms"] for r in rows]),
         "end_error_ms": summarize([r["end_error_ms"] for r in rows]),
+        "trigger": _trigger_priority(rows),
         "per_trial": rows,
     }
+
+
+def _trigger_priority(rows: list[dict]) -> str:
+    """How the twin fired the faults of these failovers (emulators/realtime.py): "real-time", "normal",
+    "mixed", or "untimed" (no timed trigger, e.g. a signal over SSH)."""
+    kinds = {r["trigger_realtime"] for r in rows}
+    if kinds <= {None}:
+        return "untimed"
+    if None in kinds or len(kinds) > 1:
+        return "mixed"
+    return "real-time" if kinds == {True} else "normal"
 
 
 def _failovers(events: list[dict]) -> list[dict]:
@@ -91,6 +103,8 @@ def _match(f: dict, truth: list[dict], pattern: re.Pattern, offset_ns: int) -> d
         m = pattern.search(t["line"])
         if m and int(m.group(1)) == f["step_no"]:
             true_ms = (t["t_ns"] - fault["t_ns"]) / 1e6
+            triggers = [x for x in truth if x["event"] == "trigger" and x.get("host") == f["failed"]]
+            trigger = next((x for x in triggers if x["at_ns"] == f["start_ns"]), None)  # the moment it was sent
             return {
                 **row,
                 "truth_ms": round(true_ms, 4),
@@ -98,6 +112,8 @@ def _match(f: dict, truth: list[dict], pattern: re.Pattern, offset_ns: int) -> d
                 "start_error_ms": round((start - fault["t_ns"]) / 1e6, 4),
                 "end_error_ms": round((f["end_ns"] + offset_ns - t["t_ns"]) / 1e6, 4),
                 "fault": fault.get("op") or fault.get("signal"),
+                # None: the fault was not a timed trigger (a signal sent over SSH), or the twin predates it
+                "trigger_realtime": trigger["realtime"] if trigger else None,
             }
     return {**row, "reason": f"the twin logged no line 'step {f['step_no']}' on {f['spare']} after the fault"}
 

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import paramiko
 import pytest
+from privileges import may_use_realtime
 
 from emulators.control import TriggerMissed, TwinControlError
 from emulators.gpuhost.keys import new_ed25519
@@ -194,6 +195,10 @@ def test_a_timed_fault_takes_effect_at_its_moment_and_never_before(tmp_path):
             answered = time.monotonic_ns()
             fault = [t for t in read_truth(truth) if t["event"] == "fault"][-1]
             assert at <= fault["t_ns"] <= answered
+            # The truth says how the fault was fired: at real-time priority wherever the twin may have it.
+            trigger = [t for t in read_truth(truth) if t["event"] == "trigger"][-1]
+            assert (trigger["host"], trigger["op"], trigger["at_ns"]) == ("h1", "fail_gpu", at)
+            assert trigger["realtime"] is may_use_realtime()
             ctl.call("h1", "recover_gpu", index=1)
 
         with pytest.raises(TriggerMissed, match="after its moment; nothing applied"):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from privileges import may_use_realtime
 
 from emulators.truth import read_truth
 from testbed.cli import main
@@ -84,6 +85,8 @@ def test_report_prints_the_milestone_table_and_writes_figures(run_dir, capsys):
     assert main(["report", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert "failover" in out and "first_step" in out
+    # The accuracy figure comes with the priority the twin fired the faults at, and what to do about it.
+    assert ("at real-time priority" if may_use_realtime() else "normal priority: on a busy machine") in out
     assert (run_dir / "failover_cdf.png").is_file() and (run_dir / "failover_timeline.png").is_file()
     assert main(["check", str(run_dir)]) == 0
 
@@ -115,6 +118,8 @@ def test_the_measured_failover_agrees_with_the_twins_ground_truth(run_dir):
     errors = np.abs([row["error_ms"] for row in truth["per_trial"]])
     assert np.median(errors) <= 2.0 and errors.max() <= 20.0, sorted(errors)
     assert all(row["start_error_ms"] <= 0 for row in truth["per_trial"]), truth["per_trial"]
+    # Which priority the twin fired the faults at is part of the figure: it is said, not left to guess.
+    assert truth["trigger"] == ("real-time" if may_use_realtime() else "normal")
     info = json.loads((run_dir / "run.json").read_text())
     # One machine, one CLOCK_MONOTONIC: the measured offset is zero within its bound.
     assert abs(info["twin_clock"]["offset_ms"]) <= info["twin_clock"]["error_bound_ms"] + 0.05
