@@ -343,7 +343,8 @@ twin's own record of when it applied the fault and when the spare's rank wrote t
 first_step), error = measured - truth, pooled over the runs. The framework's fault_injected is the moment the
 twin was told to apply the fault (a timed trigger) and its first_step the kernel's receive stamp of the packet
 that carried the step line; the twin records what really happened, so its lateness and the SSH hop are in
-the error.""",
+the error. The twin fires faults at real-time priority where the run may (root, CAP_SYS_NICE or an rtprio
+limit) and at normal priority otherwise; the row says which.""",
     "opus_scale": """**Opus scale** (`bench/opus_scale.py`). An inventory built in code: 256 hosts x 8 GPUs with
 ports r0..r7, rail k a 256-port OCS (switching 25 ms, jitter 0) cabled to every host's rk. A playbook applies
 two full permutations of 256 circuits alternately (every circuit moves each time); the run's `rail.total` span
