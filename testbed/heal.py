@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,8 +58,11 @@ from testbed.errors import EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
 from testbed.events import Event
 from testbed.recorder import Recorder, count_lines
 from testbed.results import SummaryCollector, write_json
-from testbed.runner.ray_session import leftovers, process_start_ticks, runner_alive
+from testbed.runner.ray_session import leftovers, runner_alive
 
+# How long heal waits for the killed leftovers to be gone. A killed process exits once the kernel has freed its
+# memory; only one stuck in the kernel (a hung disk) takes longer, and heal then says so.
+LEFTOVER_EXIT_S = 10.0
 # --- talking to the lab ------------------------------------------------------------------------------
 
 
@@ -463,18 +468,46 @@ def _end_ray_leftovers(info: dict, recorder: Recorder, report: HealReport) -> No
     session = (info.get("ray") or {}).get("session_dir")
     if not session or (info.get("runner") or {}).get("hostname") != socket.gethostname():
         return
-    ended = []
+    ended, exiting = [], {}
     for pid, name in leftovers(session):
-        ticks = process_start_ticks(pid)
         try:
-            if ticks is not None:
-                os.kill(pid, signal.SIGKILL)
-                ended.append({"pid": pid, "name": name})
+            # A pidfd names this very process (never a later one with its pid) and tells when it has exited.
+            pidfd = os.pidfd_open(pid)
         except OSError:
-            pass  # exited meanwhile
+            continue  # exited meanwhile
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        ended.append({"pid": pid, "name": name})
+        exiting[pidfd] = pid
+    # SIGKILL only starts the end: a large process holds its files for a while as it exits, and the next run
+    # must not find them. "Ended" is said of processes that are gone.
+    still = _wait_exited(exiting, LEFTOVER_EXIT_S)
     if ended:
-        recorder.emit("mark", "runner.leftovers", data={"ray_session": session, "ended": ended})
+        recorder.emit("mark", "runner.leftovers", data={"ray_session": session, "ended": ended, "still": still})
         report.done.append(f"ended {len(ended)} leftover process(es) of the run's Ray instance: {ended}")
+    if still:
+        report.problems.append(
+            f"leftover process(es) {still} of the run's Ray instance had not exited {LEFTOVER_EXIT_S:.0f} s after "
+            "SIGKILL (a process stuck in the kernel, e.g. on a hung disk): look at them with `ps -o pid,stat,wchan -p "
+            f"{','.join(map(str, still))}`"
+        )
+
+
+def _wait_exited(pidfds: dict[int, int], timeout_s: float) -> list[int]:
+    """Waits until the processes behind these pidfds (pidfd -> pid) have exited, up to timeout_s; closes the
+    pidfds and returns the pids that had not."""
+    poller = select.poll()
+    for fd in pidfds:
+        poller.register(fd, select.POLLIN)  # readable once the process has exited
+    waiting, deadline = set(pidfds), time.monotonic() + timeout_s
+    try:
+        while waiting and (left := deadline - time.monotonic()) > 0:
+            for fd, _ in poller.poll(left * 1000):
+                waiting.discard(fd)
+                poller.unregister(fd)
+        return sorted(pidfds[fd] for fd in waiting)
+    finally:
+        for fd in pidfds:
+            os.close(fd)
 
 
 def _update_run_files(run_dir: Path, info: dict, report: HealReport) -> None:
