@@ -25,12 +25,13 @@ def pct(samples, q: float) -> float:
 
 
 def stats(samples) -> dict:
-    """n, p50, p99 and max of a list of numbers (whatever unit they are in)."""
+    """n, min, p50, p99 and max of a list of numbers (whatever unit they are in)."""
     x = np.asarray(samples, dtype=float)
     if x.size == 0:
         return {"n": 0}
     return {
         "n": int(x.size),
+        "min": float(x.min()),
         "p50": float(np.percentile(x, 50)),
         "p99": float(np.percentile(x, 99)),
         "max": float(x.max()),

@@ -210,19 +210,28 @@ def modelled_delays() -> dict:
 
 def ground_truth_figures(truths: list[dict | None]) -> dict | None:
     """The accuracy figure over every run that had one: the runs' own per-failover errors pooled."""
-    errors = []
+    errors, starts, ends = [], [], []
     for truth in truths:
         if not truth:
             continue
-        rows = truth.get("per_trial")
-        if rows:
-            errors += [r["error_ms"] for r in rows if r.get("error_ms") is not None]
+        rows = [r for r in truth.get("per_trial") or [] if r.get("error_ms") is not None]
+        errors += [r["error_ms"] for r in rows]
+        # Each end of the span on its own: the run folders are temporary, and these say where an outlier was.
+        starts += [r["start_error_ms"] for r in rows]
+        ends += [r["end_error_ms"] for r in rows]
     if errors:
         abs_err = [abs(e) for e in errors]
         # The priority the twin fired the faults at (testbed/truth.py): the figure depends on it.
         triggers = {t.get("trigger", "unknown") for t in truths if t}
         trigger = triggers.pop() if len(triggers) == 1 else "mixed"
-        return {"n": len(errors), "error_ms": stats(errors), "abs_error_ms": stats(abs_err), "trigger": trigger}
+        return {
+            "n": len(errors),
+            "error_ms": stats(errors),
+            "abs_error_ms": stats(abs_err),
+            "start_error_ms": stats(starts),
+            "end_error_ms": stats(ends),
+            "trigger": trigger,
+        }
     # The summary's own statistics, if it gives no per-trial rows (one run only: they cannot be pooled).
     for truth in truths:
         if truth and isinstance(truth.get("error_ms"), dict):

@@ -71,6 +71,14 @@ def _yes(ok: bool | None) -> str:
     return "n/a" if ok is None else ("yes" if ok else "**no**")
 
 
+def _legs(truth: dict) -> str:
+    """The worst of each end of the span, when the figures carry them: where an outlier of the error was."""
+    start, end = truth.get("start_error_ms") or {}, truth.get("end_error_ms") or {}
+    if "min" not in start or "max" not in end:
+        return ""
+    return f"; worst fault {-start['min']:.2f} ms after its moment, worst step line seen {end['max']:.2f} ms late"
+
+
 def _ms(x: float | None, digits: int = 1) -> str:
     return "n/a" if x is None else f"{x:.{digits}f} ms"
 
@@ -225,7 +233,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                         "Measurement accuracy: measured failover vs the twin's ground truth",
                         f"error p99 {_ms(e['p99'], 2)}, p50 {_ms(e['p50'], 2)}, max {_ms(e['max'], 2)} "
                         f"(n={truth['n']}; error = measured - truth; faults fired at "
-                        f"{truth.get('trigger', 'unknown')} priority)",
+                        f"{truth.get('trigger', 'unknown')} priority){_legs(truth)}",
                         "the twin's own record of fault and first step",
                         "",
                         "(report p99 error)",

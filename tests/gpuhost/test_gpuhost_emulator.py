@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -210,9 +211,10 @@ def test_a_timed_fault_takes_effect_at_its_moment_and_never_before(tmp_path):
         assert ctl.call("ocs1", "state")["port_states"]["1"] != "F"
 
 
-def test_timed_faults_at_once_leave_the_twins_switch_interval_as_it_was(tmp_path):
-    """A timed op holds the GIL through its last millisecond by raising the process's switch interval; two
-    at the same moment (faults on two hosts) must not leave the twin with the raised one for good."""
+def test_timed_faults_at_once_leave_the_twins_switch_interval_and_collector_as_they_were(tmp_path):
+    """A timed op holds the GIL through its last millisecond by raising the process's switch interval, and
+    pauses the garbage collector while it waits; two at the same moment (faults on two hosts) must not leave
+    the twin with the raised interval or without its collector for good."""
     pytests = sys.getswitchinterval()
     sys.setswitchinterval(GIL_SWITCH_S)  # as `serve` sets it in the twin's process
     twins = sys.getswitchinterval()  # as the interpreter rounds it
@@ -230,6 +232,7 @@ def test_timed_faults_at_once_leave_the_twins_switch_interval_as_it_was(tmp_path
             )
         assert [a["ok"] for a in answers] == [True, True], answers
         assert sys.getswitchinterval() == twins
+        assert gc.isenabled()
     finally:
         sys.setswitchinterval(pytests)
         for device in server.devices.values():
