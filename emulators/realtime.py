@@ -1,24 +1,41 @@
-"""Real-time priority for the twin's fault trigger, where this machine lets the twin have it.
+"""Running a timed op at its moment: the twin's fault trigger (emulators/twin.py, timed requests).
 
-A timed fault (emulators/twin.py) must land at its moment: its lateness counts in the failover error
-against the ground truth. The trigger's thread sleeps until just before the moment, and a normal thread
-woken on a busy machine waits for a CPU until the running thread's slice ends: on 2 cores shared with the
-ranks, Ray and the twin, 100 faults landed up to 1.8 ms late, 13 of 150 more than 0.3 ms. At SCHED_FIFO
-it runs as soon as it wakes (here: at most 0.5 ms late, 1 of 100 more than 0.3 ms).
+A timed fault must land at its moment: its lateness counts in the failover error against the ground truth.
+`run_at` sleeps until just before the moment and waits out the rest awake. Three things can still make it
+late on a busy machine, and each has its remedy here:
 
-Only the trigger gets it, only while it waits and fires: the framework's own threads, whose timing is what
-is measured, keep normal priority. A process may use SCHED_FIFO with CAP_SYS_NICE (root has it) or an
-RLIMIT_RTPRIO of 1 or more (`rtprio` in /etc/security/limits.conf); without either the trigger runs at
-normal priority, and the run says so next to its accuracy figure.
+- the CPU: a normal thread woken on 2 cores shared with the ranks, Ray and the twin waits for the running
+  thread's slice to end (150 faults: 13 more than 0.3 ms late, up to 1.8 ms). At SCHED_FIFO it runs as soon
+  as it wakes (150 faults: 1 more than 0.3 ms late, 0.48 ms). Only the trigger gets it, only while it waits
+  and fires: the framework's own threads, whose timing is what is measured, keep normal priority. A process
+  may use SCHED_FIFO with CAP_SYS_NICE (root has it) or an RLIMIT_RTPRIO of 1 or more (`rtprio` in
+  /etc/security/limits.conf); without either the trigger runs at normal priority, and the run says so next
+  to its accuracy figure;
+- the GIL: the last millisecond is waited out holding it (the switch interval raised), and the op's own
+  lock is taken before that (see `run_at`);
+- the garbage collector: no automatic collection between the request and the op.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
-from collections.abc import Iterator
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 RT_PRIORITY = 1  # the lowest real-time priority: ahead of every normal thread, behind the kernel's own
+# The thread wakes this long before its moment and waits out the rest awake, holding the GIL: a sleeping
+# thread is woken late by whatever else runs on the machine (on 2 busy cores, 1.2 ms at p99), and another
+# thread holding the GIL can be preempted while it does. Holding it stalls the process's other threads for
+# this long once per timed op, before the op: 100 failovers, lateness p99 1.9 ms waking 0.1 ms early
+# without holding, 1.2 ms like this.
+WAKE_EARLY_NS = 1_000_000
+HOLD_GIL_S = 0.005  # the switch interval while waiting awake: longer than the wait, so kept
 
 
 @contextlib.contextmanager
@@ -38,3 +55,74 @@ def realtime_thread() -> Iterator[bool]:
         yield True
     finally:
         os.sched_setscheduler(0, *before)
+
+
+class SharedSetting:
+    """A process-wide setting on while any thread needs it: the first to enter turns it on (`on` returns what
+    `off` needs to put it back), the last to leave turns it back."""
+
+    def __init__(self, on: Callable[[], Any], off: Callable[[Any], Any]) -> None:
+        self._on, self._off = on, off
+        self._lock = threading.Lock()
+        self._users = 0
+        self._before: Any = None
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._users == 0:
+                self._before = self._on()
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0:
+                    self._off(self._before)
+
+
+def _raise_switch_interval() -> float:
+    """HOLD_GIL_S as the switch interval; returns the one to set back. The interpreter keeps whole
+    microseconds and reads them back as a float just below: set back as read, it would lose one each time."""
+    before = round(sys.getswitchinterval(), 6)
+    sys.setswitchinterval(HOLD_GIL_S)
+    return before
+
+
+def _pause_gc() -> bool:
+    was_enabled = gc.isenabled()
+    gc.disable()
+    return was_enabled
+
+
+def _resume_gc(was_enabled: bool) -> None:
+    if was_enabled:
+        gc.enable()
+
+
+# One of each per process, as the settings themselves are: two timed ops at once (faults on two hosts, or two
+# twins in one test process) share them, and the last to finish sets them back.
+GIL_HELD = SharedSetting(_raise_switch_interval, sys.setswitchinterval)
+GC_PAUSED = SharedSetting(_pause_gc, _resume_gc)
+
+
+def run_at(
+    at_ns: int, op: Callable[[], T], lock: contextlib.AbstractContextManager | None = None
+) -> tuple[T, int, bool]:
+    """Runs `op` at CLOCK_MONOTONIC at_ns, never before; returns its result, the moment it was started and
+    whether the thread waited at real-time priority.
+
+    `lock` is the one `op` will take, taken here before the last millisecond at the normal switch interval.
+    Taken by `op` at the moment instead, from a thread that holds it (a host's shell command reading /proc),
+    `op` would give up the GIL to that thread and wait for it back through the raised interval. 200
+    failovers: 3 faults 0.75-1.84 ms late that way; with the lock taken first, none more than 0.23 ms."""
+    # No automatic collection from now until the op has run: one starting in the last milliseconds would
+    # hold the GIL through the moment (a young generation takes 0.2-2 ms in the twin).
+    with GC_PAUSED(), realtime_thread() as realtime:
+        while (left := at_ns - time.monotonic_ns()) > WAKE_EARLY_NS:
+            time.sleep((left - WAKE_EARLY_NS) / 1e9)
+        with lock or contextlib.nullcontext(), GIL_HELD():
+            while (fired_ns := time.monotonic_ns()) < at_ns:
+                pass
+            return op(), fired_ns, realtime

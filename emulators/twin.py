@@ -33,7 +33,7 @@ runner's clock too: the twin runs on the runner's machine), as a lab's clock-syn
 at a set time. The response comes once the op has run. Only ops a device lists in `timed_ops` (ops safe
 to run off the loop) can be timed. A request that arrives after its moment is refused with
 "missed": true and nothing applied: the caller schedules it again, further ahead. The op's thread waits
-at real-time priority where the machine allows it (emulators/realtime.py); the ground truth logs a
+as emulators/realtime.py says, at real-time priority where the machine allows it; the ground truth logs a
 "trigger" event with "realtime": true or false for every timed op.
 
 Data plane (TwinSpec.fibres, emulators/dataplane): loopback TCP relays between job ranks that pass
@@ -51,7 +51,6 @@ Twin-wide control ops ("device": null):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import json
 import os
@@ -62,7 +61,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -72,19 +70,12 @@ from emulators.dataplane import DataPlane
 from emulators.devices import EmulatedDevice, build_device
 from emulators.endpoints import precise_event_loop
 from emulators.proxy import FaultProxy
-from emulators.realtime import realtime_thread
+from emulators.realtime import run_at
 from emulators.spec import TwinSpec
 from emulators.truth import GroundTruth
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the directory that holds `emulators/`
 GIL_SWITCH_S = 0.0001
-# A timed op's thread wakes this long before its moment and waits out the rest awake, holding the GIL: a
-# sleeping thread is woken late by whatever else runs on the machine (on 2 busy cores, 1.2 ms at p99), and
-# another thread of the twin holding the GIL can be preempted while it does. Holding it stalls the twin's
-# other threads for this long once per timed fault, before the fault: 100 failovers, lateness p99 1.9 ms
-# waking 0.1 ms early without holding, 1.2 ms like this.
-TRIGGER_WAKE_EARLY_NS = 1_000_000
-TRIGGER_HOLD_GIL_S = 0.005  # the switch interval while waiting awake: longer than the wait, so kept
 
 
 @dataclass
@@ -119,9 +110,6 @@ class TwinServer:
                 device.attach_truth(self.truth)
         self._control: asyncio.Server | None = None
         self.endpoints: Endpoints | None = None
-        # Process-wide settings for timed ops; with several at once, the last to finish sets them back.
-        self._gil_held = SharedSetting(_raise_switch_interval, sys.setswitchinterval)
-        self._gc_paused = SharedSetting(_pause_gc, _resume_gc)
 
     async def start(self) -> Endpoints:
         loop = asyncio.get_running_loop()
@@ -218,20 +206,11 @@ class TwinServer:
                 "missed": True,
                 "error": f"{op} on {device!r} arrived {late_ns / 1e6:.3f} ms after its moment; nothing applied",
             }
-        # The device's lock is taken before the wait awake, at the normal switch interval. Taken at the moment
-        # instead, from a thread of the device that holds it (a shell command reading /proc), the op would
-        # give up the GIL to that thread and wait for it back through the raised interval. 200 failovers: 3
-        # faults 0.75-1.84 ms late that way; with the lock taken first, none more than 0.23 ms.
-        device_lock = getattr(target, "timed_lock", None) or contextlib.nullcontext()
-        # No automatic collection from now until the op has run: one starting in the last milliseconds would
-        # hold the GIL through the moment (a young generation takes 0.2-2 ms here).
-        with self._gc_paused(), realtime_thread() as realtime:
-            while (left := at_ns - time.monotonic_ns()) > TRIGGER_WAKE_EARLY_NS:
-                time.sleep((left - TRIGGER_WAKE_EARLY_NS) / 1e9)
-            with device_lock, self._gil_held():
-                while (fired_ns := time.monotonic_ns()) < at_ns:
-                    pass
-                response = self.dispatch({"device": device, "op": op, "args": request.get("args")})
+        response, fired_ns, realtime = run_at(
+            at_ns,
+            lambda: self.dispatch({"device": device, "op": op, "args": request.get("args")}),
+            lock=getattr(target, "timed_lock", None),  # the lock the device's ops take (see run_at)
+        )
         if self.truth is not None:  # the conditions the fault was fired under, next to the fault itself
             self.truth.record("trigger", fired_ns, host=device, op=op, at_ns=at_ns, realtime=realtime)
         return response
@@ -278,50 +257,6 @@ class TwinServer:
             pass  # client vanished, or sent an over-long line: drop the connection
         finally:
             writer.close()
-
-
-class SharedSetting:
-    """A process-wide setting on while any thread needs it: the first to enter turns it on (`on` returns what
-    `off` needs to put it back), the last to leave turns it back."""
-
-    def __init__(self, on: Callable[[], Any], off: Callable[[Any], Any]) -> None:
-        self._on, self._off = on, off
-        self._lock = threading.Lock()
-        self._users = 0
-        self._before: Any = None
-
-    @contextlib.contextmanager
-    def __call__(self) -> Iterator[None]:
-        with self._lock:
-            if self._users == 0:
-                self._before = self._on()
-            self._users += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._users -= 1
-                if self._users == 0:
-                    self._off(self._before)
-
-
-def _raise_switch_interval() -> float:
-    """TRIGGER_HOLD_GIL_S as the switch interval; returns the one to set back. The interpreter keeps whole
-    microseconds and reads them back as a float just below: set back as read, it would lose one each time."""
-    before = round(sys.getswitchinterval(), 6)
-    sys.setswitchinterval(TRIGGER_HOLD_GIL_S)
-    return before
-
-
-def _pause_gc() -> bool:
-    was_enabled = gc.isenabled()
-    gc.disable()
-    return was_enabled
-
-
-def _resume_gc(was_enabled: bool) -> None:
-    if was_enabled:
-        gc.enable()
 
 
 def _attributes(attributes: Any) -> dict[str, Any]:

@@ -63,6 +63,7 @@ from testbed.runner.ray_session import leftovers, runner_alive
 # How long heal waits for the killed leftovers to be gone. A killed process exits once the kernel has freed its
 # memory; only one stuck in the kernel (a hung disk) takes longer, and heal then says so.
 LEFTOVER_EXIT_S = 10.0
+
 # --- talking to the lab ------------------------------------------------------------------------------
 
 
@@ -475,7 +476,11 @@ def _end_ray_leftovers(info: dict, recorder: Recorder, report: HealReport) -> No
             pidfd = os.pidfd_open(pid)
         except OSError:
             continue  # exited meanwhile
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:  # exited between the pidfd and the signal
+            os.close(pidfd)
+            continue
         ended.append({"pid": pid, "name": name})
         exiting[pidfd] = pid
     # SIGKILL only starts the end: a large process holds its files for a while as it exits, and the next run

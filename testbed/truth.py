@@ -103,8 +103,9 @@ def _match(f: dict, truth: list[dict], pattern: re.Pattern, offset_ns: int) -> d
         m = pattern.search(t["line"])
         if m and int(m.group(1)) == f["step_no"]:
             true_ms = (t["t_ns"] - fault["t_ns"]) / 1e6
-            triggers = [x for x in truth if x["event"] == "trigger" and x.get("host") == f["failed"]]
-            trigger = next((x for x in triggers if x["at_ns"] == f["start_ns"]), None)  # the moment it was sent
+            # The timed trigger behind this fault: the one sent for the measured injection moment.
+            sent = (f["failed"], f["start_ns"])
+            trigger = next((x for x in truth if x["event"] == "trigger" and (x["host"], x["at_ns"]) == sent), None)
             return {
                 **row,
                 "truth_ms": round(true_ms, 4),
