@@ -67,9 +67,9 @@ class PolatisEngine(ScpiEngine):
     # ---- control API (tests, fault injection) -------------------------------------------------
 
     def reset(self) -> None:
-        """Back to the state described by the spec: no circuits, ports enabled, fresh RNG."""
-        self.conn: dict[int, int] = {}
-        self.conn_to: dict[int, int] = {}  # egress -> ingress: a power read per egress must not scan `conn`
+        """Back to the state described by the spec: its circuits (none unless given), ports enabled, fresh RNG."""
+        self.conn: dict[int, int] = {int(i): int(e) for i, e in self.spec.circuits}
+        self.conn_to: dict[int, int] = {e: i for i, e in self.conn.items()}  # a power read per egress: no scan
         self.enabled = {p: True for p in self._all_ports()}
         self.failed: set[int] = set()
         self.input_power = {int(p): float(v) for p, v in self.spec.input_power_dbm.items()}

@@ -23,6 +23,8 @@ class OcsSpec:
     input_power_dbm: dict[int, float] = field(default_factory=dict)
     seed: int = 0
     idn: str = "Polatis,N-OST-32x32-LU1-DMHNS,000001,6.5.2.18"
+    # Circuits (ingress, egress) the switch holds from the start, settled: another user's, in a shared lab.
+    circuits: list = field(default_factory=list)
     kind: str = "ocs"
 
     @classmethod

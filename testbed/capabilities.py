@@ -22,11 +22,6 @@ class Identity:
 
 
 @runtime_checkable
-class Closable(Protocol):
-    def close(self) -> None: ...
-
-
-@runtime_checkable
 class CircuitSwitch(Protocol):
     """An optical circuit switch: ingress ports 1..N, egress ports N+1..N+M.
 

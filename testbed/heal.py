@@ -133,10 +133,9 @@ def _continue_rank(lab: Lab, fault: ActiveFault) -> str:
     if fault.job is None:
         raise HealFailed(f"{fault.name}: the history does not say which process was stopped")
     host = fault.job.get("host") or fault.device
-    state = lab.call(host, "gpu.job_status", {"job": fault.job, "progress": None}, "heal: is the rank there")
-    if state["state"] == "exited":
+    done = lab.call(host, "gpu.resume_job", {"job": fault.job}, "heal: continue the rank")
+    if done["result"] == "not running":
         return f"pid {fault.job['pid']} on {host} is gone: nothing is left stopped"
-    lab.call(host, "gpu.kill_job", {"job": fault.job, "signal": "CONT"}, "heal: continue the rank")
     return f"SIGCONT to pid {fault.job['pid']}'s process group on {host}"
 
 

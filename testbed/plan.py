@@ -30,7 +30,7 @@ from testbed.config.playbook import (
 from testbed.config.playbook import param_name as _param_name
 from testbed.errors import UserError
 from testbed.fabric.circuits import PathError, links_to_circuits, parse_link
-from testbed.fabric.jobfabric import fabric_ports
+from testbed.fabric.jobfabric import fabric_links, fabric_ports
 from testbed.fabric.topology import all_to_all_schedule
 
 Pair = tuple[int, int]
@@ -192,9 +192,11 @@ class Plan:
     setup: tuple[PlannedStep, ...]
     trials: tuple[TrialPlan, ...]
     teardown: tuple[PlannedStep, ...]
-    notes: tuple[str, ...] = field(default_factory=tuple)
     # switch -> every port the job's fabric may use, whichever hosts (spares included) hold the ranks
     job_managed: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # switch -> the circuits of the job's fabric over the playbook's ranks (what job.start sets up)
+    job_circuits: dict[str, tuple[Pair, ...]] = field(default_factory=dict)
+    spares: tuple[str, ...] = ()  # hosts a failover may move a rank to
 
     def addresses(self) -> dict[str, str]:
         return {d: transport_address(self.inventory.devices[d].transport) for d in self.devices}
@@ -250,13 +252,18 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
         if inventory.devices[device].read_only:
             raise PlanError(f"interlock: {device} is read-only in the inventory, but the playbook calibrates it")
     job_hosts = set(playbook.job.ranks) if playbook.job else set()
-    job_managed = {}
+    job_managed, job_circuits, spares = {}, {}, ()
     if playbook.job is not None and playbook.job.fabric is not None:
         if any(isinstance(s, Failover) for sec in (playbook.setup, playbook.steps) for s in _flatten(sec)):
-            spares = playbook.job.spares if playbook.job.spares is not None else inventory.spares
+            spares = tuple(playbook.job.spares if playbook.job.spares is not None else inventory.spares)
             job_hosts |= set(spares)  # a failover may move a rank to any spare
         job_managed = _job_managed(playbook, inventory, job_hosts)
         _check_interlocks({"job": {}}, job_managed, inventory)
+        if len(set(playbook.job.ranks)) == len(playbook.job.ranks):  # else job.start refuses, saying why
+            try:
+                job_circuits = links_to_circuits(fabric_links(playbook.job.fabric, list(playbook.job.ranks)), inventory)
+            except PathError as exc:
+                raise PlanError(f"job fabric: {exc}") from None
     checked = {
         h
         for section in (playbook.setup, playbook.steps, playbook.teardown)
@@ -283,6 +290,8 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
         trials=tuple(trial_plans),
         teardown=resolve_steps(playbook.teardown, points[-1]),
         job_managed=job_managed,
+        job_circuits=job_circuits,
+        spares=spares,
     )
 
 
@@ -498,9 +507,9 @@ def _resolve_step(step, ctx: _StepContext) -> tuple[PlannedStep, ...]:
                     circuits=circuits[p.configuration],
                     managed={sw: managed[sw] for sw in circuits[p.configuration]},
                     measure=None,
-                    verify_light=False,
-                    min_power_dbm=-20.0,
-                    timeout_s=5.0,
+                    verify_light=step.verify_light,
+                    min_power_dbm=step.min_power_dbm,
+                    timeout_s=step.timeout_ms / 1000,
                 ),
             )
             for p in ctx.workloads[step.workload].phases

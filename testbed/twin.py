@@ -42,6 +42,7 @@ def twin_spec(inv: Inventory, seed: int, only: set[str] | None = None) -> TwinSp
                     input_power_dbm=lit,
                     seed=seed * 1000 + index,
                     idn=e.idn,
+                    circuits=[list(c) for c in e.circuits],
                 )
             )
         elif isinstance(dev, MeshDevice):

@@ -45,6 +45,16 @@ def check_inventory(inv: Inventory) -> list[Problem]:
                             )
                         )
                         break
+            seen: set[int] = set()
+            for j, (ingress, egress) in enumerate(dev.emulation.circuits):
+                loc = ("devices", name, "emulation", "circuits", j)
+                if not (1 <= ingress <= dev.size < egress <= top):
+                    problems.append(
+                        (loc, f"({ingress}, {egress}) is not (ingress 1..{dev.size}, egress {dev.size + 1}..{top})")
+                    )
+                elif ingress in seen or egress in seen:
+                    problems.append((loc, f"({ingress}, {egress}) reuses a port: a port carries one circuit"))
+                seen.update((ingress, egress))
     seen_switch_ports: dict[tuple[str, int], str] = {}  # (switch, port) -> what cables it, e.g. "fibres[3]"
     seen_host_ports: dict[tuple[str, str], int] = {}
     for i, f in enumerate(inv.fibres):

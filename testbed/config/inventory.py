@@ -71,6 +71,11 @@ class OcsEmulation(Strict):
     jitter_ms: float = Field(0.5, ge=0, le=10_000)
     insertion_loss_db: float = Field(1.0, ge=0, le=60)
     idn: str = "Polatis,N-OST-32x32-LU1-DMHNS,000001,6.5.2.18"
+    circuits: list[tuple[int, int]] = Field(
+        default_factory=list,
+        description="[ingress, egress] circuits the emulated switch holds when the twin starts: the lab as "
+        "another group left it (on reserved ports, say), to rehearse a run against it",
+    )
 
 
 class OcsDevice(_Device):

@@ -92,6 +92,8 @@ class JobFabric(Strict):
     topology: Literal["ring", "torus2d"] = "ring"
     port: Name = Field("p0", description="the host port towards the next rank (torus2d: the next host in its row)")
     verify_light: bool = Field(True, description="check light on every new circuit before (re)launching")
+    min_power_dbm: float = Field(-20.0, description="light is verified when every new egress reads above this")
+    light_timeout_ms: int = Field(5000, gt=0, description="for the switches' acknowledgement and the light")
     reverse_port: Name | None = Field(
         None,
         description="the host port towards the previous rank: with it each neighbour pair gets a duplex "
@@ -355,6 +357,11 @@ class RailIterate(_Step):
         "later steps only): the first one starts with its rails already in place",
     )
     measure: Name = "iteration"
+    verify_light: bool = Field(
+        False, description="check light on every new circuit of each change (part of the iteration time)"
+    )
+    min_power_dbm: float = Field(-20.0, description="with verify_light: every new egress must read above this")
+    timeout_ms: int = Field(5000, gt=0, description="for each change's acknowledgement (and light)")
 
 
 class HostsHealth(_Step):

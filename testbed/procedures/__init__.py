@@ -25,6 +25,7 @@ PROCEDURES: dict[str, Procedure] = {
     "gpu.stop_job": gpu.stop_job,
     "gpu.health": gpu.health,
     "gpu.kill_job": gpu.kill_job,
+    "gpu.resume_job": gpu.resume_job,
     "gpu.watch_job": gpu.watch_job,
     "gpu.wait_step": gpu.wait_step,
     "gpu.step_times": gpu.step_times,

@@ -77,6 +77,22 @@ def kill_job(host: GpuHost, ctx: ProcedureContext, *, job: dict, signal: str = "
     return {"pid": handle.pid, "signal": signal, ("fault_healed_ns" if healing else "fault_injected_ns"): ns}
 
 
+def resume_job(host: GpuHost, ctx: ProcedureContext, *, job: dict) -> dict:
+    """Heal process.hang: SIGCONT to the job's process group if it is still there (a run that detected the
+    hang has stopped the job by then, and `testbed heal` may find it gone). Mark: fault_healed."""
+    handle = _job(job)
+    if host.job_status(handle, progress=None, tail_lines=1).state == "exited":
+        return {"pid": handle.pid, "result": "not running"}
+    try:
+        host.signal(handle.pid, "CONT", group=True)
+    except DeviceCommandError:
+        if host.job_status(handle, progress=None, tail_lines=1).state != "exited":
+            raise
+        return {"pid": handle.pid, "result": "not running"}  # it exited between the look and the signal
+    ctx.mark("fault_healed")
+    return {"pid": handle.pid, "result": "continued"}
+
+
 def watch_job(
     host: GpuHost,
     ctx: ProcedureContext,

@@ -117,7 +117,8 @@ class FaultInjector:
         elif kind == "host.straggle" and self.twin is not None:
             self.twin.call(rank.host, "stop_straggle", pid=job.get("pid"))
         elif kind == "process.hang":
-            self.coordinator.call({rank.host: ("gpu.kill_job", {"job": job, "signal": "CONT"})}, label)
+            # A detection stops the job first, so the stopped rank may be gone: continued if still there.
+            self.coordinator.call({rank.host: ("gpu.resume_job", {"job": job})}, label)
 
 
 class JobController:
@@ -322,8 +323,8 @@ class JobController:
             managed={sw: self.managed.get(sw, ()) for sw in circuits},
             measure=None,
             verify_light=fabric.verify_light,
-            min_power_dbm=-20.0,
-            timeout_s=5.0,
+            min_power_dbm=fabric.min_power_dbm,
+            timeout_s=fabric.light_timeout_ms / 1000,
         )
         return self._rewire(step, label)
 
@@ -349,7 +350,7 @@ class JobController:
     # --- faults and detection ---------------------------------------------------------------------
 
     def detect(self, step: FaultDetectStep) -> None:
-        target, injected, first = self._inject_and_detect(step, heal=True)
+        target, injected, first, _ = self._inject_and_detect(step, heal=True)
         rank, detected_ns, value = first
         if step.measure:
             self.c.recorder.emit(
@@ -411,7 +412,7 @@ class JobController:
             raise StepFailed(
                 f"{step.kind} on rank {target.index} ({target.host}) was not detected within {step.timeout_s:g} s"
             )
-        return target, injected, first
+        return target, injected, first, job
 
     def _fault_data(self, step, target: Rank) -> dict:
         return {
@@ -564,7 +565,7 @@ class JobController:
             plan.update(rank=rank, spare=spare, hosts=hosts)
             plan["fabric"] = self.c._pool.submit(self._apply_fabric, step.label, hosts)
 
-        target, injected, first = self._inject_and_detect(step, heal=False, on_detect=on_detect)
+        target, injected, first, job = self._inject_and_detect(step, heal=False, on_detect=on_detect)
         data = self._fault_data(step, target)
         try:
             if "fabric" not in plan:
@@ -616,7 +617,7 @@ class JobController:
                 data={"resumed_from": resumed, "step": result.value["step"], "rank": rank},
             )
         finally:
-            self._heal(step, target, {"pid": None}, data)
+            self._heal(step, target, job, data)  # the rank hit, as it was launched (its pid may be gone)
         self._measure_failover(step, milestones)
 
     def _mark(self, name: str, step, data: dict) -> int:
@@ -641,11 +642,6 @@ class JobController:
             step=step.label,
             data={"ms": (end - start) / 1e6, "start_ns": start, "end_ns": end},
         )
-
-    # --- health ---------------------------------------------------------------------------------
-
-    def health(self, step: HealthStep) -> None:
-        health_check(self.c, step)
 
 
 def failed_rank(detections: list[tuple[int, int, dict]]) -> tuple[int, int, dict] | None:

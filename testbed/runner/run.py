@@ -380,9 +380,11 @@ def _start_actors(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict,
     placed = {name: actor_options(ray, name, inv.devices[name].node, emulate=emulate) for name in plan.devices}
     settings = {name: driver_settings(inv, name) for name in plan.devices}
     remote_cls = ray.remote(DeviceActor)
+    # Every write passes the inventory's interlocks in the actor itself, whatever the planner checked: a
+    # switch's circuits are only known at run time (another group's circuit may hold a port a change needs).
     actors = {
         name: remote_cls.options(**placed[name][0], max_restarts=MAX_RESTARTS).remote(
-            name, inv.devices[name].driver, settings[name]
+            name, inv.devices[name].driver, settings[name], policy(inv, name)
         )
         for name in plan.devices
     }

@@ -13,10 +13,9 @@ import pytest
 from drivers.errors import DeviceCommandError
 from drivers.polatis import PolatisScpi
 from drivers.transports import TransportSettings, open_transport
+from emulators import spec as spec_mod
+from emulators import twin as twin_mod
 from testbed.capabilities import CircuitSwitch, Identity
-
-twin_mod = pytest.importorskip("emulators.twin")
-spec_mod = pytest.importorskip("emulators.spec")
 
 SIZE = 32  # ingress 1..32, egress 33..64
 SWITCHING_MS = 25

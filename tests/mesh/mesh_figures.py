@@ -24,7 +24,8 @@ from drivers.transports import TransportSettings  # noqa: E402
 from emulators.devices import build_device  # noqa: E402
 from emulators.mesh.chip import MeshChip  # noqa: E402
 from emulators.mesh.spec import MeshSpec  # noqa: E402
-from testbed.photonics import layout, schedule  # noqa: E402
+from testbed.fabric.topology import all_to_all_schedule  # noqa: E402
+from testbed.photonics import layout  # noqa: E402
 from testbed.photonics.calibration import CalibrationSettings, calibrate  # noqa: E402
 
 
@@ -55,7 +56,7 @@ def main() -> None:
     mesh.calibrate(CalibrationSettings(points=20))
     print(f"N=8 qontrol-mesh over pty: calibration {time.perf_counter() - t0:.2f} s, 112 heaters")
     worst_frac, worst_ext, times = 1.0, 1e9, []
-    for perm in schedule.ordered_matchings(n):
+    for perm in ordered_matchings(n):
         t0 = time.perf_counter()
         mesh.program(perm)
         times.append(time.perf_counter() - t0)
@@ -69,7 +70,7 @@ def main() -> None:
     scpi = make_driver("scpi-mesh", "chip1", TransportSettings(type="visa", address=ep["visa"]))
     scpi.calibration = mesh.calibration
     times = []
-    for perm in schedule.ordered_matchings(n):
+    for perm in ordered_matchings(n):
         t0 = time.perf_counter()
         scpi.program(perm)
         times.append(time.perf_counter() - t0)
@@ -98,3 +99,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def ordered_matchings(n: int) -> list[list[int]]:
+    """The all-to-all schedule over ports 0..n-1 as permutations (matching k: i -> i + k mod n)."""
+    return [[int(dst[0]) for _, dst in m] for m in all_to_all_schedule([str(i) for i in range(n)])]
