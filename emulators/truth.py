@@ -44,14 +44,3 @@ class GroundTruth:
     def close(self) -> None:
         with self._lock:
             self._file.close()
-
-
-def read_truth(path: str | Path) -> list[dict]:
-    """The events of a ground-truth file; a torn last line (the twin was killed mid-write) is skipped."""
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out

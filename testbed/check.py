@@ -22,7 +22,7 @@ from emulators.scpi import parse_channel_list
 from emulators.spec import OcsSpec
 from testbed.config.inventory import Inventory, OcsDevice
 from testbed.errors import UserError
-from testbed.events import InvokeLedger
+from testbed.events import InvokeLedger, Op, read_jsonl
 
 # Polatis SCPI commands that change the switch (short forms, upper case) and whether they carry ports.
 WRITE_HEADERS = (
@@ -50,34 +50,18 @@ def check_run(run_dir: Path) -> CheckResult:
     run_dir = Path(run_dir)
     try:
         info = json.loads((run_dir / "run.json").read_text())
-        events = _jsonl(run_dir / "events.jsonl")
-        audit = _jsonl(run_dir / "audit.jsonl")
         inventory = Inventory.model_validate(info["inventory"])
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"{run_dir}: not a readable run folder ({exc}); pass a folder `testbed run` wrote") from None
+    events_file, audit_file = read_jsonl(run_dir / "events.jsonl"), read_jsonl(run_dir / "audit.jsonl")
+    events, audit = events_file.records, audit_file.records
     result = CheckResult()
+    result.notes += [f.torn for f in (events_file, audit_file) if f.torn]
     result.checks["every invoke closed"] = _invokes_closed(events)
     result.checks["every fault healed"] = _faults_healed(events)
     result.checks["final fabric matches history"] = _fabric_matches(events, audit, inventory, result.notes)
     result.checks["writes within the inventory's interlocks"] = _writes_allowed(audit, inventory)
     return result
-
-
-def _lines(path: Path) -> list[str]:
-    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def _jsonl(path: Path) -> list[dict]:
-    lines = _lines(path)
-    out = []
-    for n, line in enumerate(lines, 1):
-        try:
-            out.append(json.loads(line))
-        except ValueError as exc:
-            torn = n == len(lines) and not path.read_bytes().endswith(b"\n")
-            hint = "its last line is torn: the runner was killed; `testbed heal` sets it aside" if torn else str(exc)
-            raise ValueError(f"{path.name} line {n} is not JSON ({hint})") from None
-    return out
 
 
 def _invokes_closed(events: list[dict]) -> list[str]:
@@ -97,15 +81,15 @@ def _invokes_closed(events: list[dict]) -> list[str]:
 def _faults_healed(events: list[dict]) -> list[str]:
     active: dict[str, dict] = {}
     for e in events:
-        if e["op"] == "fault.inject" and e["type"] in ("ok", "info"):  # info: it may have happened
+        if e["op"] == Op.FAULT_INJECT and e["type"] in ("ok", "info"):  # info: it may have happened
             active[e.get("data", {}).get("fault", str(e["seq"]))] = e
-        elif e["op"] == "fault.heal" and e["type"] == "ok":
+        elif e["op"] == Op.FAULT_HEAL and e["type"] == "ok":
             active.pop(e.get("data", {}).get("fault", ""), None)
     return [f"fault {name} injected at seq {e['seq']} was never healed" for name, e in active.items()]
 
 
 def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory, notes: list[str]) -> list[str]:
-    final = next((e for e in reversed(events) if e["op"] == "fabric.final"), None)
+    final = next((e for e in reversed(events) if e["op"] == Op.FABRIC_FINAL), None)
     if final is None:
         return ["no final read-back recorded (the run ended before it): cannot compare"]
     if final["data"].get("lab_gone"):
@@ -115,7 +99,7 @@ def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory, notes
     initial = {
         e["device"]: e["data"]["value"]["circuits"] for e in events if e["op"] == "ocs.identify" and e["type"] == "ok"
     }
-    marked = next((e["data"] for e in events if e["op"] == "fabric.initial"), {})
+    marked = next((e["data"] for e in events if e["op"] == Op.FABRIC_INITIAL), {})
     initial.update({d: c for d, c in marked.get("circuits", {}).items() if isinstance(c, dict)})
     managed = marked.get("managed", {})
     for device, circuits in final["data"]["circuits"].items():
@@ -129,7 +113,7 @@ def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory, notes
         state = _circuits(start_circuits)
         commands = [(n, a["data"]) for n, a in enumerate(audit) if a["device"] == device and a["direction"] == "tx"]
         replayed_to, since_seq = 0, 0  # audit position and event seq the replay has reached
-        for seen_at in (e for e in events if e["op"] == "fabric.observed" and e.get("device") == device):
+        for seen_at in (e for e in events if e["op"] == Op.FABRIC_OBSERVED and e.get("device") == device):
             upto = seen_at["data"]["audit_line"]
             state = _replay(dev.size, state, [c for n, c in commands if replayed_to <= n < upto])
             seen = _circuits(seen_at["data"]["circuits"])

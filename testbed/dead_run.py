@@ -8,16 +8,15 @@ naming the file and line.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.errors import UserError
-from testbed.events import InvokeLedger
+from testbed.events import InvokeLedger, Op
 
 UNKNOWN = "outcome unknown: the runner died before this operation completed"
 # Marks a runner writes once it has ended the run itself (teardown and read-back done, or refused early).
-RUN_ENDS = ("run.end", "run.aborted", "run.failed", "run.refused")
+RUN_ENDS = (Op.RUN_END, Op.RUN_ABORTED, Op.RUN_FAILED, Op.RUN_REFUSED)
 
 
 # --- what the run left -------------------------------------------------------------------------------
@@ -60,7 +59,7 @@ def find(events: list[dict]) -> Findings:
     for i, e in enumerate(events):
         data = e.get("data") or {}
         ledger.add(e.get("device"), e["op"], e["type"], e)
-        if e["op"] == "fault.inject":
+        if e["op"] == Op.FAULT_INJECT:
             name = data.get("fault", f"seq{e['seq']}")
             if e["type"] == "invoke":
                 injecting[name] = e
@@ -70,7 +69,7 @@ def find(events: list[dict]) -> Findings:
                 active[name] = ActiveFault(name, data.get("kind", "?"), e.get("device"), data, job, e["type"] == "ok")
             elif e["type"] == "fail":
                 injecting.pop(name, None)
-        elif e["op"] == "fault.heal" and e["type"] == "ok":
+        elif e["op"] == Op.FAULT_HEAL and e["type"] == "ok":
             active.pop(data.get("fault", ""), None)
         elif e["op"] == "gpu.start_job":
             if e["type"] == "invoke":
@@ -83,7 +82,7 @@ def find(events: list[dict]) -> Findings:
                 start_invokes = {k: v for k, v in start_invokes.items() if k[0] != e.get("device")}
         elif e["op"] == "gpu.stop_job" and e["type"] == "ok":
             jobs.pop((e.get("device"), (data.get("value") or {}).get("pid")), None)
-        elif e["op"] == "heal.lab_gone":  # an earlier heal found the twin gone, and its jobs with it
+        elif e["op"] == Op.HEAL_LAB_GONE:  # an earlier heal found the twin gone, and its jobs with it
             jobs.clear()
     for name, e in injecting.items():  # the runner died during the injection: it may have happened
         active[name] = ActiveFault(
@@ -99,7 +98,7 @@ def find(events: list[dict]) -> Findings:
         initial=initial,
         managed=managed,
         ended=any(e["op"] in RUN_ENDS for e in events),
-        healed_before=any(e["op"] == "run.healed" for e in events),
+        healed_before=any(e["op"] == Op.RUN_HEALED for e in events),
     )
 
 
@@ -129,7 +128,7 @@ def _job_of(events: list[dict], inject: dict, end: int) -> dict | None:
 
 
 def _initial_fabric(events: list[dict]) -> tuple[dict[str, dict[int, int]], dict[str, list[int] | None]]:
-    mark = next((e for e in events if e["op"] == "fabric.initial"), None)
+    mark = next((e for e in events if e["op"] == Op.FABRIC_INITIAL), None)
     if mark is not None:
         circuits = {sw: c for sw, c in mark["data"]["circuits"].items() if isinstance(c, dict)}
         managed = mark["data"].get("managed", {})
@@ -168,41 +167,3 @@ def read_run(run_dir: Path) -> RunFolder:
     if not isinstance(inventory, dict) or not (run_dir / "events.jsonl").is_file():
         raise UserError(f"{run_dir}: no events.jsonl or inventory in run.json; pass a folder `testbed run` wrote")
     return RunFolder(run_dir, info, [])
-
-
-def set_aside_torn_line(path: Path) -> str | None:
-    """A kill can leave the last line of a JSONL file without its newline: move it to PATH.torn, so that
-    what heal appends starts on a line of its own and every line left parses. Returns what was done."""
-    if not path.is_file():
-        return None
-    with open(path, "rb+") as f:
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
-            return None
-        f.seek(max(0, size - 1))
-        if f.read(1) == b"\n":
-            return None
-        f.seek(0)
-        data = f.read()
-        keep = data.rfind(b"\n") + 1
-        fragment = data[keep:]
-        with open(str(path) + ".torn", "ab") as torn:
-            torn.write(fragment + b"\n")
-        f.truncate(keep)
-    return f"{path.name}: its last line was torn ({len(fragment)} bytes, no newline); set aside in {path.name}.torn"
-
-
-def parse_jsonl(path: Path) -> list[dict]:
-    out = []
-    if not path.is_file():
-        return out
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except ValueError as exc:
-            raise UserError(
-                f"{path}:{n}: not a JSON event ({exc}); the file is damaged beyond a torn last line"
-            ) from None
-    return out

@@ -44,18 +44,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from testbed.config.inventory import Inventory, transport_address
-from testbed.dead_run import (
-    UNKNOWN,
-    ActiveFault,
-    Findings,
-    RunFolder,
-    find,
-    parse_jsonl,
-    read_run,
-    set_aside_torn_line,
-)
+from testbed.dead_run import UNKNOWN, ActiveFault, Findings, RunFolder, find, read_run
 from testbed.errors import EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
-from testbed.events import Event
+from testbed.events import Event, Op, read_jsonl, set_aside_torn_line
 from testbed.recorder import Recorder, count_lines
 from testbed.results import SummaryCollector, write_json
 from testbed.runner.ray_session import leftovers, runner_alive
@@ -221,7 +212,7 @@ def heal_run(run_dir: Path, console: Console) -> int:
         torn = set_aside_torn_line(run_dir / name)
         if torn:
             report.notes.append(torn)
-    run.events = parse_jsonl(run_dir / "events.jsonl")
+    run.events = read_jsonl(run_dir / "events.jsonl").records
     found = find(run.events)
     if not found.anything:
         for note in report.notes:
@@ -258,7 +249,7 @@ def _heal(run: RunFolder, found: Findings, recorder: Recorder, lab: Lab | None, 
     runner = run.info.get("runner") or {}
     recorder.emit(
         "mark",
-        "heal.start",
+        Op.HEAL_START,
         data={
             "by": {"pid": os.getpid(), "hostname": socket.gethostname()},
             "runner": runner,
@@ -287,7 +278,7 @@ def _heal(run: RunFolder, found: Findings, recorder: Recorder, lab: Lab | None, 
         _restore_fabric(lab, run.path, found, report)
     _end_ray_leftovers(run.info, recorder, report)
     recorder.emit(
-        "mark", "run.healed", data={"ok": not report.problems, "problems": report.problems, "done": report.done}
+        "mark", Op.RUN_HEALED, data={"ok": not report.problems, "problems": report.problems, "done": report.done}
     )
 
 
@@ -331,15 +322,15 @@ def _twin_gone(info: dict) -> str | None:
 
 def _record_lab_gone(recorder: Recorder, found: Findings, why: str, report: HealReport) -> None:
     for fault in found.faults:
-        recorder.emit("invoke", "fault.heal", device=fault.device, data=fault.data)
-        recorder.emit("ok", "fault.heal", device=fault.device, data={**fault.data, "how": why})
+        recorder.emit("invoke", Op.FAULT_HEAL, device=fault.device, data=fault.data)
+        recorder.emit("ok", Op.FAULT_HEAL, device=fault.device, data={**fault.data, "how": why})
     leftover = [_end_twin_rank(job) for job in found.jobs]
     recorder.emit(
         "mark",
-        "heal.lab_gone",
+        Op.HEAL_LAB_GONE,
         data={"why": why, "faults": [f.name for f in found.faults], "jobs": leftover},
     )
-    recorder.emit("mark", "fabric.final", data={"circuits": {}, "lab_gone": why})
+    recorder.emit("mark", Op.FABRIC_FINAL, data={"circuits": {}, "lab_gone": why})
     report.done.append(why)
     if found.faults:
         report.done.append(f"{len(found.faults)} fault(s) went with it: {', '.join(f.name for f in found.faults)}")
@@ -398,7 +389,7 @@ def _lab_session(run: RunFolder, inventory: Inventory, found: Findings, report: 
 
 def _heal_faults(lab: Lab, found: Findings, report: HealReport) -> None:
     for fault in found.faults:
-        lab.recorder.emit("invoke", "fault.heal", device=fault.device, step="heal", data=fault.data)
+        lab.recorder.emit("invoke", Op.FAULT_HEAL, device=fault.device, step="heal", data=fault.data)
         healer = healer_for(fault.kind)
         try:
             if healer is None:
@@ -406,11 +397,11 @@ def _heal_faults(lab: Lab, found: Findings, report: HealReport) -> None:
             how = healer(lab, fault)
         except Exception as exc:  # a device that refuses, a twin op that fails: say so, heal the rest
             lab.recorder.emit(
-                "fail", "fault.heal", device=fault.device, step="heal", data={**fault.data, "error": str(exc)}
+                "fail", Op.FAULT_HEAL, device=fault.device, step="heal", data={**fault.data, "error": str(exc)}
             )
             report.problems.append(f"fault {fault.name}: {exc}")
             continue
-        lab.recorder.emit("ok", "fault.heal", device=fault.device, step="heal", data={**fault.data, "how": how})
+        lab.recorder.emit("ok", Op.FAULT_HEAL, device=fault.device, step="heal", data={**fault.data, "how": how})
         report.done.append(f"fault {fault.name}: {how}")
 
 
@@ -434,7 +425,7 @@ def _restore_fabric(lab: Lab, run_dir: Path, found: Findings, report: HealReport
             now = lab.call(switch, "ocs.connections", {}, "heal: read the switch")
             lab.recorder.emit(
                 "mark",
-                "fabric.observed",
+                Op.FABRIC_OBSERVED,
                 device=switch,
                 data={"circuits": now, "audit_line": audit_line, "why": "heal: the switch as the dead run left it"},
             )
@@ -460,7 +451,7 @@ def _restore_fabric(lab: Lab, run_dir: Path, found: Findings, report: HealReport
             final[switch] = lab.call(switch, "ocs.connections", {}, "heal: final read-back")
         except Exception as exc:
             report.problems.append(f"{switch}: {exc}")
-    lab.recorder.emit("mark", "fabric.final", data={"circuits": final, "healed": True})
+    lab.recorder.emit("mark", Op.FABRIC_FINAL, data={"circuits": final, "healed": True})
 
 
 def _end_ray_leftovers(info: dict, recorder: Recorder, report: HealReport) -> None:
@@ -486,7 +477,7 @@ def _end_ray_leftovers(info: dict, recorder: Recorder, report: HealReport) -> No
     # must not find them. "Ended" is said of processes that are gone.
     still = _wait_exited(exiting, LEFTOVER_EXIT_S)
     if ended:
-        recorder.emit("mark", "runner.leftovers", data={"ray_session": session, "ended": ended, "still": still})
+        recorder.emit("mark", Op.RUNNER_LEFTOVERS, data={"ray_session": session, "ended": ended, "still": still})
         report.done.append(f"ended {len(ended)} leftover process(es) of the run's Ray instance: {ended}")
     if still:
         report.problems.append(
@@ -525,7 +516,7 @@ def _update_run_files(run_dir: Path, info: dict, report: HealReport) -> None:
     if (run_dir / "summary.json").is_file():
         return
     collector = SummaryCollector()
-    for e in parse_jsonl(run_dir / "events.jsonl"):
+    for e in read_jsonl(run_dir / "events.jsonl").records:
         collector.on_event(Event(**{k: e.get(k) for k in Event.__dataclass_fields__ if k in e}))
     collector.write_trials_csv(run_dir / "trials.csv")
     summary = collector.summary(info["run"], info["playbook"]["name"], info["status"], int(info.get("trials") or 0))

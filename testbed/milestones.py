@@ -34,19 +34,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from testbed.events import Op
+
 MILESTONES: tuple[str, ...] = (
-    "fault_injected",
-    "failure_detected",
-    "spare_selected",
-    "fabric_reconfigured",
-    "link_verified",
-    "job_relaunched",
-    "job_ready",
-    "first_step",
+    Op.FAULT_INJECTED,
+    Op.FAILURE_DETECTED,
+    Op.SPARE_SELECTED,
+    Op.FABRIC_RECONFIGURED,
+    Op.LINK_VERIFIED,
+    Op.JOB_RELAUNCHED,
+    Op.JOB_READY,
+    Op.FIRST_STEP,
 )
 # SEGMENTS[i] ends at MILESTONES[i + 1]
 SEGMENTS: tuple[str, ...] = ("detect", "select", "reconfigure", "verify", "relaunch", "ready", "first_step")
-LAST_OF_SEVERAL = frozenset({"job_ready"})  # one mark per rank; the milestone is reached by the last rank
+LAST_OF_SEVERAL = frozenset({Op.JOB_READY})  # one mark per rank; the milestone is reached by the last rank
 MEASURE_PREFIX = "failover"
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from testbed.errors import UserError
-from testbed.events import read_events
+from testbed.events import Op, read_jsonl
 from testbed.milestones import MILESTONES, segments_of, trial_milestones
 from testbed.stats import summarize
 
@@ -51,7 +51,7 @@ def write_plots(run_dir: str | Path) -> list[Path]:
         written.append(path)
     events_path = run_dir / "events.jsonl"
     if events_path.is_file():
-        path = plot_timeline(list(read_events(events_path)), run_dir / TIMELINE_FILE)
+        path = plot_timeline(read_jsonl(events_path).records, run_dir / TIMELINE_FILE)
         if path:
             written.append(path)
     summary = _read_json(run_dir / "summary.json")
@@ -87,7 +87,7 @@ def span_durations(run_dir: Path) -> dict[str, list[float]]:
         return out
     events_path = run_dir / "events.jsonl"
     if events_path.is_file():
-        for event in read_events(events_path):
+        for event in read_jsonl(events_path).records:
             if event.get("type") == "measure" and isinstance(event.get("data"), dict) and "ms" in event["data"]:
                 out.setdefault(event["op"], []).append(float(event["data"]["ms"]))
     return out
@@ -178,7 +178,7 @@ def pick_median_trial(events: list[dict]) -> tuple[int, dict[str, int], int] | N
     status = {
         e.get("trial"): (e.get("data") or {}).get("status")
         for e in events
-        if e.get("type") == "mark" and e.get("op") == "trial.end"
+        if e.get("type") == "mark" and e.get("op") == Op.TRIAL_END
     }
     eligible = {t: m for t, m in found.items() if MILESTONES[0] in m and len(m) >= 2}
     ok = {t: m for t, m in eligible.items() if status.get(t) == "ok"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from testbed.events import Event
+from testbed.events import Event, Op
 
 
 class ProgressDisplay:
@@ -35,7 +35,7 @@ class ProgressDisplay:
             self.progress.update(self.task, step=event.step)
         elif event.type == "measure":
             self.progress.update(self.task, latency=f"last {event.op} {event.data['ms']:.2f} ms")
-        elif event.op == "trial.end":
+        elif event.op == Op.TRIAL_END:
             if event.data.get("status") != "ok":
                 self.failed += 1
             self.progress.advance(self.task)

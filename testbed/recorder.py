@@ -7,13 +7,21 @@ was recorded, and a line is never torn because only one thread writes it, in a s
 from __future__ import annotations
 
 import json
+import logging
+import os
 import threading
 import time
 from pathlib import Path
 
 from drivers.audit import AuditRecord
 from testbed.events import Event, EventType, Observer, now
+from testbed.events.schema import SchemaError, check_event
+from testbed.procedures import PROCEDURE_MARKS
 from testbed.redact import redact
+
+log = logging.getLogger(__name__)
+# Tests set it: an event outside the schema is then an error, not a warning (a lab run keeps going).
+STRICT_ENV = "TESTBED_STRICT_EVENTS"
 
 
 class Recorder:
@@ -26,6 +34,8 @@ class Recorder:
         self._lock = threading.Lock()
         self.trial: int | None = None
         self.step: str | None = None
+        self._strict = os.environ.get(STRICT_ENV) == "1"
+        self._warned: set[tuple[str, str]] = set()
 
     def add_observer(self, observer: Observer) -> None:
         self._observers.append(observer)
@@ -43,6 +53,7 @@ class Recorder:
         trial: int | None = None,
         step: str | None = None,
     ) -> Event:
+        self._check(type, op, data or {}, device)
         if mono_ns is None:
             mono_ns, wall = now()
         elif wall is None:
@@ -67,6 +78,17 @@ class Recorder:
         for observer in self._observers:
             observer.on_event(event)
         return event
+
+    def _check(self, type_: str, op: str, data: dict, device: str | None) -> None:
+        """Every event fits testbed/events/schema.py (results/README.md documents it)."""
+        try:
+            check_event(type_, op, data, device=device, procedures=PROCEDURE_MARKS)
+        except SchemaError:
+            if self._strict:
+                raise
+            if (type_, op) not in self._warned:
+                self._warned.add((type_, op))
+                log.warning("event outside the schema (recorded all the same)", exc_info=True)
 
     def audit(self, records: list[AuditRecord]) -> None:
         if not records:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TextIO
 
 from testbed.errors import EXIT_BAD_INPUT, EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
+from testbed.events import read_jsonl
 
 TIMING_QUERIES = frozenset({"*OPC?"})  # answers that only say when, never what
 
@@ -112,8 +113,8 @@ def replay_run(run_dir: str | Path) -> ReplayReport:
     run_dir = Path(run_dir)
     try:
         info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-        audit = _jsonl(run_dir / "audit.jsonl")
-        events = _jsonl(run_dir / "events.jsonl") if (run_dir / "events.jsonl").is_file() else []
+        audit = read_jsonl(run_dir / "audit.jsonl").numbered()
+        events = read_jsonl(run_dir / "events.jsonl", missing_ok=True).numbered()
         inventory = Inventory.model_validate(info["inventory"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(
@@ -212,17 +213,6 @@ def _initial_circuits(events: list[tuple[int, dict]]) -> dict[str, dict]:
             if isinstance(value.get("circuits"), dict):
                 found[e["device"]] = value["circuits"]
     return found
-
-
-def _jsonl(path: Path) -> list[tuple[int, dict]]:
-    out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            record = json.loads(line)
-            if not isinstance(record, dict):
-                raise ValueError(f"{path.name}:{n}: not a JSON object")
-            out.append((n, record))
-    return out
 
 
 def _shown(reply: str) -> str:

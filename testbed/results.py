@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
-from testbed.events import Event
+from testbed.events import FORMAT_VERSION, Event, Op
 from testbed.redact import redact
 from testbed.stats import summarize
 
@@ -51,6 +51,7 @@ def run_info(
 ) -> dict:
     return redact(
         {
+            "format_version": FORMAT_VERSION,  # of run.json and events.jsonl (testbed/events/schema.py)
             "run": run_id,
             "status": "running",
             "playbook_file": playbook_file,
@@ -109,15 +110,15 @@ class SummaryCollector:
                     "sweep": json.dumps(self.sweep_points.get(event.trial, {}), sort_keys=True),
                 }
             )
-        elif event.op == "health" and event.device:
+        elif event.op == Op.HEALTH and event.device:
             self.health[event.device] = event.data
-        elif event.op == "crosstalk" and event.device:
+        elif event.op == Op.CROSSTALK and event.device:
             entry = self.crosstalk.setdefault(event.device, {"source": event.data.get("source"), "worst_db": {}})
             for port, db in event.data.get("per_port_db", {}).items():
                 entry["worst_db"][port] = max(db, entry["worst_db"].get(port, -1e9))
-        elif event.op == "trial.end":
+        elif event.op == Op.TRIAL_END:
             self.trial_status[event.trial] = event.data.get("status", "?")
-        elif event.op == "trial.start":
+        elif event.op == Op.TRIAL_START:
             self.sweep_points[event.trial] = event.data.get("sweep", {})
 
     def write_trials_csv(self, path: Path) -> None:

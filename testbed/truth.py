@@ -16,8 +16,7 @@ import re
 import time
 from pathlib import Path
 
-from emulators.truth import read_truth
-from testbed.events import read_events
+from testbed.events import Op, read_jsonl
 from testbed.stats import summarize
 
 TRUTH_FILE = "twin_truth.jsonl"
@@ -31,8 +30,8 @@ def failover_accuracy(run_dir: Path, progress: str, clock_offset_ns: int = 0) ->
     truth_path = run_dir / TRUTH_FILE
     if not truth_path.exists():
         return None
-    events = list(read_events(run_dir / "events.jsonl"))
-    truth = read_truth(truth_path)
+    events = read_jsonl(run_dir / "events.jsonl").records
+    truth = read_jsonl(truth_path).records
     pattern = re.compile(progress)
     rows, unmatched = [], []
     for failover in _failovers(events):
@@ -71,9 +70,9 @@ def _failovers(events: list[dict]) -> list[dict]:
     by_step: dict[tuple, dict] = {}
     for e in events:
         key = (e.get("trial"), e.get("step"))
-        if e["type"] == "mark" and e["op"] == "fault_injected":
+        if e["type"] == "mark" and e["op"] == Op.FAULT_INJECTED:
             by_step.setdefault(key, {})["failed"] = e.get("device")
-        elif e["type"] == "mark" and e["op"] == "failover.resumed":
+        elif e["type"] == "mark" and e["op"] == Op.FAILOVER_RESUMED:
             by_step.setdefault(key, {}).update(spare=e.get("device"), step_no=e["data"]["step"])
         elif e["type"] == "measure" and e["op"].endswith(".total") and "start_ns" in e.get("data", {}):
             entry = by_step.setdefault(key, {})

@@ -9,6 +9,8 @@ import pytest
 
 # Single-machine mode binds every Ray server to 127.0.0.1; Ray reads this at import time.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# An event outside testbed/events/schema.py fails the run under test (a lab run only warns); subprocesses inherit it.
+os.environ["TESTBED_STRICT_EVENTS"] = "1"
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_INVENTORY = REPO / "playbooks" / "inventory" / "emulated-rack.yaml"

@@ -31,4 +31,27 @@ PROCEDURES: dict[str, Procedure] = {
     "gpu.step_times": gpu.step_times,
 }
 
-__all__ = ["PROCEDURES", "ProcedureContext"]
+# The marks (timestamped milestones) each procedure may take; events.jsonl's schema lists them per operation.
+CHANGE_MARKS = ("sent", "acked", "lit", "reverted")
+PROCEDURE_MARKS: dict[str, tuple[str, ...]] = {
+    "ocs.identify": (),
+    "ocs.reconfigure": CHANGE_MARKS,
+    "ocs.clear": ("sent", "acked"),
+    "ocs.connections": (),
+    "mesh.identify": (),
+    "mesh.calibrate": ("loaded", "sweep_started", "swept"),
+    "mesh.reconfigure": CHANGE_MARKS,
+    "mesh.clear": ("sent", "acked"),
+    "gpu.identify": (),
+    "gpu.start_job": ("job_started",),
+    "gpu.job_status": ("progress_seen",),
+    "gpu.stop_job": ("job_stopped",),
+    "gpu.health": (),
+    "gpu.kill_job": ("fault_injected", "fault_healed"),
+    "gpu.resume_job": ("fault_healed",),
+    "gpu.watch_job": ("watching", "failure_detected"),
+    "gpu.wait_step": ("job_ready", "first_step"),
+    "gpu.step_times": (),
+}
+
+__all__ = ["PROCEDURES", "PROCEDURE_MARKS", "ProcedureContext"]

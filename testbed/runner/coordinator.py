@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from testbed.errors import ExperimentFailed
-from testbed.events import Event, InvokeLedger
+from testbed.events import Event, InvokeLedger, Op
 from testbed.plan import (
     ApplyStep,
     CalibrateStep,
@@ -198,7 +198,7 @@ class Coordinator:
                     continue
                 if where["pid"] != self._pids.get(name):
                     data = {"actor": name, "pid": where["pid"], "was": self._pids.get(name)}
-                    self.recorder.emit("mark", "actor.restarted", device=name.split(" ")[0], data=data)
+                    self.recorder.emit("mark", Op.ACTOR_RESTARTED, device=name.split(" ")[0], data=data)
                     self._pids[name] = where["pid"]
                 break
 
@@ -218,7 +218,7 @@ class Coordinator:
                 continue
             self.recorder.emit(
                 "mark",
-                "fabric.observed",
+                Op.FABRIC_OBSERVED,
                 device=device,
                 data={"circuits": result.value, "audit_line": audit_line, "why": "device actor restarted"},
             )
@@ -353,7 +353,7 @@ class Coordinator:
 
             health_check(self, step)
         elif isinstance(step, WaitStep):
-            self.recorder.emit("mark", "wait", step=step.label, data={"seconds": step.seconds})
+            self.recorder.emit("mark", Op.WAIT, step=step.label, data={"seconds": step.seconds})
             time.sleep(step.seconds)  # the experiment asks for this pause; it is not synchronisation
         elif isinstance(step, ParallelStep):
             futures = [self._pool.submit(self.execute, s) for s in step.steps]
@@ -449,7 +449,7 @@ class Coordinator:
                 per_port[egress] = round(10 * math.log10(max(leak, 1e-30) / max(signal, 1e-30)), 2)
             self.recorder.emit(
                 "mark",
-                "crosstalk",
+                Op.CROSSTALK,
                 device=device,
                 step=step.label,
                 data={"source": "twin ground truth", "per_port_db": per_port},

@@ -12,6 +12,7 @@ import threading
 import time
 
 from testbed.errors import ExperimentFailed
+from testbed.events import Op
 from testbed.plan import FaultInjectStep
 
 # transport kind -> the proxy's toxic type; `down` is not a toxic: the proxy refuses and cuts connections.
@@ -80,7 +81,7 @@ class TransportFaults:
         }
         if step.when_s:
             self.stopping.wait(step.when_s)  # the playbook's schedule for the fault, not synchronisation
-        self.recorder.emit("invoke", "fault.inject", device=step.device, step=step.label, data=data)
+        self.recorder.emit("invoke", Op.FAULT_INJECT, device=step.device, step=step.label, data=data)
         t0 = time.monotonic_ns()
         try:
             if step.kind == "transport.down":
@@ -95,11 +96,11 @@ class TransportFaults:
                     attributes=dict(step.attributes),
                 )
         except Exception as exc:  # the twin refused (no proxy, bad attribute) or is gone: nothing was applied
-            self.recorder.emit("fail", "fault.inject", device=step.device, step=step.label, data=data)
+            self.recorder.emit("fail", Op.FAULT_INJECT, device=step.device, step=step.label, data=data)
             raise _failed(f"{step.label}: the twin's fault proxy refused {step.kind}: {exc}") from None
         injected = (t0 + time.monotonic_ns()) // 2
-        self.recorder.emit("ok", "fault.inject", device=step.device, step=step.label, data=data)
-        self.recorder.emit("mark", "fault_injected", mono_ns=injected, wall=time.time(), device=step.device,
+        self.recorder.emit("ok", Op.FAULT_INJECT, device=step.device, step=step.label, data=data)
+        self.recorder.emit("mark", Op.FAULT_INJECTED, mono_ns=injected, wall=time.time(), device=step.device,
                            step=step.label, data=data)  # fmt: skip
         try:
             self.stopping.wait(step.duration_s)  # how long the playbook keeps the fault; an abort cuts it short
@@ -107,13 +108,13 @@ class TransportFaults:
             self.heal(step, data)
 
     def heal(self, step: FaultInjectStep, data: dict) -> None:
-        self.recorder.emit("invoke", "fault.heal", device=step.device, step=step.label, data=data)
+        self.recorder.emit("invoke", Op.FAULT_HEAL, device=step.device, step=step.label, data=data)
         try:
             if step.kind == "transport.down":
                 self.twin.call(step.device, "proxy.set_enabled", enabled=True)
             else:
                 self.twin.call(step.device, "proxy.remove_toxic", name=data["toxic"])
         except Exception as exc:
-            self.recorder.emit("fail", "fault.heal", device=step.device, step=step.label, data=data)
+            self.recorder.emit("fail", Op.FAULT_HEAL, device=step.device, step=step.label, data=data)
             raise _failed(f"{step.label}: could not heal {step.kind} on {step.device}: {exc}") from None
-        self.recorder.emit("ok", "fault.heal", device=step.device, step=step.label, data=data)
+        self.recorder.emit("ok", Op.FAULT_HEAL, device=step.device, step=step.label, data=data)

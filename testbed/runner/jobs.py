@@ -20,6 +20,7 @@ from pathlib import Path
 from emulators.control import TriggerMissed
 from testbed.config.inventory import Inventory
 from testbed.config.playbook import Job
+from testbed.events import Op
 from testbed.fabric import PathError, choose_spare, links_to_circuits
 from testbed.fabric.jobfabric import fabric_links, ring_link_ports
 from testbed.milestones import segments_of
@@ -92,7 +93,7 @@ class FaultInjector:
         # and process.hang are signals on any lab.
         signal = {"gpu.fail": "KILL", "process.kill": "KILL", "process.hang": "STOP"}[kind]
         result = self.coordinator.call({rank.host: ("gpu.kill_job", {"job": job, "signal": signal})}, label)
-        return result[rank.host].marks["fault_injected"][0]
+        return result[rank.host].marks[Op.FAULT_INJECTED][0]
 
     def _trigger(self, kind: str, rank: Rank, op: str, args: dict) -> int:
         lead = TRIGGER_LEAD_NS
@@ -175,7 +176,7 @@ class JobController:
         self._launch(step.label)
         if step.wait_steps > 0:
             self._wait(step.label, self.ranks, self.job.progress, step.wait_steps, step.timeout_s)
-        self.c.recorder.emit("mark", "job_ready", step=step.label, data={"ranks": len(self.ranks)})
+        self.c.recorder.emit("mark", Op.JOB_READY, step=step.label, data={"ranks": len(self.ranks)})
 
     def _launch(
         self, label: str, watch: int | None = None, timeout_s: float = 120.0
@@ -219,7 +220,7 @@ class JobController:
             )
         if watch is not None:
             args = {"job": f"rank{watch}.{self.launches}", "progress": self.job.progress, "ready": READY}
-            args.update(min_step=0, max_s=timeout_s, mark="first_step")
+            args.update(min_step=0, max_s=timeout_s, mark=Op.FIRST_STEP)
             programs[self.ranks[watch].host].append((label, "gpu.wait_step", args))
         started, watched = {}, None
         for host, results in self.c.dispatch(programs).items():
@@ -278,7 +279,7 @@ class JobController:
         progress: str,
         min_step: int,
         timeout_s: float,
-        mark: str = "first_step",
+        mark: str = Op.FIRST_STEP,
     ) -> dict[int, object]:
         """Wait until each rank's log shows `progress` at min_step or later (marked `mark`)."""
         programs: dict[str, list] = {}
@@ -391,16 +392,16 @@ class JobController:
         )
         data = self._fault_data(step, target)
         job = self.handles[target.index]
-        self.c.recorder.emit("invoke", "fault.inject", device=target.host, step=step.label, data=data)
+        self.c.recorder.emit("invoke", Op.FAULT_INJECT, device=target.host, step=step.label, data=data)
         try:
             injected = self.faults.inject(step.kind, target, job, step.label, step.xid)
         except StepFailed:
-            self.c.recorder.emit("fail", "fault.inject", device=target.host, step=step.label, data=data)
+            self.c.recorder.emit("fail", Op.FAULT_INJECT, device=target.host, step=step.label, data=data)
             raise
-        self.c.recorder.emit("ok", "fault.inject", device=target.host, step=step.label, data=data)
+        self.c.recorder.emit("ok", Op.FAULT_INJECT, device=target.host, step=step.label, data=data)
         self._mark_injected(step, target, injected, {**data, "watching": all(ready)})
         if step.kind == "gpu.fail" and self.faults.twin is None:
-            self.c.recorder.emit("mark", "gpu_marked_failed", device=target.host, step=step.label, data=data)
+            self.c.recorder.emit("mark", Op.GPU_MARKED_FAILED, device=target.host, step=step.label, data=data)
         try:
             first = self._first_detection(refs, step, on_detect)
         finally:
@@ -425,9 +426,9 @@ class JobController:
         }
 
     def _heal(self, step, target: Rank, job: dict, data: dict) -> None:
-        self.c.recorder.emit("invoke", "fault.heal", device=target.host, step=step.label, data=data)
+        self.c.recorder.emit("invoke", Op.FAULT_HEAL, device=target.host, step=step.label, data=data)
         self.faults.heal(step.kind, target, job, step.label)
-        self.c.recorder.emit("ok", "fault.heal", device=target.host, step=step.label, data=data)
+        self.c.recorder.emit("ok", Op.FAULT_HEAL, device=target.host, step=step.label, data=data)
 
     def _first_detection(self, refs: dict, step, on_detect: Callable[[int], None] | None = None):
         """Wait for the first watcher to see a failure, stop the job (so every other watch ends), then
@@ -441,7 +442,7 @@ class JobController:
             # a watcher still takes a health probe for the evidence, which the failover need not wait for.
             # (Once the job is stopped every watcher marks an exit, so none of these waits lingers.)
             seen = {
-                self.watchers[self.ranks[rank].host].wait_mark.remote("failure_detected", limit): rank for rank in refs
+                self.watchers[self.ranks[rank].host].wait_mark.remote(Op.FAILURE_DETECTED, limit): rank for rank in refs
             }
             pending = list(seen)
             while pending:
@@ -458,7 +459,7 @@ class JobController:
             rank = by_ref[ref]
             result = results[0]
             self.c._record(self.ranks[rank].host, step.label, "gpu.watch_job", result)
-            mark = result.marks.get("failure_detected") if result.status == "ok" else None
+            mark = result.marks.get(Op.FAILURE_DETECTED) if result.status == "ok" else None
             if mark and (result.value or {}).get("detected"):
                 detections.append((rank, mark[0], result.value))
         return failed_rank(detections)
@@ -469,7 +470,7 @@ class JobController:
         if self.faults.twin is not None and step.kind in ("gpu.fail", "host.power_off", "host.straggle"):
             self.c.recorder.emit(
                 "mark",
-                "fault_injected",
+                Op.FAULT_INJECTED,
                 mono_ns=injected,
                 wall=time.time(),
                 device=target.host,
@@ -478,7 +479,7 @@ class JobController:
             )
         else:
             self.c.recorder.emit(
-                "mark", "fault_described", device=target.host, step=step.label, data={**data, "injected_ns": injected}
+                "mark", Op.FAULT_DESCRIBED, device=target.host, step=step.label, data={**data, "injected_ns": injected}
             )
 
     def inject(self, step: FaultInjectStep) -> None:
@@ -489,14 +490,14 @@ class JobController:
         data = {**self._fault_data(step, target), "duration_s": step.duration_s}
         if step.when_s:
             self.c.stopping.wait(step.when_s)  # the playbook's schedule for the fault, not synchronisation
-        self.c.recorder.emit("invoke", "fault.inject", device=target.host, step=step.label, data=data)
+        self.c.recorder.emit("invoke", Op.FAULT_INJECT, device=target.host, step=step.label, data=data)
         job = self.handles[target.index]
         try:
             injected = self.faults.inject(step.kind, target, job, step.label, step.xid, step.duty, step.period_s)
         except StepFailed:
-            self.c.recorder.emit("fail", "fault.inject", device=target.host, step=step.label, data=data)
+            self.c.recorder.emit("fail", Op.FAULT_INJECT, device=target.host, step=step.label, data=data)
             raise
-        self.c.recorder.emit("ok", "fault.inject", device=target.host, step=step.label, data=data)
+        self.c.recorder.emit("ok", Op.FAULT_INJECT, device=target.host, step=step.label, data=data)
         self._mark_injected(step, target, injected, data)
         try:
             # How long the playbook keeps the fault (part of the experiment); an abort cuts it short.
@@ -557,8 +558,8 @@ class JobController:
             )
             self.failovers += 1
             self.spare_use[spare] = self.spare_use.get(spare, 0) + 1
-            plan["spare_selected"] = self._mark(
-                "spare_selected", step, {"failed": failed.host, "spare": spare, "rank": rank}
+            plan[Op.SPARE_SELECTED] = self._mark(
+                Op.SPARE_SELECTED, step, {"failed": failed.host, "spare": spare, "rank": rank}
             )
             hosts = list(self.assignment)
             hosts[rank] = spare
@@ -578,40 +579,40 @@ class JobController:
                 self.failovers -= 1
                 self.spare_use[plan["spare"]] -= 1
                 self._mark(
-                    "failure_reattributed",
+                    Op.FAILURE_REATTRIBUTED,
                     step,
                     {"first_seen": plan["rank"], "failed": first[0], "evidence": first[2].get("evidence")},
                 )
                 on_detect(first[0])
             milestones = {
-                "fault_injected": injected,
-                "failure_detected": first[1],
-                "spare_selected": plan["spare_selected"],
+                Op.FAULT_INJECTED: injected,
+                Op.FAILURE_DETECTED: first[1],
+                Op.SPARE_SELECTED: plan[Op.SPARE_SELECTED],
             }
             switches = plan["fabric"].result()
             self._assign(plan["hosts"])
-            milestones["fabric_reconfigured"] = self._mark_at(
-                "fabric_reconfigured", step, max(r.marks["acked"][0] for r in switches.values())
+            milestones[Op.FABRIC_RECONFIGURED] = self._mark_at(
+                Op.FABRIC_RECONFIGURED, step, max(r.marks["acked"][0] for r in switches.values())
             )
             if all("lit" in r.marks for r in switches.values()):
-                milestones["link_verified"] = self._mark_at(
-                    "link_verified", step, max(r.marks["lit"][0] for r in switches.values())
+                milestones[Op.LINK_VERIFIED] = self._mark_at(
+                    Op.LINK_VERIFIED, step, max(r.marks["lit"][0] for r in switches.values())
                 )
             rank = plan["rank"]
             # The rank on the spare is watched from its launch on: its ready line, then its first step after
             # the checkpoint.
             started, result = self._launch(step.label, watch=rank, timeout_s=step.timeout_s)
-            milestones["job_relaunched"] = self._mark_at(
-                "job_relaunched", step, max(r.marks["job_started"][0] for r in started.values())
+            milestones[Op.JOB_RELAUNCHED] = self._mark_at(
+                Op.JOB_RELAUNCHED, step, max(r.marks["job_started"][0] for r in started.values())
             )
             _raise_failures([result])
             # The spare's rank prints its ready line after an all-reduce with every rank: the whole job is up.
-            milestones["job_ready"] = result.marks["job_ready"][0]
+            milestones[Op.JOB_READY] = result.marks[Op.JOB_READY][0]
             resumed = result.value["resumed"]
-            milestones["first_step"] = result.marks["first_step"][0]
+            milestones[Op.FIRST_STEP] = result.marks[Op.FIRST_STEP][0]
             self.c.recorder.emit(
                 "mark",
-                "failover.resumed",
+                Op.FAILOVER_RESUMED,
                 step=step.label,
                 device=plan["spare"],
                 data={"resumed_from": resumed, "step": result.value["step"], "rank": rank},
@@ -677,5 +678,5 @@ def health_check(c: Coordinator, step: HealthStep) -> None:
     )
     for host, (result,) in results.items():
         if result is not None and result.status == "ok":
-            c.recorder.emit("mark", "health", device=host, step=step.label, data=result.value)
+            c.recorder.emit("mark", Op.HEALTH, device=host, step=step.label, data=result.value)
     _raise_failures([r for (r,) in results.values()])

@@ -22,6 +22,7 @@ from testbed.config.inventory import (
     transport_address,
 )
 from testbed.errors import ExperimentFailed, UserError
+from testbed.events import Op
 from testbed.plan import Plan
 from testbed.progress import ProgressDisplay
 from testbed.recorder import Recorder
@@ -106,20 +107,20 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
                 info["devices"] = coordinator.identify()
                 info["actors"] = {name: {"pid": pid} for name, pid in coordinator.actor_pids().items()}
                 # What the run found, and the ports it may change: `testbed heal` restores these after a crash.
-                recorder.emit("mark", "fabric.initial", data=_initial_fabric(plan, info["devices"]))
+                recorder.emit("mark", Op.FABRIC_INITIAL, data=_initial_fabric(plan, info["devices"]))
                 write_json(run_dir / "run.json", info)
                 display = stack.enter_context(ProgressDisplay(console, len(plan.trials)))
                 recorder.add_observer(display)
                 status, error = _execute(plan, coordinator, recorder)
     except KeyboardInterrupt as exc:
         status, error = "aborted", "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
-        recorder.emit("mark", "run.aborted", data={"reason": error})
+        recorder.emit("mark", Op.RUN_ABORTED, data={"reason": error})
     except ExperimentFailed as exc:
         status, error = "failed", str(exc)
-        recorder.emit("mark", "run.failed", data={"error": error})
+        recorder.emit("mark", Op.RUN_FAILED, data={"error": error})
     except UserError as exc:  # refused before the experiment began (a lock, a pin): recorded, then reported
         status, error = "failed", str(exc)
-        recorder.emit("mark", "run.refused", data={"error": error})
+        recorder.emit("mark", Op.RUN_REFUSED, data={"error": error})
         raise
     finally:
         recorder.close()
@@ -137,13 +138,13 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
 
 
 def _execute(plan: Plan, coordinator: Coordinator, recorder: Recorder) -> tuple[str, str | None]:
-    recorder.emit("mark", "run.start", data={"trials": len(plan.trials), "seed": plan.seed})
+    recorder.emit("mark", Op.RUN_START, data={"trials": len(plan.trials), "seed": plan.seed})
     failures: list[str] = []
     try:
         coordinator.execute_steps(plan.setup)
         for trial in plan.trials:
             recorder.trial = trial.index
-            recorder.emit("mark", "trial.start", data={"sweep": trial.sweep_point})
+            recorder.emit("mark", Op.TRIAL_START, data={"sweep": trial.sweep_point})
             try:
                 coordinator.execute_steps(trial.steps)
             except Exception as exc:
@@ -155,7 +156,7 @@ def _execute(plan: Plan, coordinator: Coordinator, recorder: Recorder) -> tuple[
                     coordinator.open_invokes.close_all(recorder, f"outcome unknown: {died}")
                     coordinator.wait_until_alive(coordinator.all_actors())  # what follows needs them back
                 end = {"status": "failed", "error": str(exc)} | ({"actor_died": died} if died else {})
-                recorder.emit("mark", "trial.end", data=end)
+                recorder.emit("mark", Op.TRIAL_END, data=end)
                 failures.append(f"trial {trial.index}: {exc}")
                 _stop_job(coordinator, failures)  # the next trial starts its own
                 if died is not None:
@@ -167,7 +168,7 @@ def _execute(plan: Plan, coordinator: Coordinator, recorder: Recorder) -> tuple[
                 continue
             finally:
                 recorder.trial = None
-            recorder.emit("mark", "trial.end", trial=trial.index, data={"status": "ok"})
+            recorder.emit("mark", Op.TRIAL_END, trial=trial.index, data={"status": "ok"})
     finally:
         coordinator.stopping.set()  # a fault still under way in a `parallel` step heals now, not after its time
         # Teardown runs even after a failure or Ctrl-C, so the lab is left as the playbook says; then the
@@ -179,10 +180,10 @@ def _execute(plan: Plan, coordinator: Coordinator, recorder: Recorder) -> tuple[
             except ExperimentFailed as exc:
                 failures.append(f"teardown: {exc}")
         try:
-            recorder.emit("mark", "fabric.final", data={"circuits": coordinator.read_fabric()})
+            recorder.emit("mark", Op.FABRIC_FINAL, data={"circuits": coordinator.read_fabric()})
         except ExperimentFailed as exc:
             failures.append(f"final read-back: {exc}")
-    recorder.emit("mark", "run.end", data={"failures": len(failures)})
+    recorder.emit("mark", Op.RUN_END, data={"failures": len(failures)})
     if failures:
         return "failed", "\n".join(failures)
     return "ok", None

@@ -19,8 +19,8 @@ from emulators.control import TriggerMissed, TwinControlError
 from emulators.gpuhost.keys import new_ed25519
 from emulators.gpuhost.spec import GpuHostSpec
 from emulators.spec import OcsSpec, TwinSpec
-from emulators.truth import read_truth
 from emulators.twin import GIL_SWITCH_S, TwinProcess, TwinServer
+from testbed.events import read_jsonl
 
 START_SLEEP = (
     "mkdir -p j && CUDA_VISIBLE_DEVICES=1 TESTBED_JOB=j setsid env -C j sleep 60 > j/j.log 2>&1 < /dev/null & echo $!"
@@ -194,10 +194,10 @@ def test_a_timed_fault_takes_effect_at_its_moment_and_never_before(tmp_path):
             at = time.monotonic_ns() + 30_000_000
             ctl.call_at(at, "h1", "fail_gpu", index=1)
             answered = time.monotonic_ns()
-            fault = [t for t in read_truth(truth) if t["event"] == "fault"][-1]
+            fault = [t for t in read_jsonl(truth).records if t["event"] == "fault"][-1]
             assert at <= fault["t_ns"] <= answered
             # The truth says how the fault was fired: at real-time priority wherever the twin may have it.
-            trigger = [t for t in read_truth(truth) if t["event"] == "trigger"][-1]
+            trigger = [t for t in read_jsonl(truth).records if t["event"] == "trigger"][-1]
             assert (trigger["host"], trigger["op"], trigger["at_ns"]) == ("h1", "fail_gpu", at)
             assert trigger["realtime"] is may_use_realtime()
             ctl.call("h1", "recover_gpu", index=1)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.events import read_jsonl
+
 WAIT_S = 120  # bound on waiting for the run to reach a point (a slow CI machine), not a timing claim
 
 
@@ -34,9 +36,11 @@ def start_run(repo: Path, args: list[str]) -> subprocess.Popen:
 
 
 def read_events(path: Path) -> list[dict]:
-    """Every line of a finished run's events.jsonl. Strict, unlike testbed.events.read_events: a torn line
-    the run should not have left fails the test."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """Every line of a finished run's events.jsonl. Strict: a torn last line the run should not have left
+    fails the test (the framework's reader leaves it out and reports it)."""
+    events = read_jsonl(path)
+    assert events.torn is None, events.torn
+    return events.records
 
 
 def wait_for(results: Path, proc: subprocess.Popen, condition: Callable[[dict], bool], what: str) -> Path:

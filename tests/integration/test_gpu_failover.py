@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from privileges import may_use_realtime
 
-from emulators.truth import read_truth
 from testbed.cli import main
+from testbed.events import read_jsonl
 from testbed.milestones import MILESTONES, SEGMENTS
 
 TRIALS = 20
@@ -128,7 +128,7 @@ def test_the_measured_failover_agrees_with_the_twins_ground_truth(run_dir):
 def test_the_ground_truth_is_the_twins_own_account(run_dir):
     """The fault the twin applied killed the very rank the framework saw fail, and the spare's step lines
     continue from the checkpoint: the truth log is evidence, not a copy of the framework's events."""
-    truth = read_truth(run_dir / "twin_truth.jsonl")
+    truth = read_jsonl(run_dir / "twin_truth.jsonl").records
     evs = events(run_dir)
     for row in json.loads((run_dir / "summary.json").read_text())["ground_truth"]["per_trial"]:
         trial = row["trial"]

@@ -110,7 +110,7 @@ def test_kill9_mid_fault_then_heal_restores_the_lab_and_check_passes(repo, tmp_p
     after = read_events(run_dir / "events.jsonl")
     heal_ops = [(e["type"], e["op"], e.get("device")) for e in after[len(events) :]]
     # The hung rank was continued, then every rank of the run stopped.
-    assert ("ok", "gpu.kill_job", "gpu02") in heal_ops and ("ok", "fault.heal", "gpu02") in heal_ops
+    assert ("ok", "gpu.resume_job", "gpu02") in heal_ops and ("ok", "fault.heal", "gpu02") in heal_ops
     assert {("ok", "gpu.stop_job", "gpu01"), ("ok", "gpu.stop_job", "gpu02")} <= set(heal_ops)
     for host in ("gpu01", "gpu02"):
         assert not any(j["alive"] for j in twin.control.call(host, "state")["jobs"])

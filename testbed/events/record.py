@@ -1,4 +1,4 @@
-"""One event vocabulary for the recorder, the live display and the report.
+"""An event as the recorder writes it, and who sees events as they are recorded.
 
 Types follow Jepsen histories: an operation on a device is an `invoke` followed by `ok`, `fail` or
 `info` (outcome unknown, e.g. a write whose acknowledgement timed out). Two more types: `mark`, a
@@ -8,11 +8,8 @@ span between two marks, which is what the summary aggregates.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal, Protocol
 
 EventType = Literal["invoke", "ok", "fail", "info", "mark", "measure"]
@@ -57,44 +54,5 @@ class Observer(Protocol):
     def on_event(self, event: Event) -> None: ...
 
 
-class InvokeLedger:
-    """Which invokes are still open. Each completion (ok / fail / info) closes the oldest open invoke of the
-    same operation on the same device: an operation such as fault.inject may wrap device operations, so a
-    device can have several open. The one rule for the runner (live), `testbed heal` and `testbed check`."""
-
-    def __init__(self) -> None:
-        self._open: dict[tuple[str | None, str], list] = {}
-
-    def add(self, device: str | None, op: str, type_: str, event: object) -> bool:
-        """Record one event; False for a completion that closes no invoke."""
-        if type_ == "invoke":
-            self._open.setdefault((device, op), []).append(event)
-        elif type_ in ("ok", "fail", "info"):
-            queue = self._open.get((device, op))
-            if not queue:
-                return False
-            queue.pop(0)
-        return True
-
-    def still_open(self) -> list:
-        """The open invokes, operation by operation in the order each first appeared."""
-        return [e for queue in self._open.values() for e in queue]
-
-
 def now() -> tuple[int, float]:
     return time.monotonic_ns(), time.time()
-
-
-def read_events(path: Path) -> Iterator[dict]:
-    """events.jsonl, line by line; a line cut short (an aborted run) is skipped."""
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(event, dict):
-                yield event

@@ -1,0 +1,23 @@
+"""Events: what a run records, in one vocabulary (schema), read back by one reader (jsonl).
+
+The bottom layer of the framework: it imports nothing of testbed but its errors."""
+
+from testbed.events.jsonl import JsonlError, JsonlFile, read_jsonl, set_aside_torn_line
+from testbed.events.ledger import InvokeLedger
+from testbed.events.record import Event, EventType, Observer, now
+from testbed.events.schema import FORMAT_VERSION, Op, SchemaError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Event",
+    "EventType",
+    "InvokeLedger",
+    "JsonlError",
+    "JsonlFile",
+    "Observer",
+    "Op",
+    "SchemaError",
+    "now",
+    "read_jsonl",
+    "set_aside_torn_line",
+]

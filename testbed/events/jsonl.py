@@ -1,0 +1,94 @@
+"""Reading a run's JSONL files (events.jsonl, audit.jsonl, twin_truth.jsonl): one reader, one rule.
+
+The recorder writes each line whole, newline included, in one write call, and flushes it. So a kill can leave
+one kind of damage only: the last line cut short, without its newline (torn). The rule, for every reader:
+- a torn last line is left out and reported (`JsonlFile.torn`); `testbed heal` sets it aside on disk;
+- any other line that is not a JSON object is damage no kill explains: JsonlError names file:line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.errors import UserError
+
+
+class JsonlError(UserError):
+    """A line of a run's JSONL file is damaged beyond a torn last line."""
+
+
+@dataclass
+class JsonlFile:
+    path: Path
+    records: list[dict] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # each record's 1-based line number
+    torn: str | None = None  # what was left out, for the reader's report
+
+    def numbered(self) -> list[tuple[int, dict]]:
+        return list(zip(self.lines, self.records, strict=True))
+
+
+def read_jsonl(path: Path, *, missing_ok: bool = False) -> JsonlFile:
+    """Every record of a JSONL file, by the rule above. A missing file is an error unless missing_ok."""
+    path = Path(path)
+    out = JsonlFile(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        if missing_ok:
+            return out
+        raise JsonlError(f"{path}: no such file; pass a folder `testbed run` wrote") from None
+    lines = data.split(b"\n")
+    complete = lines[:-1]  # everything before the last newline
+    last = lines[-1]  # bytes after it: empty, or a torn line
+    for number, raw in enumerate(complete, 1):
+        _parse(out, path, number, raw)
+    if last.strip():
+        try:
+            _parse(out, path, len(complete) + 1, last)
+        except JsonlError:
+            out.torn = (
+                f"{path.name}: its last line is torn ({len(last)} bytes, no newline: the writer was killed); "
+                "left out (`testbed heal` sets it aside)"
+            )
+    return out
+
+
+def _parse(out: JsonlFile, path: Path, number: int, raw: bytes) -> None:
+    if not raw.strip():
+        return
+    try:
+        record = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise JsonlError(
+            f"{path}:{number}: not a JSON line ({exc}); the file is damaged beyond a torn last line"
+        ) from None
+    if not isinstance(record, dict):
+        raise JsonlError(f"{path}:{number}: a JSON {type(record).__name__}, not an object")
+    out.records.append(record)
+    out.lines.append(number)
+
+
+def set_aside_torn_line(path: Path) -> str | None:
+    """Move a torn last line to PATH.torn, so that what is appended next starts on a line of its own and every
+    line left parses. Returns what was done (None: nothing was torn)."""
+    if not path.is_file():
+        return None
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return None
+        f.seek(max(0, size - 1))
+        if f.read(1) == b"\n":
+            return None
+        f.seek(0)
+        data = f.read()
+        keep = data.rfind(b"\n") + 1
+        fragment = data[keep:]
+        with open(str(path) + ".torn", "ab") as torn:
+            torn.write(fragment + b"\n")
+        f.truncate(keep)
+    return f"{path.name}: its last line was torn ({len(fragment)} bytes, no newline); set aside in {path.name}.torn"

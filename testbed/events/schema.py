@@ -1,0 +1,547 @@
+"""The event vocabulary of events.jsonl: every name the framework writes, its types, and its payload.
+
+events.jsonl is the results format users' analyses read, so its names and fields are defined here once and
+used by every writer (the runner, heal) and reader (check, heal, report, plots, truth). results/README.md's
+event tables are generated from this module (`python -m testbed.events --readme results/README.md`;
+a test keeps them equal).
+
+Four kinds of name:
+- framework events (`Op` below): run and trial boundaries, fabric snapshots, failover milestones, faults;
+- device operations: a procedure's name (`ocs.reconfigure`, `gpu.start_job`, ...), as invoke then ok / fail /
+  info, with the payloads DEVICE_OP_PAYLOADS gives; the procedures are the device families' (ProcedureSpec);
+- device marks: milestones a procedure observes next to the I/O (`sent`, `acked`, `lit`, ...), declared by
+  the procedure that takes them;
+- measures: spans named `<measure>.<segment>` (a playbook chooses the measure name), payload Measure.
+"""
+
+# No `from __future__ import annotations` here: TypedDict must see NotRequired[...] as objects, not strings.
+import sys
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, NotRequired, TypedDict
+
+FORMAT_VERSION = 2  # run.json's format_version; 1: runs from before this schema (no field)
+
+OPERATION_TYPES = frozenset({"invoke", "ok", "fail", "info"})
+
+
+class Op(StrEnum):
+    """Every event name the framework itself writes (device operations and marks are the procedures')."""
+
+    RUN_START = "run.start"
+    RUN_END = "run.end"
+    RUN_ABORTED = "run.aborted"
+    RUN_FAILED = "run.failed"
+    RUN_REFUSED = "run.refused"
+    TRIAL_START = "trial.start"
+    TRIAL_END = "trial.end"
+    FABRIC_INITIAL = "fabric.initial"
+    FABRIC_OBSERVED = "fabric.observed"
+    FABRIC_FINAL = "fabric.final"
+    ACTOR_RESTARTED = "actor.restarted"
+    WAIT = "wait"
+    HEALTH = "health"
+    CROSSTALK = "crosstalk"
+    FAULT_INJECT = "fault.inject"
+    FAULT_HEAL = "fault.heal"
+    FAULT_INJECTED = "fault_injected"
+    FAULT_DESCRIBED = "fault_described"
+    GPU_MARKED_FAILED = "gpu_marked_failed"
+    FAILURE_DETECTED = "failure_detected"
+    FAILURE_REATTRIBUTED = "failure_reattributed"
+    SPARE_SELECTED = "spare_selected"
+    FABRIC_RECONFIGURED = "fabric_reconfigured"
+    LINK_VERIFIED = "link_verified"
+    JOB_RELAUNCHED = "job_relaunched"
+    JOB_READY = "job_ready"
+    FIRST_STEP = "first_step"
+    FAILOVER_RESUMED = "failover.resumed"
+    HEAL_START = "heal.start"
+    HEAL_LAB_GONE = "heal.lab_gone"
+    RUN_HEALED = "run.healed"
+    RUNNER_LEFTOVERS = "runner.leftovers"
+
+
+# --- payloads ------------------------------------------------------------------------------------------
+
+
+class Empty(TypedDict):
+    pass
+
+
+class RunStart(TypedDict):
+    trials: int
+    seed: int
+
+
+class RunEnd(TypedDict):
+    failures: int
+
+
+class Reason(TypedDict):
+    reason: str
+
+
+class Error(TypedDict):
+    error: str
+
+
+class TrialStart(TypedDict):
+    sweep: dict
+
+
+class TrialEnd(TypedDict):
+    status: str
+    error: NotRequired[str]
+    actor_died: NotRequired[str]
+
+
+class FabricInitial(TypedDict):
+    circuits: dict
+    managed: dict
+
+
+class FabricObserved(TypedDict):
+    circuits: dict
+    audit_line: int
+    why: str
+
+
+class FabricFinal(TypedDict):
+    circuits: dict
+    lab_gone: NotRequired[str]
+    healed: NotRequired[bool]
+
+
+class ActorRestarted(TypedDict):
+    actor: str
+    pid: int
+    was: int | None
+
+
+class Wait(TypedDict):
+    seconds: float
+
+
+class Health(TypedDict):
+    ok: bool
+    gpus: list
+    lost: list
+    xids: list
+    xid_codes: list
+    error: str | None
+    kernel_log_error: str | None
+
+
+class Crosstalk(TypedDict):
+    source: str
+    per_port_db: dict
+
+
+class Fault(TypedDict):
+    """What a fault is and where it hit; the same payload on its inject, heal and marks."""
+
+    fault: str
+    kind: str
+    rank: NotRequired[int]
+    host: NotRequired[str]
+    gpu: NotRequired[int]
+    pid: NotRequired[int | None]
+    duration_s: NotRequired[float]
+    device: NotRequired[str]
+    toxic: NotRequired[str]
+    stream: NotRequired[str]
+    attributes: NotRequired[dict]
+    watching: NotRequired[bool]
+    injected_ns: NotRequired[int]
+    job: NotRequired[dict]
+    how: NotRequired[str]
+    error: NotRequired[str]
+
+
+class FailureReattributed(TypedDict):
+    first_seen: int
+    failed: int
+    evidence: Any
+
+
+class SpareSelected(TypedDict):
+    failed: str
+    spare: str
+    rank: int
+
+
+class JobReady(TypedDict):
+    ranks: NotRequired[int]
+
+
+class FailoverResumed(TypedDict):
+    resumed_from: int
+    step: int
+    rank: int
+
+
+class HealStart(TypedDict):
+    by: dict
+    runner: dict
+    torn: list
+    open_invokes: int
+    faults: list
+    jobs: list
+
+
+class HealLabGone(TypedDict):
+    why: str
+    faults: list
+    jobs: list
+
+
+class RunHealed(TypedDict):
+    ok: bool
+    problems: list
+    done: list
+
+
+class RunnerLeftovers(TypedDict):
+    ray_session: str
+    ended: list
+    still: list
+
+
+class Measure(TypedDict):
+    """A span: `ms` = (end_ns - start_ns) / 1e6, both on the clock of the machine that took them."""
+
+    ms: float
+    start_ns: int
+    end_ns: int
+    iteration: NotRequired[int]
+    mode: NotRequired[str]
+    delay_ms: NotRequired[float]
+    rank: NotRequired[int]
+    intervals_ms: NotRequired[list]
+    hosts: NotRequired[int]
+    detected_on_rank: NotRequired[int]
+    kind: NotRequired[str | None]
+    evidence: NotRequired[Any]
+
+
+class OperationOk(TypedDict):
+    value: Any
+    duration_ms: NotRequired[float]
+
+
+class OperationFailed(TypedDict):
+    error: str
+    error_type: NotRequired[str | None]
+    duration_ms: NotRequired[float]
+    audit_lost: NotRequired[bool]
+    invoke_seq: NotRequired[int]
+
+
+# A device operation's payloads. An invoke carries the procedure's arguments (long lists as counts).
+DEVICE_OP_PAYLOADS: dict[str, type | None] = {
+    "invoke": None,
+    "ok": OperationOk,
+    "fail": OperationFailed,
+    "info": OperationFailed,
+}
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    name: str
+    types: frozenset[str]
+    payload: type
+    doc: str
+    device: bool | None = None  # True: always names a device; False: never; None: either
+
+
+def _spec(op: Op, types: str, payload: type, doc: str, device: bool | None = None) -> EventSpec:
+    return EventSpec(str(op), frozenset(types.split()), payload, doc, device)
+
+
+SCHEMA: dict[str, EventSpec] = {
+    s.name: s
+    for s in (
+        _spec(Op.RUN_START, "mark", RunStart, "the run's first event, after its devices were identified", False),
+        _spec(Op.RUN_END, "mark", RunEnd, "the runner ended the run itself (teardown and read-back done)", False),
+        _spec(Op.RUN_ABORTED, "mark", Reason, "Ctrl-C or SIGTERM: the fault under way was healed, teardown ran", False),
+        _spec(Op.RUN_FAILED, "mark", Error, "the experiment failed (the error says why)", False),
+        _spec(Op.RUN_REFUSED, "mark", Error, "refused before the experiment began (a lock, a pin)", False),
+        _spec(Op.TRIAL_START, "mark", TrialStart, "a trial starts, at its sweep point", False),
+        _spec(Op.TRIAL_END, "mark", TrialEnd, "a trial ends: ok, or failed with the error", False),
+        _spec(
+            Op.FABRIC_INITIAL,
+            "mark",
+            FabricInitial,
+            "the circuits each switch held when the run found it, and the ports the run may change: what "
+            "`testbed heal` restores",
+            False,
+        ),
+        _spec(
+            Op.FABRIC_OBSERVED,
+            "mark",
+            FabricObserved,
+            "a switch read back mid-history (its actor restarted, or by heal); `check` replays on from here",
+            True,
+        ),
+        _spec(Op.FABRIC_FINAL, "mark", FabricFinal, "every switch read back at the end of the run (or of heal)", False),
+        _spec(
+            Op.ACTOR_RESTARTED, "mark", ActorRestarted, "Ray restarted a device's actor (a new worker process)", True
+        ),
+        _spec(Op.WAIT, "mark", Wait, "a `wait` step pauses", False),
+        _spec(Op.HEALTH, "mark", Health, "a host's answer to a health check", True),
+        _spec(Op.CROSSTALK, "mark", Crosstalk, "crosstalk per output port of a chip (the twin's ground truth)", True),
+        _spec(
+            Op.FAULT_INJECT,
+            "invoke ok fail info",
+            Fault,
+            "a fault is injected (ok: applied; info: outcome unknown; fail: certainly not applied)",
+            True,
+        ),
+        _spec(Op.FAULT_HEAL, "invoke ok fail", Fault, "a fault is healed (`how`: what heal did)", None),
+        _spec(
+            Op.FAULT_INJECTED,
+            "mark",
+            Fault,
+            "failover milestone: the moment the fault took effect (a timed trigger in the twin; the midpoint "
+            "of the signal's call on a lab, marked by gpu.kill_job)",
+            True,
+        ),
+        _spec(Op.FAULT_DESCRIBED, "mark", Fault, "the fault a device mark `fault_injected` belongs to", True),
+        _spec(
+            Op.GPU_MARKED_FAILED,
+            "mark",
+            Fault,
+            "on a lab gpu.fail kills the rank; its GPU is failed in the run only",
+            True,
+        ),
+        _spec(
+            Op.FAILURE_DETECTED, "mark", Empty, "failover milestone: a watcher saw the failure (gpu.watch_job)", True
+        ),
+        _spec(
+            Op.FAILURE_REATTRIBUTED,
+            "mark",
+            FailureReattributed,
+            "the hosts' evidence names another rank than the first exit seen: that one is failed over",
+            False,
+        ),
+        _spec(Op.SPARE_SELECTED, "mark", SpareSelected, "failover milestone: the spare is chosen", False),
+        _spec(
+            Op.FABRIC_RECONFIGURED, "mark", Empty, "failover milestone: every switch acknowledged the rewiring", False
+        ),
+        _spec(Op.LINK_VERIFIED, "mark", Empty, "failover milestone: light on every new circuit", False),
+        _spec(Op.JOB_RELAUNCHED, "mark", Empty, "failover milestone: every rank's relaunch returned its pid", False),
+        _spec(
+            Op.JOB_READY,
+            "mark",
+            JobReady,
+            "the job is up: every rank printed its ready line (a device mark of gpu.wait_step), or job.start's end",
+            None,
+        ),
+        _spec(
+            Op.FIRST_STEP, "mark", Empty, "failover milestone: the spare's first training step (gpu.wait_step)", True
+        ),
+        _spec(Op.FAILOVER_RESUMED, "mark", FailoverResumed, "the job resumed on the spare from its checkpoint", True),
+        _spec(Op.HEAL_START, "mark", HealStart, "`testbed heal` starts on a dead run: what it found", False),
+        _spec(
+            Op.HEAL_LAB_GONE, "mark", HealLabGone, "the run's twin went with its runner: nothing left to heal", False
+        ),
+        _spec(Op.RUN_HEALED, "mark", RunHealed, "`testbed heal` is done", False),
+        _spec(Op.RUNNER_LEFTOVERS, "mark", RunnerLeftovers, "heal ended what the dead runner's Ray left behind", False),
+    )
+}
+
+FIELD_DOCS: dict[str, str] = {
+    "trials": "number of trials planned",
+    "seed": "the run's seed",
+    "failures": "failed trials and failed teardown steps",
+    "reason": "why the run was stopped",
+    "error": "what went wrong, as the user sees it",
+    "error_type": "the exception's class (DeviceTimeout, InterlockError, VerificationError, ActorDied ...)",
+    "sweep": "the trial's sweep point {parameter: value}",
+    "status": "ok or failed",
+    "actor_died": "the device actor that died during the trial",
+    "circuits": "{switch: {ingress: egress}} (a switch that could not be read: null)",
+    "managed": "{switch: [ports the run may change]}",
+    "audit_line": "the number of audit.jsonl lines written before the reading",
+    "why": "why the reading was taken (or why nothing was left)",
+    "lab_gone": "why there was nothing to read back",
+    "healed": "written by `testbed heal`",
+    "actor": "the actor's name",
+    "pid": "a process id (the actor's worker; the rank's process group leader)",
+    "was": "the worker pid before",
+    "seconds": "the pause",
+    "ok": "true when nothing is wrong",
+    "gpus": "nvidia-smi's GPUs (lost ones too)",
+    "lost": "bus ids of GPUs lost",
+    "xids": "kernel log lines with an Xid",
+    "xid_codes": "the Xid codes",
+    "kernel_log_error": "why the kernel log could not be read (not unhealthy on its own)",
+    "source": "where a figure comes from (`twin ground truth`)",
+    "per_port_db": "{output port: crosstalk in dB}",
+    "fault": "the fault's name, `kind@target` (fault.heal closes the fault.inject of the same name)",
+    "kind": "the fault kind (gpu.fail, process.kill, transport.latency ...), or what a detection saw",
+    "rank": "the job rank",
+    "host": "the host of the rank",
+    "gpu": "the rank's GPU on its host",
+    "duration_s": "how long the playbook keeps the fault",
+    "device": "the device whose connection a transport fault breaks",
+    "toxic": "the fault proxy's name for the fault",
+    "stream": "downstream (device -> framework) or upstream",
+    "attributes": "the toxic's attributes (Toxiproxy's names and units)",
+    "watching": "every rank was watched when the fault was injected",
+    "injected_ns": "the device mark's injection time",
+    "job": "the rank's job handle {host, name, pid, log, workdir}",
+    "how": "what healed it",
+    "first_seen": "the rank whose exit was seen first",
+    "failed": "the failed rank (or host)",
+    "evidence": "what the host showed (GPU lost, Xid) or the exit",
+    "spare": "the spare host",
+    "ranks": "the number of ranks",
+    "resumed_from": "the checkpoint's step",
+    "step": "the spare's first step after it",
+    "by": "{pid, hostname} of the healing process",
+    "runner": "the dead runner {pid, hostname, start_ticks}",
+    "torn": "last lines set aside (a kill tore them)",
+    "open_invokes": "invokes left open by the runner",
+    "faults": "fault names",
+    "jobs": "rank processes (host:pid) the run left",
+    "problems": "what could not be healed",
+    "done": "what was healed",
+    "ray_session": "the dead run's Ray session folder",
+    "ended": "processes ended {pid, name}",
+    "still": "pids still there after SIGKILL",
+    "ms": "the span in milliseconds",
+    "start_ns": "monotonic ns of the span's start",
+    "end_ns": "monotonic ns of the span's end",
+    "iteration": "rail.iterate: the iteration",
+    "mode": "rail.iterate: static, on-demand or provisioning",
+    "delay_ms": "rail.iterate: emulated OCS delay per change",
+    "intervals_ms": "job.measure: each iteration's interval",
+    "hosts": "hosts.health: hosts checked",
+    "detected_on_rank": "fault.detect: the rank the failure was seen on",
+    "value": "the procedure's result",
+    "duration_ms": "the procedure's duration in its actor",
+    "audit_lost": "the bytes it exchanged were lost with a process: not in audit.jsonl",
+    "invoke_seq": "heal: the seq of the invoke it closes",
+}
+
+
+class SchemaError(ValueError):
+    """An event that does not fit the schema (a framework bug: the results format would change silently)."""
+
+
+def check_event(type_: str, op: str, data: dict, *, device: str | None, procedures: dict[str, tuple[str, ...]]) -> None:
+    """Raise SchemaError unless the event fits the schema. `procedures`: procedure name -> its device marks."""
+    if type_ == "measure":
+        _check_payload(op, Measure, data)
+        return
+    if type_ in OPERATION_TYPES and op in procedures:
+        payload = DEVICE_OP_PAYLOADS[type_]
+        if payload is not None:
+            _check_payload(op, payload, data)
+        return
+    if type_ == "mark" and device is not None and not data and any(op in marks for marks in procedures.values()):
+        return  # a device mark, as its procedure took it (a milestone such as fault_injected may be both)
+    spec = SCHEMA.get(op)
+    if spec is None:
+        raise SchemaError(f"event {type_} {op!r} is not in testbed/events/schema.py (nor a procedure or its mark)")
+    if type_ not in spec.types:
+        raise SchemaError(f"event {op!r} is a {'/'.join(sorted(spec.types))}, not a {type_}")
+    if spec.device is not None and (device is not None) != spec.device:
+        raise SchemaError(f"event {op!r} {'needs' if spec.device else 'takes no'} device")
+    _check_payload(op, spec.payload, data)
+
+
+def _check_payload(op: str, payload: type, data: dict) -> None:
+    keys = set(data)
+    missing = payload.__required_keys__ - keys
+    extra = keys - payload.__required_keys__ - payload.__optional_keys__
+    if missing or extra:
+        raise SchemaError(
+            f"event {op!r}: payload {payload.__name__} "
+            + (f"misses {sorted(missing)}" if missing else "")
+            + (" and " if missing and extra else "")
+            + (f"has no field {sorted(extra)}" if extra else "")
+        )
+
+
+# --- results/README.md ---------------------------------------------------------------------------------
+
+BEGIN = "<!-- events: generated from testbed/events/schema.py; do not edit by hand -->"
+END = "<!-- end of events -->"
+
+
+def _fields(payload: type) -> str:
+    required = [f"`{k}`" for k in payload.__annotations__ if k in payload.__required_keys__]
+    optional = [f"`{k}`?" for k in payload.__annotations__ if k in payload.__optional_keys__]
+    return ", ".join(required + optional) or "(none)"
+
+
+def render_event_docs(procedures: dict[str, tuple[str, ...]]) -> str:
+    """The events section of results/README.md (`procedures`: each procedure's device marks)."""
+    out = [
+        BEGIN,
+        "",
+        "### Framework events",
+        "",
+        "| event | type | device | fields | what it records |",
+        "|---|---|---|---|---|",
+    ]
+    for spec in SCHEMA.values():
+        device = {True: "yes", False: "no", None: "either"}[spec.device]
+        types = " / ".join(t for t in ("invoke", "ok", "fail", "info", "mark") if t in spec.types)
+        out.append(f"| `{spec.name}` | {types} | {device} | {_fields(spec.payload)} | {spec.doc} |")
+    out += [
+        "",
+        "### Device operations and their marks",
+        "",
+        "Each is `invoke` (the procedure's arguments) then `ok` ("
+        + _fields(OperationOk)
+        + "), `fail` or `info` ("
+        + _fields(OperationFailed)
+        + "), on the device; its marks are `mark` events on the device, timestamped where the I/O happened.",
+        "",
+        "| operation | device marks |",
+        "|---|---|",
+    ]
+    for name, marks in sorted(procedures.items()):
+        out.append(f"| `{name}` | {', '.join(f'`{m}`' for m in marks) or '(none)'} |")
+    out += [
+        "",
+        "### Measures",
+        "",
+        "`measure` events are spans named `<measure>.<segment>`: " + _fields(Measure) + ".",
+        "",
+        "### Fields",
+        "",
+        "| field | meaning |",
+        "|---|---|",
+    ]
+    out += [f"| `{k}` | {v} |" for k, v in sorted(FIELD_DOCS.items())]
+    out += ["", END]
+    return "\n".join(out)
+
+
+def replace_block(text: str, block: str) -> str:
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    return text[:start] + block + text[end:]
+
+
+def main(argv: list[str]) -> int:
+    """`python -m testbed.events --readme results/README.md` rewrites the generated tables."""
+    from pathlib import Path
+
+    from testbed.procedures import PROCEDURE_MARKS
+
+    if argv[:1] != ["--readme"] or len(argv) != 2:
+        print("usage: python -m testbed.events --readme results/README.md", file=sys.stderr)
+        return 2
+    path = Path(argv[1])
+    path.write_text(replace_block(path.read_text(encoding="utf-8"), render_event_docs(PROCEDURE_MARKS)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
