@@ -1,28 +1,22 @@
-"""How the twin serves each kind of device: one small adapter per kind, found through KINDS.
+"""How the twin serves each kind of device: one small adapter per kind (emulators/kinds.py names them).
 
 An emulated device is a transport-free engine (state, grammar, timing) plus the endpoints it is reached
 on. The twin asks each adapter to start its endpoints on the twin's event loop and to answer control
-ops; it knows nothing else about the kind. A new kind adds its spec dataclass, its adapter, and one line
-to KINDS (spec class and adapter class as "module:Name", imported only when used).
+ops; it knows nothing else about the kind. A new kind adds its spec dataclass and its adapter, and names
+them in emulators/kinds.py (or, from another package, in the twin spec's `kinds`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import time
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from emulators.endpoints import PtyEndpoint, TcpEndpoint
+from emulators.kinds import adapter_class
 from emulators.polatis import PolatisEngine
 from emulators.spec import OcsSpec
-
-# kind -> (spec dataclass, adapter class)
-KINDS: dict[str, tuple[str, str]] = {
-    "ocs": ("emulators.spec:OcsSpec", "emulators.devices:OcsDevice"),
-    "photonic_mesh": ("emulators.mesh.spec:MeshSpec", "emulators.mesh.device:MeshDevice"),
-    "gpu_host": ("emulators.gpuhost.spec:GpuHostSpec", "emulators.gpuhost.device:GpuHostAdapter"),
-}
 
 
 class EmulatedDevice(Protocol):
@@ -36,19 +30,8 @@ class EmulatedDevice(Protocol):
     async def close(self) -> None: ...
 
 
-def load(ref: str):
-    module, _, attr = ref.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-def spec_class(kind: str) -> type:
-    if kind not in KINDS:
-        raise ValueError(f"unknown emulated device kind {kind!r} (known: {', '.join(sorted(KINDS))})")
-    return load(KINDS[kind][0])
-
-
-def build_device(spec: Any) -> EmulatedDevice:
-    return load(KINDS[spec.kind][1])(spec)
+def build_device(spec: Any, kinds: Mapping[str, tuple[str, str]] | None = None) -> EmulatedDevice:
+    return adapter_class(spec.kind, kinds)(spec)
 
 
 class OcsDevice:

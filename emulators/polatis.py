@@ -1,4 +1,4 @@
-"""A Polatis-style optical circuit switch speaking SCPI (reference/devices.md §1.2-1.3).
+"""A Polatis-style optical circuit switch speaking SCPI (docs/protocols.md §1).
 
 Ports: ingress 1..N, egress N+1..2N, connections ingress->egress one-to-one. Every connection change
 moves the affected ports for switching_time_ms ± jitter_ms (one seeded draw per command: the switch

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from emulators.kinds import spec_class
+
 
 @dataclass
 class OcsSpec:
@@ -36,7 +38,7 @@ class OcsSpec:
 
 @dataclass
 class TwinSpec:
-    devices: list = field(default_factory=list)  # OcsSpec and the spec classes in emulators.devices.KINDS
+    devices: list = field(default_factory=list)  # OcsSpec and the spec classes emulators/kinds.py names
     # Put a seeded FaultProxy (emulators/proxy) in front of every device's "tcp" endpoint, driven through
     # the control API's proxy.* ops (see emulators/twin.py). Off: the twin serves exactly as without it.
     fault_proxy: bool = False
@@ -49,9 +51,14 @@ class TwinSpec:
     # The inventory's trunks (switch-to-switch fibres, one direction each): {from, egress, to, ingress,
     # loss_db}. Light paths may cross several switches over them (emulators/dataplane/paths.py).
     trunks: list = field(default_factory=list)
+    # kind -> ("module:SpecClass", "module:AdapterClass") for kinds beyond emulators/kinds.py's own: a device
+    # family from another package names its emulator here.
+    kinds: dict = field(default_factory=dict)
 
     def to_json(self) -> str:
         out: dict = {"devices": [asdict(d) for d in self.devices]}
+        if self.kinds:
+            out["kinds"] = {k: list(v) for k, v in self.kinds.items()}
         if self.fault_proxy:
             out["fault_proxy"] = True
         if self.fibres:
@@ -64,12 +71,16 @@ class TwinSpec:
 
     @classmethod
     def from_json(cls, text: str) -> TwinSpec:
-        from emulators.devices import spec_class
-
         raw = json.loads(text)
+        kinds = raw.get("kinds", {})
+        if not isinstance(kinds, dict) or not all(
+            isinstance(v, list) and len(v) == 2 and all(isinstance(r, str) for r in v) for v in kinds.values()
+        ):
+            raise ValueError(f"kinds must map a kind to [spec class, adapter class], got {kinds!r}")
+        kinds = {k: tuple(v) for k, v in kinds.items()}
         devices = []
         for d in raw["devices"]:
-            spec = spec_class(d.get("kind", "ocs"))
+            spec = spec_class(d.get("kind", "ocs"), kinds)
             devices.append(spec.from_dict(d) if hasattr(spec, "from_dict") else spec(**d))
         fault_proxy = raw.get("fault_proxy", False)
         if not isinstance(fault_proxy, bool):
@@ -83,4 +94,6 @@ class TwinSpec:
         truth_log = raw.get("truth_log")
         if truth_log is not None and not isinstance(truth_log, str):
             raise ValueError(f"truth_log must be a file path, got {truth_log!r}")
-        return cls(devices=devices, fault_proxy=fault_proxy, fibres=fibres, trunks=trunks, truth_log=truth_log)
+        return cls(
+            devices=devices, fault_proxy=fault_proxy, fibres=fibres, trunks=trunks, truth_log=truth_log, kinds=kinds
+        )

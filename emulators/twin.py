@@ -99,7 +99,7 @@ class TwinServer:
         names = [d.name for d in spec.devices]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate device names in twin spec: {names}")
-        self.devices: dict[str, EmulatedDevice] = {d.name: build_device(d) for d in spec.devices}
+        self.devices: dict[str, EmulatedDevice] = {d.name: build_device(d, spec.kinds) for d in spec.devices}
         self.fault_proxy = spec.fault_proxy
         self._seeds = {d.name: int(getattr(d, "seed", 0)) for d in spec.devices}
         self.proxies: dict[str, FaultProxy] = {}

@@ -13,7 +13,7 @@ link_verified, job_relaunched, job_ready, first_step. The segments between conse
 
 and `total` is fault_injected -> first_step. The runner emits them as `measure` events named
 `<measure>.<segment>` (`failover.detect`, ..., `failover.total`, see `measure_name`); the report prints
-them in this order (`milestone_tables`).
+them in this order (testbed.report.milestone_tables).
 
 Rules:
 - Only marks at or after the previous milestone that was found count, so the `job_ready` and `first_step`
@@ -152,35 +152,3 @@ def milestone_prefixes(span_names: Iterable[str]) -> list[str]:
         if prefix and prefix not in out and all(part in SEGMENTS for part in segment.split("+")):
             out.append(prefix)
     return out
-
-
-def milestone_tables(summary: dict) -> list:
-    """The milestone tables for `testbed report`: per failover measure (usually just `failover`), its
-    spans of summary.json in milestone order (segments, merged segments, then the total), as rich Tables
-    with n, p50 and its CI, p90, p99 (starred below 100 samples) and max. Empty when the run measured no
-    failover."""
-    from testbed.report import spans_table
-
-    spans = summary.get("spans", {})
-    tables = []
-    for prefix in milestone_prefixes(spans):
-        head = prefix + "."
-
-        def order(segment: str) -> tuple[int, int, str]:
-            if segment == "total":
-                return (len(SEGMENTS) + 1, 0, segment)
-            parts = segment.split("+")
-            if all(p in SEGMENTS for p in parts):
-                return (SEGMENTS.index(parts[0]), len(parts), segment)
-            return (len(SEGMENTS), 0, segment)  # another span of this measure: after the segments
-
-        segments = sorted((n[len(head) :] for n in spans if n.startswith(head)), key=order)
-        ordered = {segment: spans[head + segment] for segment in segments}
-        tables.append(spans_table(ordered, f"{prefix} milestones (segment = previous milestone -> this one; ms)"))
-    return tables
-
-
-def milestone_table(summary: dict):
-    """The first of `milestone_tables` (the failover of a usual playbook), or None."""
-    tables = milestone_tables(summary)
-    return tables[0] if tables else None

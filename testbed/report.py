@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from testbed.errors import UserError
-from testbed.milestones import milestone_tables
+from testbed.milestones import SEGMENTS, milestone_prefixes
 
 
 def load_summary(run_dir: Path) -> dict:
@@ -129,3 +129,33 @@ def print_ground_truth(console: Console, truth: dict) -> None:
             "(the start row). To fire at real-time priority, run with CAP_SYS_NICE or an rtprio limit of 1 or more "
             "(/etc/security/limits.conf).[/]"
         )
+
+
+def milestone_tables(summary: dict) -> list:
+    """The milestone tables for `testbed report`: per failover measure (usually just `failover`), its
+    spans of summary.json in milestone order (segments, merged segments, then the total), as rich Tables
+    with n, p50 and its CI, p90, p99 (starred below 100 samples) and max. Empty when the run measured no
+    failover."""
+    spans = summary.get("spans", {})
+    tables = []
+    for prefix in milestone_prefixes(spans):
+        head = prefix + "."
+
+        def order(segment: str) -> tuple[int, int, str]:
+            if segment == "total":
+                return (len(SEGMENTS) + 1, 0, segment)
+            parts = segment.split("+")
+            if all(p in SEGMENTS for p in parts):
+                return (SEGMENTS.index(parts[0]), len(parts), segment)
+            return (len(SEGMENTS), 0, segment)  # another span of this measure: after the segments
+
+        segments = sorted((n[len(head) :] for n in spans if n.startswith(head)), key=order)
+        ordered = {segment: spans[head + segment] for segment in segments}
+        tables.append(spans_table(ordered, f"{prefix} milestones (segment = previous milestone -> this one; ms)"))
+    return tables
+
+
+def milestone_table(summary: dict):
+    """The first of `milestone_tables` (the failover of a usual playbook), or None."""
+    tables = milestone_tables(summary)
+    return tables[0] if tables else None

@@ -21,7 +21,8 @@ def test_secrets_in_device_traffic_are_masked_in_the_audit_log(tmp_path):
         ":OXC:SWIT:CONN:ADD (@1),(@17)",
     ]
     recorder.audit([AuditRecord("dev", "addr", "tx", line, i, 0.0) for i, line in enumerate(lines)])
-    recorder.emit("ok", "login", device="dev", data={"user": "lab", "password": "hunter2", "api_key": "k-123"})
+    env = {"user": "lab", "password": "hunter2", "api_key": "k-123"}  # a job's environment, say
+    recorder.emit("invoke", "gpu.start_job", device="dev", data={"command": ["train"], "env": env})
     recorder.close()
     audit = (tmp_path / "audit.jsonl").read_text()
     events = (tmp_path / "events.jsonl").read_text()

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from testbed.capabilities import Identity
-from testbed.photonics import layout
-from testbed.photonics.calibration import Calibration, CalibrationSettings, calibrate
 
 from ..errors import DeviceCommandError, DeviceError, DeviceProtocolError
+from . import layout
+from .calibration import Calibration, CalibrationSettings, calibrate
 
 
 class NotCalibrated(DeviceCommandError):
@@ -207,7 +207,7 @@ class MeshDriver:
     def read_powers(self) -> np.ndarray:
         return np.array([self.power_of(h, self._read_level(h)) for h in range(self.heater_count())])
 
-    # Bench protocol for testbed.photonics.calibration
+    # Bench protocol for drivers.mesh.calibration
     def set_heater_powers(self, powers: dict[int, float]) -> None:
         self.apply_powers(powers)
 

@@ -24,8 +24,8 @@ from serial.urlhandler import protocol_socket
 
 from ..audit import AuditSink, record
 from ..errors import DeviceConnectionError, DeviceTimeout
-from . import TransportSettings
 from ._common import dropped_hint, no_delay, serial_open_hint, strip_reply, timeout_hint
+from .base import TransportSettings
 
 try:  # a vanished USB adapter fails tcflush() with termios.error, which is not an OSError
     import termios

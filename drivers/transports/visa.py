@@ -20,8 +20,8 @@ from pyvisa.errors import VisaIOError
 
 from ..audit import AuditSink, record
 from ..errors import DeviceConnectionError, DeviceTimeout
-from . import TransportSettings
 from ._common import dropped_hint, no_delay, refused_hint, serial_open_hint, strip_reply, timeout_hint
+from .base import TransportSettings
 
 RESOURCE_HINT = (
     "VISA resource strings look like 'TCPIP0::10.0.0.5::5025::SOCKET' (raw SCPI over TCP) or "

@@ -1,4 +1,4 @@
-"""`nvidia-smi` as a pure function of the emulated GPUs (reference/devices.md 3.1).
+"""`nvidia-smi` as a pure function of the emulated GPUs (docs/protocols.md §4).
 
 Supported: `--query-gpu=F,...` and `--query-compute-apps=F,...` with `--format=csv[,noheader][,nounits]`,
 `-L` / `--list-gpus`, `-i/--id` to select GPUs, and a bare `nvidia-smi` (a short summary). Failure
@@ -136,7 +136,7 @@ def _usage(message: str) -> tuple[str, str, int]:
 def _csv(fields: list[str], units: list[str | None], rows: list[list[object]], fmt: set[str]) -> str:
     lines = []
     if "noheader" not in fmt:
-        # The header keeps its [unit] even under nounits (devices.md 3.1: parse headers tolerantly).
+        # The header keeps its [unit] even under nounits (docs/protocols.md §4.3: parse headers tolerantly).
         lines.append(", ".join(f"{f} [{u}]" if u else f for f, u in zip(fields, units, strict=True)))
     for row in rows:
         cells = []

@@ -1,6 +1,6 @@
 """The physics of an emulated MZI-mesh chip: heaters -> phases -> transfer matrix -> photodiodes.
 
-Layout (the chip's "datasheet"; testbed/photonics/layout.py is the driver side's own copy):
+Layout (the chip's "datasheet"; drivers/mesh/layout.py is the driver side's own copy):
 - Spanke tree network of 2x2 MZI cells: input i (0-based) feeds a 1xN splitter tree, output o a Nx1
   combiner tree; splitter leaf o of tree i is wired to combiner leaf i of tree o. Every (input, output)
   pair has exactly one path (2*log2 N cells), so a permutation is routed with bar/cross states only and

@@ -1,4 +1,4 @@
-"""The Qontrol Q8iv ASCII line protocol (reference/devices.md §2.1) on a MeshChip, one channel per heater.
+"""The Qontrol Q8iv ASCII line protocol (docs/protocols.md §2) on a MeshChip, one channel per heater.
 
 The chip's heaters are driven by a daisy chain of Q8iv modules (8 channels each, channels 0-based across
 the chain). Every set answers `OK`; a refused command answers only an error line `E<code>:<ch>` (two-digit
@@ -36,7 +36,7 @@ LINE_FAULTS = ("latency", "slicer", "stall", "truncate", "garbage")
 GARBAGE = b"\x8f\xfe#?\x00~E\xff"  # not ASCII, not a number, not an error line
 SLICE = 3  # bytes per piece of a sliced reply
 
-# Error codes (devices.md §2.1)
+# Error codes (docs/protocols.md §2.3)
 E_UNKNOWN_CMD, E_BAD_PARAM, E_BAD_CHANNEL, E_OVER_V, E_OVER_I = 10, 11, 12, 1, 2
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, StringConstraints
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]*$"
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
@@ -43,3 +43,52 @@ def _expand_ports(value):
 
 
 PortList = Annotated[list[int], BeforeValidator(_expand_ports)]
+
+
+LINK_PATTERN = re.compile(
+    r"^\s*([A-Za-z][\w.-]*):([A-Za-z][\w.-]*)\s*(->|<->)\s*([A-Za-z][\w.-]*):([A-Za-z][\w.-]*)\s*$"
+)
+
+
+def _check_link(link: str) -> str:
+    if not LINK_PATTERN.match(link):
+        raise ValueError(f"link {link!r} is not of the form 'host:port -> host:port' (or '<->')")
+    return link
+
+
+Link = Annotated[str, AfterValidator(_check_link)]
+
+
+PARAM_REF = re.compile(r"^\$\{[A-Za-z][A-Za-z0-9_]*\}$")
+
+
+def sweepable(low: float, high: float):
+    """A number in [low, high], or `${name}`: a sweep parameter the planner substitutes per sweep point."""
+
+    def check(value):
+        if isinstance(value, str):
+            if not PARAM_REF.match(value):
+                raise ValueError(f"expected a number or a sweep parameter like '${{delay_ms}}', got {value!r}")
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"expected a number or a sweep parameter like '${{delay_ms}}', got {value!r}")
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low:g} and {high:g}, got {value!r}")
+        return float(value)
+
+    return Annotated[float | str, BeforeValidator(check)]
+
+
+def param_name(ref: str) -> str:
+    return ref[2:-1]
+
+
+def choice(*allowed: str):
+    """One of `allowed`, or `${name}`: a sweep parameter the planner substitutes."""
+
+    def check(value):
+        if isinstance(value, str) and (value in allowed or PARAM_REF.match(value)):
+            return value
+        raise ValueError(f"expected one of {', '.join(allowed)} or a sweep parameter like '${{mode}}', got {value!r}")
+
+    return Annotated[str, BeforeValidator(check)]

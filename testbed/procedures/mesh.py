@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.photonics.calibration import CalibrationSettings
+from drivers.mesh.calibration import CalibrationSettings
 from testbed.procedures.context import ProcedureContext, forgets_on_error
 from testbed.procedures.errors import VerificationError
 from testbed.procedures.verify import check_holds, revert_unverified, wait_for_light

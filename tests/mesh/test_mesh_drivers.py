@@ -6,12 +6,11 @@ import numpy as np
 import pytest
 
 from drivers.errors import DeviceCommandError
-from drivers.mesh import NotCalibrated
+from drivers.mesh import NotCalibrated, layout
+from drivers.mesh.calibration import Calibration
 from drivers.registry import make_driver
 from drivers.transports import TransportSettings
 from testbed.capabilities import PhotonicMesh
-from testbed.photonics import layout
-from testbed.photonics.calibration import Calibration
 from testbed.procedures import PROCEDURES, ProcedureContext
 
 

@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 
+from drivers.mesh import layout
+from drivers.mesh.calibration import CalibrationSettings, calibrate
 from emulators.mesh.chip import MeshChip
 from emulators.mesh.spec import MeshSpec
-from testbed.photonics import layout
-from testbed.photonics.calibration import CalibrationSettings, calibrate
 
 
 class DirectBench:

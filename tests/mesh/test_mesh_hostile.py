@@ -15,8 +15,8 @@ from socket_servers import Reply, ScriptedServer
 
 from drivers.errors import DeviceCommandError, DeviceError, DeviceProtocolError, DeviceTimeout
 from drivers.mesh import QontrolMesh, ScpiMesh
+from drivers.mesh.calibration import Calibration, HeaterCal
 from drivers.transports import TransportSettings, open_transport
-from testbed.photonics.calibration import Calibration, HeaterCal
 
 TIMEOUT = 1.0  # generous: a 5000-byte reply over socket:// is read a byte per select() on a busy machine
 HEATERS = 4  # a 2x2 chip: 2N(N-1) heaters

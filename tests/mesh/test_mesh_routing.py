@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from drivers.mesh import layout
 from emulators.mesh.chip import MeshChip
 from emulators.mesh.spec import MeshSpec
 from testbed.fabric.topology import all_to_all_schedule
-from testbed.photonics import layout
 
 
 def assert_routes(perm: list[int]) -> None:

@@ -7,14 +7,8 @@ import json
 import pytest
 
 from testbed.events import Event
-from testbed.milestones import (
-    MILESTONES,
-    SEGMENTS,
-    milestone_prefixes,
-    milestone_spans,
-    milestone_table,
-    milestone_tables,
-)
+from testbed.milestones import MILESTONES, SEGMENTS, milestone_prefixes, milestone_spans
+from testbed.report import milestone_table, milestone_tables
 
 MS = 1_000_000
 

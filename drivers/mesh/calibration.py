@@ -28,7 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
-from testbed.photonics.layout import (
+from .layout import (
     BAR,
     LAYOUT_NAME,
     check_size,
