@@ -1,36 +1,58 @@
-"""Driver names used in inventories -> factories that build the driver for one device.
+"""Driver names used in inventories -> what each driver is: the device family it drives, the transports it
+runs over, the factory that builds it for one device, and its audit model (what the commands it sends mean
+for the device's state, for `testbed check`), if it has one.
 
-A factory takes (device, settings, audit) and returns a driver object implementing a capability from
-testbed.capabilities. It opens its own transport, so a family that is not line-oriented (SSH hosts)
-fits the same table. Nothing is connected yet when a driver is made: transports connect on first use.
+A factory takes (device, settings, audit) and returns a driver object implementing its family's capability
+(testbed.capabilities). It opens its own transport, so a family that is not line-oriented (SSH hosts) fits the
+same table. Nothing is connected yet when a driver is made: transports connect on first use.
 
-Third-party drivers register a factory under the `testbed.drivers` entry-point group, e.g. in their
-pyproject.toml:
+Third-party drivers register a DriverSpec (or a list of them) under the `testbed.drivers` entry-point group,
+e.g. in their pyproject.toml:
 
     [project.entry-points."testbed.drivers"]
-    calient-tl1 = "mylab.calient:make_calient"
+    calient-tl1 = "mylab.calient:DRIVER"
+
+A bare factory function is accepted too, for any family and transport (nothing is checked at load then).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from typing import Any
 
 from .audit import AuditSink
-from .polatis import PolatisScpi
 from .transports import TransportSettings, open_transport
 
 ENTRY_POINT_GROUP = "testbed.drivers"
 
-DriverFactory = Callable[[str, TransportSettings, AuditSink | None], Any]
+DriverFactory = Callable[[str, Any, AuditSink | None], Any]
 
 log = logging.getLogger(__name__)
 
 
-def _polatis_scpi(device: str, settings: TransportSettings, audit: AuditSink | None) -> PolatisScpi:
+@dataclass(frozen=True)
+class DriverSpec:
+    name: str
+    family: str | None  # the inventory `kind` it drives; None: any (a bare factory from an entry point)
+    transports: tuple[str, ...] | None  # transport types it runs over; None: any
+    factory: DriverFactory
+    # (switch size) -> an object with replay(circuits, lines) and writes(line) (drivers/polatis_audit.py)
+    audit_model: Callable[[int], Any] | None = None
+
+
+def _polatis_scpi(device: str, settings: TransportSettings, audit: AuditSink | None):
+    from .polatis import PolatisScpi
+
     return PolatisScpi(open_transport(settings, device, audit), device)
+
+
+def _polatis_audit(size: int):
+    from .polatis_audit import PolatisAuditModel
+
+    return PolatisAuditModel(size)
 
 
 def _ssh_gpu_host(device: str, settings: Any, audit: AuditSink | None) -> Any:
@@ -55,15 +77,29 @@ def _scpi_mesh(device: str, settings: TransportSettings, audit: AuditSink | None
 
 # Built-in drivers. They win over an entry point of the same name, so an installed package cannot
 # silently replace a driver the project ships and tests.
-DRIVERS: dict[str, DriverFactory] = {
-    "polatis-scpi": _polatis_scpi,
-    "qontrol-mesh": _qontrol_mesh,
-    "scpi-mesh": _scpi_mesh,
-    "ssh": _ssh_gpu_host,
+DRIVERS: dict[str, DriverSpec] = {
+    d.name: d
+    for d in (
+        DriverSpec("polatis-scpi", "ocs", ("visa", "serial"), _polatis_scpi, _polatis_audit),
+        DriverSpec("qontrol-mesh", "photonic_mesh", ("serial", "visa"), _qontrol_mesh),
+        DriverSpec("scpi-mesh", "photonic_mesh", ("visa", "serial"), _scpi_mesh),
+        DriverSpec("ssh", "gpu_host", ("ssh",), _ssh_gpu_host),
+    )
 }
 
 
-def available_drivers() -> dict[str, DriverFactory | Any]:
+def _from_entry_point(ep) -> DriverSpec | None:
+    obj = ep.load()
+    if isinstance(obj, DriverSpec):
+        return obj if obj.name == ep.name else replace(obj, name=ep.name)
+    if isinstance(obj, list | tuple):
+        return next((d for d in obj if isinstance(d, DriverSpec) and d.name == ep.name), None)
+    if callable(obj):
+        return DriverSpec(ep.name, None, None, obj)
+    return None
+
+
+def available_drivers() -> dict[str, Any]:
     """Built-in drivers plus the (not yet loaded) entry points of installed third-party packages."""
     found: dict[str, Any] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -74,15 +110,21 @@ def available_drivers() -> dict[str, DriverFactory | Any]:
     return {**found, **DRIVERS}
 
 
-def make_driver(driver_name: str, device: str, settings: TransportSettings, audit: AuditSink | None = None) -> Any:
+def driver_spec(name: str) -> DriverSpec | None:
+    """What the driver `name` is; None if no built-in driver or installed package has that name. Imports
+    a third-party package only when its driver is asked for."""
+    if name in DRIVERS:
+        return DRIVERS[name]
+    ep = available_drivers().get(name)
+    return None if ep is None else _from_entry_point(ep)
+
+
+def make_driver(driver_name: str, device: str, settings: Any, audit: AuditSink | None = None) -> Any:
     """Build the driver `driver_name` for `device`; no I/O happens until its first call."""
-    factory = DRIVERS.get(driver_name)
-    if factory is None:
-        known = available_drivers()
-        if driver_name not in known:
-            raise ValueError(
-                f"{device}: unknown driver {driver_name!r}; known drivers: {', '.join(sorted(known))} "
-                f"(third-party drivers register under the {ENTRY_POINT_GROUP!r} entry-point group)"
-            )
-        factory = known[driver_name].load()  # an EntryPoint: import its package only when used
-    return factory(device, settings, audit)
+    spec = driver_spec(driver_name)
+    if spec is None:
+        raise ValueError(
+            f"{device}: unknown driver {driver_name!r}; known drivers: {', '.join(sorted(available_drivers()))} "
+            f"(third-party drivers register under the {ENTRY_POINT_GROUP!r} entry-point group)"
+        )
+    return spec.factory(device, settings, audit)

@@ -53,6 +53,18 @@ class OcsDevice:
             return getattr(self.engine, op)
         raise AttributeError(op)
 
+    @staticmethod
+    def replay_session(spec: OcsSpec, circuits: dict | None, driver: str):
+        """A fresh engine in the state a run found the switch in, for replaying that run's audit log
+        (`testbed replay`): its SCPI session. None for a protocol this emulator does not speak."""
+        if driver != "polatis-scpi":
+            return None
+        engine = PolatisEngine(spec, clock=lambda: 0.0)
+        if circuits is not None:
+            engine.conn = {int(i): int(e) for i, e in circuits.items()}
+            engine.conn_to = {e: i for i, e in engine.conn.items()}
+        return engine.new_session()
+
     async def start(self, loop: asyncio.AbstractEventLoop) -> dict[str, str]:
         address = await self._tcp.start()
         return {

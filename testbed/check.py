@@ -3,7 +3,8 @@
 - every invoke is closed by exactly one ok / fail / info, in order, per device;
 - every fault injected (or whose injection's outcome is unknown) was healed;
 - the fabric read back at the end of the run equals the fabric its history implies: the commands in
-  audit.jsonl replayed through the Polatis protocol engine (the same grammar model the emulator runs).
+  audit.jsonl replayed through the driver's own audit model of its protocol (DriverSpec.audit_model,
+  e.g. drivers/polatis_audit.py), never through an emulator.
   Where a switch was read back mid-history (`fabric.observed`: after its actor was restarted, or by
   `testbed heal` after the runner died), the reading must equal the replay up to it, unless calls on that
   switch whose bytes were lost with a process (`info` with audit_lost) explain the difference within the
@@ -17,23 +18,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulators.polatis import PolatisEngine
-from emulators.scpi import parse_channel_list
-from emulators.spec import OcsSpec
-from testbed.config.inventory import Inventory, OcsDevice
+from drivers.polatis_audit import ALL_PORTS
+from drivers.registry import driver_spec
+from testbed.config.inventory import Inventory
 from testbed.errors import UserError
 from testbed.events import InvokeLedger, Op, read_jsonl
-
-# Polatis SCPI commands that change the switch (short forms, upper case) and whether they carry ports.
-WRITE_HEADERS = (
-    ":OXC:SWIT:CONN:ADD",
-    ":OXC:SWIT:CONN:SUB",
-    ":OXC:SWIT:CONN:ONLY",
-    ":OXC:SWIT:DISC:ALL",
-    ":OXC:SWIT:PORT:DIS",
-    ":OXC:SWIT:PORT:ENAB",
-    "*RST",
-)
 
 
 @dataclass
@@ -96,15 +85,20 @@ def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory, notes
         notes.append(f"nothing to read back at the end: {final['data']['lab_gone']}")
         return []
     problems = []
-    initial = {
-        e["device"]: e["data"]["value"]["circuits"] for e in events if e["op"] == "ocs.identify" and e["type"] == "ok"
+    initial = {  # a run from before the fabric.initial mark: what each switch's identify read
+        e["device"]: e["data"]["value"]["circuits"]
+        for e in events
+        if e["op"].endswith(".identify") and e["type"] == "ok" and isinstance(e["data"]["value"].get("circuits"), dict)
     }
     marked = next((e["data"] for e in events if e["op"] == Op.FABRIC_INITIAL), {})
     initial.update({d: c for d, c in marked.get("circuits", {}).items() if isinstance(c, dict)})
     managed = marked.get("managed", {})
     for device, circuits in final["data"]["circuits"].items():
         dev = inv.devices.get(device)
-        if not isinstance(dev, OcsDevice):
+        model = _audit_model(dev)
+        if model is None:
+            if dev is not None:
+                notes.append(f"{device}: its driver {dev.driver} has no audit model: its history is not replayed")
             continue
         start_circuits = initial.get(device)
         if not isinstance(start_circuits, dict):
@@ -115,7 +109,7 @@ def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory, notes
         replayed_to, since_seq = 0, 0  # audit position and event seq the replay has reached
         for seen_at in (e for e in events if e["op"] == Op.FABRIC_OBSERVED and e.get("device") == device):
             upto = seen_at["data"]["audit_line"]
-            state = _replay(dev.size, state, [c for n, c in commands if replayed_to <= n < upto])
+            state = model.replay(state, [c for n, c in commands if replayed_to <= n < upto])
             seen = _circuits(seen_at["data"]["circuits"])
             if seen != state:
                 lost = [
@@ -138,7 +132,7 @@ def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory, notes
                         f"whose bytes were lost (seq {lost}); replayed on from the reading"
                     )
             state, replayed_to, since_seq = seen, upto, seen_at["seq"]
-        implied = _replay(dev.size, state, [c for n, c in commands if n >= replayed_to])
+        implied = model.replay(state, [c for n, c in commands if n >= replayed_to])
         seen = _circuits(circuits)
         if implied != seen:
             missing = sorted(set(implied.items()) - set(seen.items()))
@@ -154,38 +148,37 @@ def _circuits(raw: dict) -> dict[int, int]:
     return {int(i): int(e) for i, e in raw.items()}
 
 
-def _replay(size: int, start: dict[int, int], commands: list[str]) -> dict[int, int]:
-    """The circuits the switch holds after `commands`, from the circuits it held when the run identified it."""
-    engine = PolatisEngine(OcsSpec(name="model", size=size, switching_time_ms=0, jitter_ms=0), clock=lambda: 0.0)
-    engine.conn.update(start)
-    session = engine.new_session()
-    for line in commands:
-        session.handle(line.rstrip("\r\n"), 0.0)
-    return dict(engine.conn)
+def _audit_model(dev):
+    """The driver's model of what its commands do to the device (None: the driver has none)."""
+    if dev is None or not hasattr(dev, "size"):
+        return None
+    spec = driver_spec(dev.driver)
+    return spec.audit_model(dev.size) if spec is not None and spec.audit_model is not None else None
 
 
 def _writes_allowed(audit: list[dict], inv: Inventory) -> list[str]:
     problems = []
+    models: dict[str, object] = {}
     for a in audit:
         if a["direction"] != "tx":
             continue
         dev = inv.devices.get(a["device"])
+        if a["device"] not in models:
+            models[a["device"]] = _audit_model(dev)
+        model = models[a["device"]]
+        if model is None:
+            continue
         text = a["data"].strip()
-        header = text.split(" ", 1)[0].upper()
-        if not isinstance(dev, OcsDevice) or not any(header.startswith(h) for h in WRITE_HEADERS):
-            continue
         where = f"{a['device']} at {a['mono_ns']}: {text[:80]!r}"
-        if dev.read_only:
-            problems.append(f"{where}: write to a read-only device")
-            continue
-        if header.startswith((":OXC:SWIT:DISC:ALL", "*RST")):
-            if dev.reserved_ports or dev.allowed_ports is not None:
-                problems.append(f"{where}: removes every circuit, including reserved or disallowed ports")
-            continue
-        ports: list[int] = []
-        for chunk in text.split("(@")[1:]:
-            ports += parse_channel_list("(@" + chunk.split(")", 1)[0] + ")")
-        bad = sorted({p for p in ports if not dev.port_allowed(p)})
-        if bad:
-            problems.append(f"{where}: touches port(s) {bad}, reserved or not allowed by the inventory")
+        for write in model.writes(text):
+            if dev.read_only:
+                problems.append(f"{where}: write to a read-only device")
+                break
+            if write.ports is ALL_PORTS:
+                if any(not dev.port_allowed(p) for p in range(1, 2 * dev.size + 1)):
+                    problems.append(f"{where}: removes every circuit, including reserved or disallowed ports")
+                continue
+            bad = sorted({p for p in write.ports if not dev.port_allowed(p)})
+            if bad:
+                problems.append(f"{where}: touches port(s) {bad}, reserved or not allowed by the inventory")
     return problems

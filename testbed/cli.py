@@ -147,11 +147,11 @@ def cmd_run(args, console: Console) -> int:
                 f"{inventory_file} describes an emulated lab (emulated_only: true); add --emulate, or "
                 "pass --inventory with your lab's inventory"
             )
-        twin_only = _twin_only_faults(plan)
-        if twin_only:
+        not_on_a_lab = _faults_not_on_a_lab(plan)
+        if not_on_a_lab:
             raise UserError(
-                f"{', '.join(sorted(twin_only))}: only the emulated twin can inject these so far (a lab "
-                "needs a BMC for power and a duty-cycle agent for stragglers); run with --emulate"
+                "; ".join(f"{kind}: {why}" for kind, why in sorted(not_on_a_lab.items()))
+                + ". Run with --emulate, where the twin applies them"
             )
         if plan.writes and not args.yes:
             _confirm(plan)
@@ -170,18 +170,12 @@ def cmd_run(args, console: Console) -> int:
     return EXIT_OK if outcome.status == "ok" else EXIT_EXPERIMENT_FAILED
 
 
-def _twin_only_faults(plan) -> set[str]:
-    from testbed.plan import FaultDetectStep, FaultInjectStep, ParallelStep
-    from testbed.runner.jobs import TWIN_ONLY_FAULTS
+def _faults_not_on_a_lab(plan) -> dict[str, str]:
+    """The plan's fault kinds that cannot be injected on a real lab, and why (each kind says: testbed/faults)."""
+    from testbed.faults import FAULT_KINDS
 
-    def walk(steps):
-        for step in steps:
-            yield step
-            if isinstance(step, ParallelStep):
-                yield from walk(step.steps)
-
-    steps = [*plan.setup, *plan.teardown, *(s for t in plan.trials for s in t.steps)]
-    return {s.kind for s in walk(steps) if isinstance(s, FaultDetectStep | FaultInjectStep)} & TWIN_ONLY_FAULTS
+    kinds = {s.kind for s in plan.all_steps() if getattr(s, "faults", 0) and hasattr(s, "kind")}
+    return {k: FAULT_KINDS.get(k).lab_support for k in kinds if FAULT_KINDS.get(k).lab_support is not None}
 
 
 def _confirm(plan) -> None:

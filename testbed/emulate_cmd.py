@@ -9,7 +9,7 @@ from rich.console import Console
 
 from testbed.config import load_inventory
 from testbed.errors import EXIT_OK
-from testbed.twin import EMULATED_KINDS, twin_spec
+from testbed.twin import emulated_kinds, twin_spec
 
 
 def endpoint_lines(ep: dict) -> list[str]:
@@ -45,7 +45,7 @@ def serve_twin(inventory_file: str, seed: int, console: Console) -> int:
             console.print(f"{name} ({ep['kind']})", style="bold", highlight=False)
             for line in endpoint_lines(ep):
                 console.print(f"  {line}", soft_wrap=True, markup=False, highlight=False)
-        skipped = [n for n, d in inv.devices.items() if d.kind not in EMULATED_KINDS]
+        skipped = [n for n, d in inv.devices.items() if d.kind not in emulated_kinds()]
         if skipped:
             console.print(f"not emulated yet: {', '.join(skipped)}", style="dim", soft_wrap=True)
         console.print(f"control: {endpoints['control']}  (JSON lines)", soft_wrap=True, markup=False)

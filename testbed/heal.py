@@ -4,10 +4,10 @@ power), from what the run recorded before it died.
 What "restore the lab" means, and so what heal does, in this order:
 - every invoke the run left open is closed with `info`: the runner died before its outcome was known;
 - every fault the history leaves active (injected, or whose injection's outcome is unknown, without a
-  later `fault.heal` ok) is healed, by its kind (HEALERS below): process.hang is SIGCONT to the rank's
-  process group; process.kill, and gpu.fail on a lab, leave nothing to undo but the rank's job (the rank
-  was killed; the GPU was only marked failed in the run's events); the twin's own faults go through its
-  control API (recover_gpu, power_on, stop_straggle, and proxy.reset for transport.* kinds);
+  later `fault.heal` ok) is healed by its kind (FaultKind.heal_after_crash, testbed/faults): process.hang
+  is SIGCONT to the rank's process group; process.kill, and gpu.fail on a lab, leave nothing to undo but
+  the rank's job (the rank was killed; the GPU was only marked failed in the run's events); the twin's own
+  faults go through its control API (recover_gpu, power_on, stop_straggle, and proxy.reset for transport.*);
 - every rank the run started and did not see stop is stopped (SIGTERM, SIGCONT, SIGKILL after a grace);
 - every switch returns to the circuits it held before the run (the `fabric.initial` mark), on the ports
   the run may change (its configurations and its job's fabric) and nowhere else. Not the state its history
@@ -36,17 +36,18 @@ import select
 import signal
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
-from testbed.config.inventory import Inventory, transport_address
-from testbed.dead_run import UNKNOWN, ActiveFault, Findings, RunFolder, find, read_run
+from testbed.config.inventory import Inventory
+from testbed.dead_run import UNKNOWN, Findings, RunFolder, find, read_run
 from testbed.errors import EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
 from testbed.events import Event, Op, read_jsonl, set_aside_torn_line
+from testbed.families import family_of
+from testbed.faults import FAULT_KINDS
 from testbed.recorder import Recorder, count_lines
 from testbed.results import SummaryCollector, write_json
 from testbed.runner.ray_session import leftovers, runner_alive
@@ -71,14 +72,16 @@ class Lab:
 
     def actor(self, device: str):
         from testbed.runner.device_actor import DeviceActor
-        from testbed.runner.run import driver_settings, policy
 
         if device not in self._actors:
             dev = self.inventory.devices[device]
-            self._actors[device] = DeviceActor(
-                device, dev.driver, driver_settings(self.inventory, device), policy(self.inventory, device)
-            )
+            # The run's own actor code, its family's interlocks on every write.
+            policy = family_of(dev).policy(device, dev)
+            self._actors[device] = DeviceActor(device, dev.driver, dev.transport.settings(), policy, dev.kind)
         return self._actors[device]
+
+    def operation(self, device: str, name: str) -> str:
+        return family_of(self.inventory.devices[device]).operation(name)
 
     def call(self, device: str, procedure: str, kwargs: dict, step: str):
         """One procedure on a device, recorded as the runner records it (invoke, audit, marks, outcome)."""
@@ -113,65 +116,6 @@ class HealFailed(Exception):
 
 def _short(kwargs: dict) -> dict:
     return {k: f"{len(v)} items" if isinstance(v, list) and len(v) > 8 else v for k, v in kwargs.items()}
-
-
-# --- healing faults, by kind -------------------------------------------------------------------------
-
-Healer = Callable[[Lab, ActiveFault], str]  # heals one fault, returns what it did; raises HealFailed
-
-
-def _continue_rank(lab: Lab, fault: ActiveFault) -> str:
-    if fault.job is None:
-        raise HealFailed(f"{fault.name}: the history does not say which process was stopped")
-    host = fault.job.get("host") or fault.device
-    done = lab.call(host, "gpu.resume_job", {"job": fault.job}, "heal: continue the rank")
-    if done["result"] == "not running":
-        return f"pid {fault.job['pid']} on {host} is gone: nothing is left stopped"
-    return f"SIGCONT to pid {fault.job['pid']}'s process group on {host}"
-
-
-def _twin_op(op: str, **fixed) -> Healer:
-    def heal(lab: Lab, fault: ActiveFault) -> str:
-        if lab.control is None:
-            raise HealFailed(f"{fault.name}: only the twin can heal a {fault.kind} so far, and it is not reachable")
-        args = {k: v(fault) if callable(v) else v for k, v in fixed.items()}
-        args = {k: v for k, v in args.items() if v is not None}
-        device = fault.data.get("host") or fault.device
-        lab.control.call(device, op, **args)
-        return f"twin control {op} on {device} {args or ''}".rstrip()
-
-    return heal
-
-
-def _recover_gpu(lab: Lab, fault: ActiveFault) -> str:
-    if lab.control is None:
-        return "on a lab gpu.fail kills the rank and marks the GPU failed in the run only: nothing to undo"
-    return _twin_op("recover_gpu", index=lambda f: f.data.get("gpu", 0))(lab, fault)
-
-
-def _reset_proxy(lab: Lab, fault: ActiveFault) -> str:
-    if lab.control is None:
-        raise HealFailed(f"{fault.name}: a transport fault lives in the twin's fault proxy, which is not reachable")
-    device = fault.data.get("device") or fault.device
-    lab.control.call(device, "proxy.reset")
-    return f"twin control proxy.reset on {device}"
-
-
-HEALERS: dict[str, Healer] = {
-    "process.hang": _continue_rank,
-    "process.kill": lambda lab, f: "the rank was killed: nothing to undo but its job (stopped below)",
-    "gpu.fail": _recover_gpu,
-    "host.power_off": _twin_op("power_on"),
-    "host.straggle": _twin_op("stop_straggle", pid=lambda f: (f.job or {}).get("pid")),
-}
-# Kinds healed alike by the start of their name (the fault proxy's toxics).
-HEALERS_BY_PREFIX: dict[str, Healer] = {"transport.": _reset_proxy}
-
-
-def healer_for(kind: str) -> Healer | None:
-    if kind in HEALERS:
-        return HEALERS[kind]
-    return next((h for prefix, h in HEALERS_BY_PREFIX.items() if kind.startswith(prefix)), None)
 
 
 # --- heal ----------------------------------------------------------------------------------------------
@@ -308,13 +252,13 @@ def _twin_gone(info: dict) -> str | None:
                 f"the run's twin (pid {pid}) is gone: it exits with its runner, and took its devices, faults and jobs"
             )
         return None
-    from emulators.control import TwinControl, TwinControlError
+    from testbed.twin import twin_control
 
-    control = TwinControl(info.get("twin", {}).get("control", "127.0.0.1:1"), timeout=2.0)
+    control = twin_control(info.get("twin", {}).get("control", "127.0.0.1:1"), timeout=2.0)
     try:
         control.call(None, "ping")
         return None
-    except (TwinControlError, OSError, ValueError):
+    except (RuntimeError, OSError, ValueError):  # the twin refused or could not be reached
         return "the run's twin does not answer on its control address: it went with its runner"
     finally:
         control.close()
@@ -364,15 +308,14 @@ def _lab_session(run: RunFolder, inventory: Inventory, found: Findings, report: 
 
     control = None
     if run.info.get("emulate"):  # a twin that outlived its runner: its endpoints and its control
-        from emulators.control import TwinControl
-        from testbed.twin import point_at_twin
+        from testbed.twin import point_at_twin, twin_control
 
         inventory = point_at_twin(inventory, run.info["twin"])
-        control = TwinControl(run.info["twin"]["control"])
+        control = twin_control(run.info["twin"]["control"])
     devices = {f.job.get("host") or f.device for f in found.faults if f.job} | {f.device for f in found.faults}
     devices |= {j["host"] for j in found.jobs} | set(found.initial)
     devices = {d for d in devices if d in inventory.devices}
-    addresses = {d: transport_address(inventory.devices[d].transport) for d in devices}
+    addresses = {d: inventory.devices[d].transport.address() for d in devices}
     lab = Lab(inventory, None, control)
     try:
         with device_locks(addresses, f"heal of {run.run_id}"):
@@ -390,11 +333,10 @@ def _lab_session(run: RunFolder, inventory: Inventory, found: Findings, report: 
 def _heal_faults(lab: Lab, found: Findings, report: HealReport) -> None:
     for fault in found.faults:
         lab.recorder.emit("invoke", Op.FAULT_HEAL, device=fault.device, step="heal", data=fault.data)
-        healer = healer_for(fault.kind)
         try:
-            if healer is None:
-                raise HealFailed(f"{fault.name}: heal does not know the kind {fault.kind!r} (testbed.heal.HEALERS)")
-            how = healer(lab, fault)
+            if fault.kind not in FAULT_KINDS:
+                raise HealFailed(f"{fault.name}: heal does not know the fault kind {fault.kind!r} (testbed.faults)")
+            how = FAULT_KINDS.get(fault.kind).heal_after_crash(lab, fault)
         except Exception as exc:  # a device that refuses, a twin op that fails: say so, heal the rest
             lab.recorder.emit(
                 "fail", Op.FAULT_HEAL, device=fault.device, step="heal", data={**fault.data, "error": str(exc)}
@@ -422,7 +364,8 @@ def _restore_fabric(lab: Lab, run_dir: Path, found: Findings, report: HealReport
     for switch, before in found.initial.items():
         try:
             audit_line = count_lines(run_dir / "audit.jsonl")
-            now = lab.call(switch, "ocs.connections", {}, "heal: read the switch")
+            read = lab.operation(switch, "read_fabric")
+            now = lab.call(switch, read, {}, "heal: read the switch")
             lab.recorder.emit(
                 "mark",
                 Op.FABRIC_OBSERVED,
@@ -438,7 +381,7 @@ def _restore_fabric(lab: Lab, run_dir: Path, found: Findings, report: HealReport
             if remove or add:
                 lab.call(
                     switch,
-                    "ocs.reconfigure",
+                    lab.operation(switch, "reconfigure"),
                     {"circuits": target, "managed": list(ports), "verify_light": False},
                     "heal: the circuits before the run",
                 )
@@ -448,7 +391,7 @@ def _restore_fabric(lab: Lab, run_dir: Path, found: Findings, report: HealReport
                 )
             else:
                 report.done.append(f"{switch}: already holds the circuits it held before the run")
-            final[switch] = lab.call(switch, "ocs.connections", {}, "heal: final read-back")
+            final[switch] = lab.call(switch, read, {}, "heal: final read-back")
         except Exception as exc:
             report.problems.append(f"{switch}: {exc}")
     lab.recorder.emit("mark", Op.FABRIC_FINAL, data={"circuits": final, "healed": True})

@@ -211,7 +211,6 @@ class TwinDrivers:
 
     def __call__(self, device: str, *, reset: bool = True) -> Any:
         from drivers.registry import make_driver
-        from testbed.runner.run import driver_settings
 
         devices = self.lab.devices
         if device not in devices:
@@ -221,7 +220,8 @@ class TwinDrivers:
         if reset and device not in self._reset:
             self.twin.control.call(device, "reset")  # back to the state the inventory describes
             self._reset.add(device)
-        driver = make_driver(devices[device].driver, device, driver_settings(self.lab, device), self.audit.append)
+        settings = devices[device].transport.settings()
+        driver = make_driver(devices[device].driver, device, settings, self.audit.append)
         self._drivers.append(driver)
         return driver
 

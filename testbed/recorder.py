@@ -16,7 +16,7 @@ from pathlib import Path
 from drivers.audit import AuditRecord
 from testbed.events import Event, EventType, Observer, now
 from testbed.events.schema import SchemaError, check_event
-from testbed.procedures import PROCEDURE_MARKS
+from testbed.families import PROCEDURES
 from testbed.redact import redact
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,7 @@ class Recorder:
         self.trial: int | None = None
         self.step: str | None = None
         self._strict = os.environ.get(STRICT_ENV) == "1"
+        self._procedures = PROCEDURES.marks()  # the registered families' procedures and their marks
         self._warned: set[tuple[str, str]] = set()
 
     def add_observer(self, observer: Observer) -> None:
@@ -82,7 +83,7 @@ class Recorder:
     def _check(self, type_: str, op: str, data: dict, device: str | None) -> None:
         """Every event fits testbed/events/schema.py (results/README.md documents it)."""
         try:
-            check_event(type_, op, data, device=device, procedures=PROCEDURE_MARKS)
+            check_event(type_, op, data, device=device, procedures=self._procedures)
         except SchemaError:
             if self._strict:
                 raise

@@ -12,12 +12,13 @@ Rules of the comparison:
   before the engine could have sent its previous reply, so a query that followed `*OPC?` sees the
   settled switch whatever the real switch's speed was;
 - `*OPC?` answers only say "settled now": one the device never answered (a timeout) is not compared;
-- the engine starts with the circuits the run's first successful `ocs.identify` read; port states, input
+- the engine starts with the circuits the run found (its `fabric.initial` mark); port states, input
   power and timing come from the inventory (the same spec `--emulate` boots);
 - what the run's twin control API did (faults, power changes) is not in the audit log; replaying a run
   that injected faults may disagree where a fault changed what the device saw.
 
-OCS devices (Polatis SCPI) are replayed; other kinds are reported as not replayable yet.
+A device is replayed when its family's emulator can replay its driver's protocol (an OCS driven by Polatis
+SCPI today); the others are reported as not replayable yet.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import TextIO
 
 from testbed.errors import EXIT_BAD_INPUT, EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
-from testbed.events import read_jsonl
+from testbed.events import Op, read_jsonl
 
 TIMING_QUERIES = frozenset({"*OPC?"})  # answers that only say when, never what
 
@@ -131,30 +132,22 @@ def replay_run(run_dir: str | Path) -> ReplayReport:
 
 
 def _replay_device(name: str, records: list[tuple[int, dict]], inventory, seed: int, circuits) -> DeviceReplay:
-    from testbed.config.inventory import OcsDevice
+    from testbed.twin import replay_session  # replay is an emulator tool: it reaches them through the bridge
 
     dev = inventory.devices.get(name)
     messages = sum(1 for _, r in records if r.get("direction") == "tx")
     if dev is None:
         return DeviceReplay(name, "?", False, "not in the run's inventory: not replayable", messages)
-    if not isinstance(dev, OcsDevice):
-        return DeviceReplay(name, dev.kind, False, f"not replayable yet (no replay for a {dev.kind})", messages)
-    return _replay_ocs(name, dev, records, inventory, seed, circuits)
-
-
-def _replay_ocs(name, dev, records, inventory, seed: int, circuits) -> DeviceReplay:
-    from emulators.polatis import PolatisEngine
-    from testbed.twin import twin_spec
-
-    (spec,) = twin_spec(inventory, seed, only={name}).devices  # the spec `--emulate` boots for it
-    engine = PolatisEngine(spec, clock=lambda: 0.0)
-    result = DeviceReplay(name, dev.kind, True, messages=sum(1 for _, r in records if r.get("direction") == "tx"))
+    session = replay_session(inventory, name, seed, circuits if isinstance(circuits, dict) else None)
+    if session is None:
+        return DeviceReplay(
+            name, dev.kind, False, f"not replayable yet (no replay for a {dev.kind} driven by {dev.driver})", messages
+        )
+    result = DeviceReplay(name, dev.kind, True, messages=messages)
     if isinstance(circuits, dict):
-        engine.conn = {int(i): int(e) for i, e in circuits.items()}
         result.note = f"started with the {len(circuits)} circuit(s) the run found"
     else:
-        result.note = "no ocs.identify recorded: started without circuits"
-    session = engine.new_session()
+        result.note = "no circuits recorded when the run identified it: started without circuits"
 
     # Group: each message with the replies recorded after it, up to the next message.
     groups: list[tuple[int, dict, list[str]]] = []
@@ -206,9 +199,14 @@ def _lines(text: str) -> list[str]:
 
 
 def _initial_circuits(events: list[tuple[int, dict]]) -> dict[str, dict]:
+    """The circuits each switch held when the run found it: its `fabric.initial` mark, or (a run recorded
+    before the mark existed) what each device's first successful identify read."""
+    for _, e in events:
+        if e.get("op") == Op.FABRIC_INITIAL:
+            return {sw: c for sw, c in (e.get("data") or {}).get("circuits", {}).items() if isinstance(c, dict)}
     found: dict[str, dict] = {}
     for _, e in events:
-        if e.get("op") == "ocs.identify" and e.get("type") == "ok" and e.get("device") not in found:
+        if str(e.get("op", "")).endswith(".identify") and e.get("type") == "ok" and e.get("device") not in found:
             value = (e.get("data") or {}).get("value") or {}
             if isinstance(value.get("circuits"), dict):
                 found[e["device"]] = value["circuits"]

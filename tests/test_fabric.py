@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from testbed.config import load_inventory
 from testbed.config.checks import check_inventory
 from testbed.config.inventory import Inventory
-from testbed.fabric import all_to_all_schedule, choose_spare, circuit_diff, links_to_circuits, ring, torus2d
-from testbed.fabric.circuits import PathError, parse_link, route_link
-from testbed.fabric.spares import NoSpareError
-from testbed.fabric.topology import torus_cycle
+from testbed.fabric.circuits import PathError, links_to_circuits, parse_link, route_link
+from testbed.fabric.diff import circuit_diff
+from testbed.fabric.spares import NoSpareError, choose_spare
+from testbed.fabric.topology import all_to_all_schedule, ring, torus2d, torus_cycle
 
 N = 16  # ports per side of the switch in the property tests: ingress 1..16, egress 17..32
 

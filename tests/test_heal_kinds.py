@@ -1,14 +1,23 @@
-"""`testbed heal`'s table of fault kinds, against a live twin: each twin fault a run can leave behind
-(a lost GPU, a straggler, a host powered off, a transport toxic) is undone through the twin's control API."""
+"""`testbed heal` heals each fault by its kind's own definition, against a live twin: each twin fault a run can
+leave behind (a lost GPU, a straggler, a host powered off, a transport toxic) is undone through the twin's
+control API."""
 
 from __future__ import annotations
+
+import pytest
 
 from drivers.registry import make_driver
 from drivers.ssh import SshSettings
 from emulators.gpuhost.spec import GpuHostSpec
 from emulators.spec import OcsSpec, TwinSpec
 from emulators.twin import TwinProcess
-from testbed.heal import HEALERS, ActiveFault, Lab, healer_for
+from testbed.dead_run import ActiveFault
+from testbed.faults import FAULT_KINDS
+from testbed.heal import Lab
+
+
+def healer_for(kind: str):
+    return FAULT_KINDS.get(kind).heal_after_crash
 
 
 def fault(kind: str, device: str, job: dict | None = None, **data) -> ActiveFault:
@@ -45,10 +54,19 @@ def test_twin_faults_are_healed_through_the_twin_control():
         ssh.close()
 
 
-def test_every_fault_kind_a_playbook_can_name_has_a_healer():
+def test_every_fault_kind_a_playbook_can_name_heals_after_a_crash():
     from typing import get_args
 
-    from testbed.config.playbook import FaultKind
+    from testbed.config.fault import FaultKindName
 
-    assert [k for k in get_args(FaultKind) if healer_for(k) is None] == []
-    assert set(HEALERS) >= {"process.hang", "process.kill", "gpu.fail", "host.power_off", "host.straggle"}
+    assert set(get_args(FaultKindName)) == set(FAULT_KINDS.names())
+    assert {"process.hang", "process.kill", "gpu.fail", "host.power_off", "host.straggle"} <= set(FAULT_KINDS.names())
+    for kind in FAULT_KINDS:
+        assert callable(kind.heal_after_crash) and kind.target in ("rank", "connection")
+
+
+def test_a_fault_a_lab_cannot_heal_without_the_twin_says_so():
+    lab = Lab(inventory=None, recorder=None, control=None)
+    with pytest.raises(Exception, match="only the twin can heal a host.power_off"):
+        healer_for("host.power_off")(lab, fault("host.power_off", "gpu01"))
+    assert "nothing to undo" in healer_for("gpu.fail")(lab, fault("gpu.fail", "gpu01"))

@@ -14,7 +14,7 @@ from drivers.transports import TransportSettings
 from emulators.spec import OcsSpec, TwinSpec
 from emulators.twin import TwinProcess
 from testbed.errors import UserError
-from testbed.runner.guard import GuardedSwitch, Policy
+from testbed.interlocks import GuardedSwitch, Policy
 from testbed.runner.locks import device_locks
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from testbed.config import load_inventory
 from testbed.config.playbook import Playbook
-from testbed.plan import ApplyStep, ParallelStep, PlanError, WaitStep, make_plan
+from testbed.plan import PlanError, make_plan
+from testbed.steps import ApplyStep, ParallelStep, WaitStep
 
 
 @pytest.fixture(scope="module")

@@ -1,74 +1,17 @@
-"""Loading and validating inventories and playbooks. The only place where files become models."""
+"""Loading and validating inventories and playbooks: the only place where files become models.
+
+The names below are loaded on first use (testbed/config/load.py): the device families' models build on
+testbed.config.device and testbed.config.common, and importing those must not build the inventory's
+union of every family before the families themselves are registered."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import importlib
 
-from testbed.config.checks import check_inventory, check_playbook
-from testbed.config.inventory import Inventory
-from testbed.config.playbook import Playbook
-from testbed.config.yamlfile import LocatedData, load_yaml, validate
-from testbed.errors import ConfigError, ConfigProblem
-
-__all__ = ["Inventory", "Playbook", "load_inventory", "load_playbook", "detect_kind", "Loaded"]
+__all__ = ["Inventory", "Loaded", "Playbook", "detect_kind", "load_inventory", "load_playbook"]
 
 
-class Loaded:
-    """A validated model and the file it came from (for locating later problems)."""
-
-    def __init__(self, model, located: LocatedData) -> None:
-        self.model = model
-        self.located = located
-
-    @property
-    def path(self) -> str:
-        return self.located.file
-
-
-def load_inventory(path: str | Path) -> Loaded:
-    located = load_yaml(path)
-    _require_mapping(located, "inventory")
-    inv = validate(Inventory, located)
-    _raise(located, check_inventory(inv))
-    return Loaded(inv, located)
-
-
-def load_playbook(path: str | Path, inventory: Inventory | None = None) -> Loaded:
-    located = load_yaml(path)
-    _require_mapping(located, "playbook")
-    pb = validate(Playbook, located)
-    _raise(located, check_playbook(pb, inventory))
-    return Loaded(pb, located)
-
-
-def detect_kind(path: str | Path) -> str:
-    """'inventory' or 'playbook', from the file's top-level keys."""
-    located = load_yaml(path)
-    _require_mapping(located, "inventory or playbook")
-    if "devices" in located.data:
-        return "inventory"
-    if "steps" in located.data:
-        return "playbook"
-    raise ConfigError(
-        [
-            ConfigProblem(
-                located.file, 1, "", "neither an inventory (it has no `devices`) nor a playbook (it has no `steps`)"
-            )
-        ]
-    )
-
-
-def _require_mapping(located: LocatedData, what: str) -> None:
-    if not isinstance(located.data, dict):
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    located.file, 1, "", f"expected a mapping of keys (an {what}), got {type(located.data).__name__}"
-                )
-            ]
-        )
-
-
-def _raise(located: LocatedData, problems) -> None:
-    if problems:
-        raise ConfigError([located.problem(loc, msg) for loc, msg in problems])
+def __getattr__(name: str):
+    if name in __all__:
+        return getattr(importlib.import_module("testbed.config.load"), name)
+    raise AttributeError(f"module 'testbed.config' has no attribute {name!r}")

@@ -19,8 +19,8 @@ import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from testbed.config.inventory import Fibre, Inventory, OcsDevice, Trunk
-from testbed.config.playbook import LINK_PATTERN
+from testbed.config.common import LINK_PATTERN
+from testbed.config.inventory import Fibre, Inventory, Trunk
 
 Pair = tuple[int, int]
 # A directed link: (source host, source port) -> (destination host, destination port).
@@ -126,7 +126,7 @@ def _usable(t: Trunk, inv: Inventory) -> bool:
     switches = inv.switches()
     for name, port in ((t.from_, t.egress), (t.to, t.ingress)):
         dev = switches.get(name)
-        if dev is None or dev.read_only or (isinstance(dev, OcsDevice) and not dev.port_allowed(port)):
+        if dev is None or dev.read_only or not dev.port_allowed(port):
             return False
     return True
 

@@ -10,9 +10,13 @@ all-reduce, sends from rank r to rank r+1).
 
 from __future__ import annotations
 
-from testbed.config.playbook import JobFabric
+from typing import TYPE_CHECKING
+
 from testbed.fabric.circuits import Link
 from testbed.fabric.topology import duplex_ring, ring, torus2d_ring, torus_ring_ports
+
+if TYPE_CHECKING:
+    from testbed.config.playbook import JobFabric
 
 
 def fabric_links(fabric: JobFabric, hosts: list[str]) -> list[Link]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 
-from testbed.config.inventory import GpuHostDevice, Inventory
+from testbed.config.inventory import Inventory
 
 
 class NoSpareError(RuntimeError):
@@ -28,11 +28,11 @@ def choose_spare(
     if not free:
         raise NoSpareError(f"no free spare for {failed}: spares {pool}, all in use")
     failed_dev = inv.devices[failed]
-    rack = failed_dev.rack if isinstance(failed_dev, GpuHostDevice) else None
+    rack = getattr(failed_dev, "rack", None)  # a host's shared-risk group, if the inventory gives one
 
     def key(spare: str) -> tuple[int, int]:
         dev = inv.devices[spare]
-        same_rack = rack is not None and isinstance(dev, GpuHostDevice) and dev.rack == rack
+        same_rack = rack is not None and getattr(dev, "rack", None) == rack
         return (0 if same_rack else 1, used_count.get(spare, 0))
 
     best = min(key(s) for s in free)

@@ -8,14 +8,14 @@ import time
 SAMPLES = 5
 
 
-def measure_clocks(ray, actors: dict) -> dict:
+def measure_clocks(dispatcher, devices: list[str]) -> dict:
     """Per device: its Ray node, and that node's clock offset to this process (remote - local)."""
     out: dict[str, dict] = {}
-    for device, actor in actors.items():
+    for device in devices:
         best = None
         for _ in range(SAMPLES):
             t0 = time.time()
-            where = ray.get(actor.where.remote())
+            where = dispatcher.call(device, "where").result()
             t1 = time.time()
             if best is None or t1 - t0 < best[0]:
                 best = (t1 - t0, where["wall"] - (t0 + t1) / 2, where)

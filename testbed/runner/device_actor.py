@@ -25,9 +25,9 @@ from drivers.errors import (
     InterlockError,
 )
 from drivers.registry import make_driver
-from drivers.transports import TransportSettings
-from testbed.procedures import PROCEDURES, ProcedureContext
-from testbed.runner.guard import GuardedSwitch, Policy
+from testbed.families import FAMILIES, PROCEDURES
+from testbed.interlocks import GuardedSwitch, Policy
+from testbed.procedures.context import ProcedureContext
 
 MAX_RESTARTS = 3  # per actor and run; an actor that keeps dying is left dead and its calls fail
 
@@ -48,9 +48,16 @@ class OpResult:
 
 
 class DeviceActor:
-    def __init__(self, device: str, driver: str, settings: TransportSettings, policy: Policy | None = None) -> None:
+    def __init__(
+        self, device: str, driver: str, settings, policy: Policy | None = None, kind: str | None = None
+    ) -> None:
+        """settings: the transport's (TransportConfig.settings()); policy: the interlocks every write passes;
+        kind: the device's family, whose procedures this actor runs (None: any family's)."""
         self.device = device
         self.address = settings.address
+        self._procedures = (
+            {n: spec.function for n, spec in FAMILIES.get(kind).procedures.items()} if kind else PROCEDURES
+        )
         self._audit: list[AuditRecord] = []
         self._driver = make_driver(driver, device, settings, self._audit.append)
         if policy is not None:
@@ -97,7 +104,7 @@ class DeviceActor:
         start = (time.monotonic_ns(), time.time())
         status, value, error, error_type = "ok", None, None, None
         try:
-            value = PROCEDURES[procedure](self._driver, ctx, **kwargs)
+            value = self._procedures[procedure](self._driver, ctx, **kwargs)
         except InterlockError as exc:  # refused before anything was sent: certainly did not happen
             status, error, error_type = "fail", str(exc), type(exc).__name__
         except (DeviceTimeout, DeviceConnectionError, DeviceProtocolError) as exc:

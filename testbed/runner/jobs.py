@@ -1,15 +1,15 @@
-"""Jobs on GPU hosts, faults, and failure detection, as the coordinator executes them.
+"""The job on the GPU hosts, as the engine runs it: its ranks and their hosts (the assignment a failover
+changes), launching and stopping them, the fabric that connects them, and the watchers that see them fail.
 
-Ranks are started and stopped through each host's actor. Detection runs on a second actor per host (its
-own SSH connection, two threads) so that watching never blocks the host's actor: every rank is watched
-from before the fault is injected until the failure is seen. Faults go through the twin's control API when
-emulated (a GPU really falls off the emulated bus) and through the host otherwise (the rank is killed and
-the GPU marked failed in the run, as published testbeds simulate it).
+Ranks are started and stopped through each host's actor. Detection runs on a second actor per host (its own
+SSH connection, two threads) so that watching never blocks the host's actor: every rank is watched from before
+the fault is injected until the failure is seen. Faults are injected and healed by their kind
+(testbed/faults), recorded by testbed/runner/faulting.py. The steps that use a job (job.*, fault.*, failover)
+are in testbed/steps.
 """
 
 from __future__ import annotations
 
-import contextlib
 import random
 import socket
 import time
@@ -17,24 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulators.control import TriggerMissed
 from testbed.config.inventory import Inventory
 from testbed.config.playbook import Job
 from testbed.events import Op
-from testbed.fabric import PathError, choose_spare, links_to_circuits
+from testbed.fabric.circuits import PathError, links_to_circuits
 from testbed.fabric.jobfabric import fabric_links, ring_link_ports
-from testbed.milestones import segments_of
-from testbed.plan import (
-    ApplyStep,
-    FailoverStep,
-    FaultDetectStep,
-    FaultInjectStep,
-    HealthStep,
-    JobMeasureStep,
-    JobStartStep,
-    JobStopStep,
-)
-from testbed.runner.coordinator import Coordinator, StepFailed, _raise_failures
+from testbed.faults import RankTarget
+from testbed.runner import faulting
+from testbed.runner.errors import StepFailed, raise_failures
+from testbed.steps.fabric_apply import ApplyStep
 
 WATCH_READY_TIMEOUT_S = 20.0
 
@@ -46,8 +37,6 @@ class Rank:
     local: int  # index among the ranks of its host: its GPU
 
 
-# Faults only the twin can apply: a lab needs a BMC (power) or a duty-cycle agent (straggle) for them.
-TWIN_ONLY_FAULTS = {"host.power_off", "host.straggle"}
 # A switch whose connection failed during a rewiring is tried again for this long (then the step fails).
 FABRIC_RETRY_S = 3.0
 FABRIC_RETRY_BACKOFF_S = 0.05
@@ -56,70 +45,11 @@ RETRYABLE = {"DeviceConnectionError", "DeviceTimeout"}
 HARDWARE_FAILURES = {"gpu_lost", "xid"}
 # testbed-train's line once its ring is up: the step it resumed from (the job_ready milestone).
 READY = r"^ready rank \d+ world \d+ step (\d+)"
-# A twin fault is scheduled this far ahead: more than a control request takes to reach the twin on a loaded
-# machine (~5 ms at worst on 2 cores). A trigger that still arrives late is sent again, further ahead.
-TRIGGER_LEAD_NS = 20_000_000
-TRIGGER_ATTEMPTS = 3
 
 
-class FaultInjector:
-    """Injects and heals one fault; returns the monotonic time of injection.
-
-    A twin fault is a timed trigger: the twin applies it at a moment chosen here, on the clock both share,
-    and that moment is the injection time. (The midpoint of a call that delivers a fault is off by up to
-    half the call, and on a loaded machine a call's two halves differ by milliseconds.) The twin's ground
-    truth records when the fault really took effect, so its lateness is measured, not assumed away. On a real
-    lab the fault is a signal sent over SSH, and the injection time is the midpoint of that `kill`."""
-
-    def __init__(self, coordinator: Coordinator, twin_control=None) -> None:
-        self.coordinator = coordinator
-        self.twin = twin_control  # None on a real lab
-
-    def inject(
-        self, kind: str, rank: Rank, job: dict, label: str, xid: int, duty: float = 0.5, period_s: float = 0.2
-    ) -> int:
-        if kind in TWIN_ONLY_FAULTS and self.twin is None:
-            raise StepFailed(f"{kind} is not supported on a real lab yet (it needs a BMC / a duty-cycle agent)")
-        if self.twin is not None and kind in ("gpu.fail", "host.power_off", "host.straggle"):
-            if kind == "gpu.fail":
-                op, args = "fail_gpu", {"index": rank.local, "xid": xid}
-            elif kind == "host.power_off":
-                op, args = "power_off", {}
-            else:
-                # The playbook's duty is the fraction stopped; the twin's is the fraction running.
-                op, args = "straggle", {"pid": job.get("pid"), "duty": 1 - duty, "period_ms": period_s * 1000}
-            return self._trigger(kind, rank, op, args)
-        # On a real lab gpu.fail kills the rank (its GPU is marked failed in the run's events); process.kill
-        # and process.hang are signals on any lab.
-        signal = {"gpu.fail": "KILL", "process.kill": "KILL", "process.hang": "STOP"}[kind]
-        result = self.coordinator.call({rank.host: ("gpu.kill_job", {"job": job, "signal": signal})}, label)
-        return result[rank.host].marks[Op.FAULT_INJECTED][0]
-
-    def _trigger(self, kind: str, rank: Rank, op: str, args: dict) -> int:
-        lead = TRIGGER_LEAD_NS
-        for _ in range(TRIGGER_ATTEMPTS):
-            at = time.monotonic_ns() + lead
-            try:
-                self.twin.call_at(at, rank.host, op, **args)
-                return at
-            except TriggerMissed:
-                lead *= 4
-        raise StepFailed(
-            f"{kind} on {rank.host}: the twin received the timed fault after its moment {TRIGGER_ATTEMPTS} times "
-            f"(last time {lead // 4_000_000} ms ahead); nothing was applied. This machine is overloaded: stop "
-            "other work on it and run again"
-        )
-
-    def heal(self, kind: str, rank: Rank, job: dict, label: str) -> None:
-        if kind == "gpu.fail" and self.twin is not None:
-            self.twin.call(rank.host, "recover_gpu", index=rank.local)
-        elif kind == "host.power_off" and self.twin is not None:
-            self.twin.call(rank.host, "power_on")
-        elif kind == "host.straggle" and self.twin is not None:
-            self.twin.call(rank.host, "stop_straggle", pid=job.get("pid"))
-        elif kind == "process.hang":
-            # A detection stops the job first, so the stopped rank may be gone: continued if still there.
-            self.coordinator.call({rank.host: ("gpu.resume_job", {"job": job})}, label)
+def watcher(host: str) -> str:
+    """The name of a host's watcher actor (its second connection, which follows the rank's log)."""
+    return f"{host} (watcher)"
 
 
 class JobController:
@@ -128,22 +58,18 @@ class JobController:
 
     def __init__(
         self,
-        coordinator: Coordinator,
+        coordinator,
         job: Job,
-        watchers: dict,
         address_of: Callable[[str], str],
-        faults: FaultInjector,
         *,
         inventory: Inventory | None = None,
         managed: dict[str, tuple[int, ...]] | None = None,
         seed: int = 0,
         link: Callable[[str, str, str, str, int], str] | None = None,
     ) -> None:
-        self.c = coordinator
+        self.c = coordinator  # testbed.runner.coordinator.Coordinator; its dispatcher has a watcher per host
         self.job = job
-        self.watchers = watchers  # host -> watcher actor
         self.address_of = address_of  # host -> the address its ranks are reached at (data plane)
-        self.faults = faults
         self.inventory = inventory
         self.managed = managed or {}  # switch -> ports the job's fabric owns
         self.seed = seed
@@ -155,9 +81,10 @@ class JobController:
         self.failovers = 0
         self.launches = 0  # each launch names its ranks' jobs afresh: a log read from its start is this launch's
         self.handles: dict[int, dict] = {}  # rank -> job handle (pid, log) while running
-        self._assign(list(job.ranks))
+        self.assign(list(job.ranks))
 
-    def _assign(self, hosts: list[str]) -> None:
+    def assign(self, hosts: list[str]) -> None:
+        """hosts[rank] runs that rank (a failover puts a spare in the failed rank's place)."""
         self.assignment = hosts
         seen: dict[str, int] = {}
         self.ranks = []
@@ -167,18 +94,23 @@ class JobController:
 
     # --- start / stop ---------------------------------------------------------------------------
 
-    def start(self, step: JobStartStep) -> None:
+    def require_running(self, label: str) -> None:
+        if len(self.handles) != len(self.ranks):
+            raise StepFailed(f"{label}: the job is not running; add a job.start step before it")
+
+    def start(self, step) -> None:
+        """job.start: the fabric, every rank, and steady progress on all of them (step: wait_steps, timeout_s)."""
         if self.handles:
             raise StepFailed("job.start: the job is already running; add a job.stop step before starting it again")
-        self._assign(list(self.job.ranks))  # every trial starts from the playbook's assignment
+        self.assign(list(self.job.ranks))  # every trial starts from the playbook's assignment
         if self.job.fabric is not None:
-            self._apply_fabric(step.label)
-        self._launch(step.label)
+            self.apply_fabric(step.label)
+        self.launch(step.label)
         if step.wait_steps > 0:
             self._wait(step.label, self.ranks, self.job.progress, step.wait_steps, step.timeout_s)
         self.c.recorder.emit("mark", Op.JOB_READY, step=step.label, data={"ranks": len(self.ranks)})
 
-    def _launch(
+    def launch(
         self, label: str, watch: int | None = None, timeout_s: float = 120.0
     ) -> tuple[dict[int, object], object | None]:
         """Start every rank at once; returns each rank's start result (its job_started mark) and, for the
@@ -231,7 +163,7 @@ class JobController:
                 started[r.index] = result
             if watch is not None and host == self.ranks[watch].host:
                 watched = results[len(on_host)]
-        _raise_failures(list(started.values()))  # the watch's failure is the caller's to raise, after its marks
+        raise_failures(list(started.values()))  # the watch's failure is the caller's to raise, after its marks
         return started, watched
 
     def _listen_ports(self) -> list[int]:
@@ -288,25 +220,23 @@ class JobController:
             programs.setdefault(r.host, []).append((label, "gpu.wait_step", {**args, "mark": mark}))
         out = {}
         for host, results in self.c.dispatch(programs).items():
-            _raise_failures(results)
+            raise_failures(results)
             for r, result in zip([r for r in ranks if r.host == host], results, strict=True):
                 out[r.index] = result
         return out
 
-    def stop(self, step: JobStopStep | None = None, label: str = "stop job") -> None:
+    def stop(self, label: str = "stop job") -> None:
         if not self.handles:
             return
         programs: dict[str, list] = {}
         for r in self.ranks:
             if r.index in self.handles:
-                programs.setdefault(r.host, []).append(
-                    (step.label if step else label, "gpu.stop_job", {"job": self.handles[r.index]})
-                )
+                programs.setdefault(r.host, []).append((label, "gpu.stop_job", {"job": self.handles[r.index]}))
         self.handles.clear()
         for results in self.c.dispatch(programs).values():
-            _raise_failures(results)
+            raise_failures(results)
 
-    def _apply_fabric(self, label: str, hosts: list[str] | None = None) -> dict:
+    def apply_fabric(self, label: str, hosts: list[str] | None = None) -> dict:
         """Make the switches hold the job's topology over the current assignment (the minimal change, on
         every switch at once); returns each switch's result with its sent / acked / lit marks."""
         fabric = self.job.fabric
@@ -334,7 +264,7 @@ class JobController:
         a refused connection: the device may be fine) is tried again until FABRIC_RETRY_S has passed. Its
         procedure reads the switch afresh each time (a failed one forgets its cached state), so a retry
         after a lost acknowledgement sends only what is still missing. Every attempt is in the history."""
-        calls = self.c._calls(step)
+        calls = step.calls(self.c)
         deadline = time.monotonic() + FABRIC_RETRY_S
         done: dict = {}
         while True:
@@ -343,40 +273,39 @@ class JobController:
             failed = {d: r for d, r in results.items() if r is None or r.status != "ok"}
             retry = all(r is not None and r.error_type in RETRYABLE for r in failed.values())
             if not failed or not retry or time.monotonic() >= deadline:
-                _raise_failures(done.values())
+                raise_failures(done.values())
                 return done
             calls = {d: calls[d] for d in failed}
             time.sleep(FABRIC_RETRY_BACKOFF_S)  # give the connection a moment to come back: recovery, not sync
 
     # --- faults and detection ---------------------------------------------------------------------
 
-    def detect(self, step: FaultDetectStep) -> None:
-        target, injected, first, _ = self._inject_and_detect(step, heal=True)
-        rank, detected_ns, value = first
-        if step.measure:
-            self.c.recorder.emit(
-                "measure",
-                f"{step.measure}.latency",
-                mono_ns=detected_ns,
-                wall=time.time(),
-                step=step.label,
-                data={
-                    "ms": (detected_ns - injected) / 1e6,
-                    "start_ns": injected,
-                    "end_ns": detected_ns,
-                    "detected_on_rank": rank,
-                    "kind": value.get("detected"),
-                    "evidence": value.get("evidence"),
-                },
-            )
+    def fault_data(self, kind: str, target) -> dict:
+        """The fault's description in its events: what hit which rank (`testbed heal` needs the pid)."""
+        return {
+            "fault": f"{kind}@rank{target.index}",
+            "kind": kind,
+            "rank": target.index,
+            "host": target.host,
+            "gpu": target.local,
+            "pid": (self.handles.get(target.index) or {}).get("pid"),
+        }
 
-    def _inject_and_detect(self, step, *, heal: bool, on_detect: Callable[[int], None] | None = None):
+    def _target(self, kind_step, r: Rank, job: dict) -> RankTarget:
+        params = {"xid": kind_step.xid}
+        return RankTarget(r.index, r.host, r.local, job, params)
+
+    def heal(self, step, target: Rank, job: dict, data: dict) -> None:
+        faulting.heal(self.c, step.kind, self._target(step, target, job), step.label, target.host, data)
+
+    def inject_and_detect(self, step, *, heal: bool, on_detect: Callable[[int], None] | None = None):
         """Watch every rank, inject the fault once all are watching, wait for the first detection and stop
-        the job (so every other watch ends). Heals the fault at once when `heal`; otherwise the caller heals."""
-        if len(self.handles) != len(self.ranks):
-            raise StepFailed(f"{step.label}: the job is not running; add a job.start step before it")
+        the job (so every other watch ends). Heals the fault at once when `heal`; otherwise the caller heals.
+        Returns (the rank hit, injection ns, the first detection (rank, ns, value) or None, its job handle)."""
+        self.require_running(step.label)
         target = self.ranks[step.rank]
-        refs = {}
+        dispatcher = self.c.dispatcher
+        watches = {}
         for r in self.ranks:
             kwargs = {
                 "job": self.handles[r.index],
@@ -386,263 +315,66 @@ class JobController:
                 "max_s": step.timeout_s,
             }
             self.c.recorder.emit("invoke", "gpu.watch_job", device=r.host, step=step.label, data={"rank": r.index})
-            refs[r.index] = self.watchers[r.host].run_program.remote([("gpu.watch_job", kwargs)])
-        ready = self.c.ray.get(
-            [self.watchers[r.host].wait_mark.remote("watching", WATCH_READY_TIMEOUT_S) for r in self.ranks]
-        )
-        data = self._fault_data(step, target)
+            watches[r.index] = dispatcher.call(watcher(r.host), "run_program", [("gpu.watch_job", kwargs)])
+        ready = [
+            dispatcher.call(watcher(r.host), "wait_mark", "watching", WATCH_READY_TIMEOUT_S).result()
+            for r in self.ranks
+        ]
+        data = self.fault_data(step.kind, target)
         job = self.handles[target.index]
-        self.c.recorder.emit("invoke", Op.FAULT_INJECT, device=target.host, step=step.label, data=data)
+        injected = faulting.inject(
+            self.c,
+            step.kind,
+            self._target(step, target, job),
+            step.label,
+            target.host,
+            {**data, "watching": all(ready)},
+        ).at_ns
         try:
-            injected = self.faults.inject(step.kind, target, job, step.label, step.xid)
-        except StepFailed:
-            self.c.recorder.emit("fail", Op.FAULT_INJECT, device=target.host, step=step.label, data=data)
-            raise
-        self.c.recorder.emit("ok", Op.FAULT_INJECT, device=target.host, step=step.label, data=data)
-        self._mark_injected(step, target, injected, {**data, "watching": all(ready)})
-        if step.kind == "gpu.fail" and self.faults.twin is None:
-            self.c.recorder.emit("mark", Op.GPU_MARKED_FAILED, device=target.host, step=step.label, data=data)
-        try:
-            first = self._first_detection(refs, step, on_detect)
+            first = self._first_detection(watches, step, on_detect)
         finally:
             if heal:
-                self._heal(step, target, job, data)
+                self.heal(step, target, job, data)
         if first is None:
             if not heal:
-                self._heal(step, target, job, data)
+                self.heal(step, target, job, data)
             raise StepFailed(
                 f"{step.kind} on rank {target.index} ({target.host}) was not detected within {step.timeout_s:g} s"
             )
         return target, injected, first, job
 
-    def _fault_data(self, step, target: Rank) -> dict:
-        return {
-            "fault": f"{step.kind}@rank{target.index}",
-            "kind": step.kind,
-            "rank": target.index,
-            "host": target.host,
-            "gpu": target.local,
-            "pid": (self.handles.get(target.index) or {}).get("pid"),  # the rank hit: `testbed heal` needs it
-        }
-
-    def _heal(self, step, target: Rank, job: dict, data: dict) -> None:
-        self.c.recorder.emit("invoke", Op.FAULT_HEAL, device=target.host, step=step.label, data=data)
-        self.faults.heal(step.kind, target, job, step.label)
-        self.c.recorder.emit("ok", Op.FAULT_HEAL, device=target.host, step=step.label, data=data)
-
-    def _first_detection(self, refs: dict, step, on_detect: Callable[[int], None] | None = None):
-        """Wait for the first watcher to see a failure, stop the job (so every other watch ends), then
-        record every watcher's outcome. Returns (rank, detection time, its value) or None. `on_detect(rank)`
-        runs as soon as a failure is seen, before the job is torn down (a failover starts rewiring then)."""
-        ray = self.c.ray
-        by_ref = {ref: rank for rank, ref in refs.items()}
+    def _first_detection(self, watches: dict, step, on_detect: Callable[[int], None] | None = None):
+        """Wait for the first watcher to see a failure, stop the job (so every other watch ends), then record
+        every watcher's outcome. Returns (rank, detection time, its value) or None. `on_detect(rank)` runs as
+        soon as a failure is seen, before the job is torn down (a failover starts rewiring then)."""
+        dispatcher = self.c.dispatcher
         limit = step.timeout_s + WATCH_READY_TIMEOUT_S
         if on_detect is not None:
             # React to the milestone itself, not to the procedure's return: after marking failure_detected
             # a watcher still takes a health probe for the evidence, which the failover need not wait for.
             # (Once the job is stopped every watcher marks an exit, so none of these waits lingers.)
             seen = {
-                self.watchers[self.ranks[rank].host].wait_mark.remote(Op.FAILURE_DETECTED, limit): rank for rank in refs
+                dispatcher.call(watcher(self.ranks[rank].host), "wait_mark", Op.FAILURE_DETECTED, limit): rank
+                for rank in watches
             }
             pending = list(seen)
             while pending:
-                done, pending = ray.wait(pending, num_returns=1, timeout=limit)
+                done, pending = dispatcher.wait(pending, timeout=limit)
                 if not done:
                     break
-                if ray.get(done[0]):
+                if done[0].result():
                     on_detect(seen[done[0]])
                     break
-        ray.wait(list(refs.values()), num_returns=1, timeout=limit)
+        dispatcher.wait(list(watches.values()), timeout=limit)
         self.stop(label=step.label)
         detections = []
-        for ref, results in zip(refs.values(), ray.get(list(refs.values())), strict=True):
-            rank = by_ref[ref]
-            result = results[0]
-            self.c._record(self.ranks[rank].host, step.label, "gpu.watch_job", result)
+        for rank, pending_watch in watches.items():
+            (result,) = pending_watch.result()  # a watcher that died raises ActorLost: the trial fails as info
+            self.c.record(self.ranks[rank].host, step.label, "gpu.watch_job", result)
             mark = result.marks.get(Op.FAILURE_DETECTED) if result.status == "ok" else None
             if mark and (result.value or {}).get("detected"):
                 detections.append((rank, mark[0], result.value))
         return failed_rank(detections)
-
-    def _mark_injected(self, step, target: Rank, injected: int, data: dict) -> None:
-        """One fault_injected event per fault: taken here for a twin fault; taken by the host's actor
-        otherwise (its mark is recorded with its result), so only the fault's description is added."""
-        if self.faults.twin is not None and step.kind in ("gpu.fail", "host.power_off", "host.straggle"):
-            self.c.recorder.emit(
-                "mark",
-                Op.FAULT_INJECTED,
-                mono_ns=injected,
-                wall=time.time(),
-                device=target.host,
-                step=step.label,
-                data=data,
-            )
-        else:
-            self.c.recorder.emit(
-                "mark", Op.FAULT_DESCRIBED, device=target.host, step=step.label, data={**data, "injected_ns": injected}
-            )
-
-    def inject(self, step: FaultInjectStep) -> None:
-        """A fault kept for a while and then healed; the job's own reaction is what the playbook measures."""
-        if len(self.handles) != len(self.ranks):
-            raise StepFailed("fault.inject: the job is not running; add a job.start step before it")
-        target = self.ranks[step.rank]
-        data = {**self._fault_data(step, target), "duration_s": step.duration_s}
-        if step.when_s:
-            self.c.stopping.wait(step.when_s)  # the playbook's schedule for the fault, not synchronisation
-        self.c.recorder.emit("invoke", Op.FAULT_INJECT, device=target.host, step=step.label, data=data)
-        job = self.handles[target.index]
-        try:
-            injected = self.faults.inject(step.kind, target, job, step.label, step.xid, step.duty, step.period_s)
-        except StepFailed:
-            self.c.recorder.emit("fail", Op.FAULT_INJECT, device=target.host, step=step.label, data=data)
-            raise
-        self.c.recorder.emit("ok", Op.FAULT_INJECT, device=target.host, step=step.label, data=data)
-        self._mark_injected(step, target, injected, data)
-        try:
-            # How long the playbook keeps the fault (part of the experiment); an abort cuts it short.
-            self.c.stopping.wait(step.duration_s)
-        finally:
-            self._heal(step, target, job, data)
-
-    def measure(self, step: JobMeasureStep) -> None:
-        """The job's own iteration times: the interval between consecutive progress lines of one rank."""
-        if len(self.handles) != len(self.ranks):
-            raise StepFailed(f"{step.label}: the job is not running; add a job.start step before it")
-        r = self.ranks[step.rank]
-        kwargs = {
-            "job": self.handles[r.index],
-            "progress": self.job.progress,
-            "count": step.steps,
-            "max_s": step.timeout_s,
-        }
-        result = self.c.call({r.host: ("gpu.step_times", kwargs)}, step.label)[r.host]
-        ns = result.value["ns"]
-        # One figure per window: the mean iteration time (a straggler stalls every few steps, which a
-        # median of the intervals would hide); the intervals themselves are kept with it.
-        intervals = [round((b - a) / 1e6, 3) for a, b in zip(ns, ns[1:], strict=False)]
-        self.c.recorder.emit(
-            "measure",
-            f"{step.measure}.time",
-            mono_ns=ns[-1],
-            step=step.label,
-            data={
-                "ms": (ns[-1] - ns[0]) / 1e6 / len(intervals),
-                "start_ns": ns[0],
-                "end_ns": ns[-1],
-                "rank": r.index,
-                "intervals_ms": intervals,
-            },
-        )
-
-    # --- failover ---------------------------------------------------------------------------------
-
-    def failover(self, step: FailoverStep) -> None:
-        """fault_injected -> failure_detected -> spare_selected -> fabric_reconfigured -> link_verified ->
-        job_relaunched -> job_ready -> first_step (a step after the checkpoint, on the spare).
-
-        As soon as a watcher sees the failure, the spare is chosen for the rank it saw fail and the fabric
-        is rewired through it, while the surviving ranks are torn down: both must be done before the
-        relaunch, and neither waits for the other."""
-        plan: dict = {}
-
-        def on_detect(rank: int) -> None:
-            failed = self.ranks[rank]
-            spare = choose_spare(
-                failed.host,
-                self.inventory,
-                in_use=set(self.assignment),
-                used_count=self.spare_use,
-                seed=self.seed + self.failovers,
-                spares=self.job.spares,
-            )
-            self.failovers += 1
-            self.spare_use[spare] = self.spare_use.get(spare, 0) + 1
-            plan[Op.SPARE_SELECTED] = self._mark(
-                Op.SPARE_SELECTED, step, {"failed": failed.host, "spare": spare, "rank": rank}
-            )
-            hosts = list(self.assignment)
-            hosts[rank] = spare
-            plan.update(rank=rank, spare=spare, hosts=hosts)
-            plan["fabric"] = self.c._pool.submit(self._apply_fabric, step.label, hosts)
-
-        target, injected, first, job = self._inject_and_detect(step, heal=False, on_detect=on_detect)
-        data = self._fault_data(step, target)
-        try:
-            if "fabric" not in plan:
-                raise StepFailed(f"{step.label}: the failure was not reported by a watcher in time to fail over")
-            if first is not None and first[0] != plan["rank"]:
-                # The spare was chosen for the first rank seen to exit, a peer of the one the evidence names
-                # (see failed_rank): undo that choice and fail over the right rank; it costs a second rewiring.
-                with contextlib.suppress(Exception):  # the wrong rewiring's outcome no longer matters
-                    plan["fabric"].result()
-                self.failovers -= 1
-                self.spare_use[plan["spare"]] -= 1
-                self._mark(
-                    Op.FAILURE_REATTRIBUTED,
-                    step,
-                    {"first_seen": plan["rank"], "failed": first[0], "evidence": first[2].get("evidence")},
-                )
-                on_detect(first[0])
-            milestones = {
-                Op.FAULT_INJECTED: injected,
-                Op.FAILURE_DETECTED: first[1],
-                Op.SPARE_SELECTED: plan[Op.SPARE_SELECTED],
-            }
-            switches = plan["fabric"].result()
-            self._assign(plan["hosts"])
-            milestones[Op.FABRIC_RECONFIGURED] = self._mark_at(
-                Op.FABRIC_RECONFIGURED, step, max(r.marks["acked"][0] for r in switches.values())
-            )
-            if all("lit" in r.marks for r in switches.values()):
-                milestones[Op.LINK_VERIFIED] = self._mark_at(
-                    Op.LINK_VERIFIED, step, max(r.marks["lit"][0] for r in switches.values())
-                )
-            rank = plan["rank"]
-            # The rank on the spare is watched from its launch on: its ready line, then its first step after
-            # the checkpoint.
-            started, result = self._launch(step.label, watch=rank, timeout_s=step.timeout_s)
-            milestones[Op.JOB_RELAUNCHED] = self._mark_at(
-                Op.JOB_RELAUNCHED, step, max(r.marks["job_started"][0] for r in started.values())
-            )
-            _raise_failures([result])
-            # The spare's rank prints its ready line after an all-reduce with every rank: the whole job is up.
-            milestones[Op.JOB_READY] = result.marks[Op.JOB_READY][0]
-            resumed = result.value["resumed"]
-            milestones[Op.FIRST_STEP] = result.marks[Op.FIRST_STEP][0]
-            self.c.recorder.emit(
-                "mark",
-                Op.FAILOVER_RESUMED,
-                step=step.label,
-                device=plan["spare"],
-                data={"resumed_from": resumed, "step": result.value["step"], "rank": rank},
-            )
-        finally:
-            self._heal(step, target, job, data)  # the rank hit, as it was launched (its pid may be gone)
-        self._measure_failover(step, milestones)
-
-    def _mark(self, name: str, step, data: dict) -> int:
-        return self.c.recorder.emit("mark", name, step=step.label, data=data).mono_ns
-
-    def _mark_at(self, name: str, step, ns: int) -> int:
-        self.c.recorder.emit("mark", name, mono_ns=ns, wall=time.time(), step=step.label)
-        return ns
-
-    def _measure_failover(self, step: FailoverStep, m: dict[str, int]) -> None:
-        # A milestone the playbook skipped (link_verified without light checks) merges its neighbours'
-        # segments under a joined name, so no segment is passed off as one it is not.
-        for seg in segments_of(m):
-            self._measure(step, f"{step.measure}.{seg['segment']}", seg["start_ns"], seg["end_ns"])
-
-    def _measure(self, step, name: str, start: int, end: int) -> None:
-        self.c.recorder.emit(
-            "measure",
-            name,
-            mono_ns=end,
-            wall=time.time(),
-            step=step.label,
-            data={"ms": (end - start) / 1e6, "start_ns": start, "end_ns": end},
-        )
 
 
 def failed_rank(detections: list[tuple[int, int, dict]]) -> tuple[int, int, dict] | None:
@@ -660,23 +392,3 @@ def _ephemeral_low() -> int:
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return 32768  # Linux's default
-
-
-def health_check(c: Coordinator, step: HealthStep) -> None:
-    """Identify and health-check every host at once; the results go to the summary as a table, and the
-    wall time of the whole check (as the coordinator sees it, Ray included) is measured as health.wall."""
-    start = time.monotonic_ns()
-    results = c.dispatch({h: [(step.label, "gpu.health", {})] for h in step.hosts})
-    end = time.monotonic_ns()
-    c.recorder.emit(
-        "measure",
-        "health.wall",
-        mono_ns=end,
-        wall=time.time(),
-        step=step.label,
-        data={"ms": (end - start) / 1e6, "start_ns": start, "end_ns": end, "hosts": len(step.hosts)},
-    )
-    for host, (result,) in results.items():
-        if result is not None and result.status == "ok":
-            c.recorder.emit("mark", Op.HEALTH, device=host, step=step.label, data=result.value)
-    _raise_failures([r for (r,) in results.values()])

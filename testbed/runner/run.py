@@ -4,7 +4,6 @@ the summary at the end. Each of those is its own module; this one only puts them
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import signal
 import threading
 from dataclasses import dataclass
@@ -12,28 +11,23 @@ from pathlib import Path
 
 from rich.console import Console
 
-from drivers.transports import TransportSettings
-from testbed.config.inventory import (
-    Inventory,
-    OcsDevice,
-    SerialTransport,
-    SshTransport,
-    VisaTransport,
-    transport_address,
-)
+from testbed.config.inventory import Inventory
 from testbed.errors import ExperimentFailed, UserError
 from testbed.events import Op
+from testbed.families import family_of
+from testbed.interlocks import Policy
 from testbed.plan import Plan
 from testbed.progress import ProgressDisplay
 from testbed.recorder import Recorder
 from testbed.results import SummaryCollector, make_run_dir, run_info, write_json
 from testbed.runner.clocks import measure_clocks
-from testbed.runner.coordinator import ActorDied, Coordinator
-from testbed.runner.faults import TransportFaults
-from testbed.runner.guard import Policy
+from testbed.runner.coordinator import Coordinator
+from testbed.runner.dispatch import ActorLost, RayDispatcher
+from testbed.runner.errors import ActorDied
+from testbed.runner.jobs import JobController, watcher
 from testbed.runner.locks import device_locks
 from testbed.runner.ray_session import local_session_dir, ray_session, runner_identity
-from testbed.truth import TRUTH_FILE, failover_accuracy, twin_clock
+from testbed.truth import TRUTH_FILE, failover_accuracy
 
 
 @dataclass(frozen=True)
@@ -80,27 +74,28 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
         with contextlib.ExitStack() as stack:
             inventory, twin = plan.inventory, None
             if options.emulate:
-                inventory, endpoints, twin = stack.enter_context(_twin(plan, console, run_dir / TRUTH_FILE))
-                info["twin"] = endpoints
-                info["twin_pid"] = twin.process.pid  # heal looks for it in /proc: did the twin die with the run?
-                info["twin_clock"] = twin_clock(twin.control)
+                from testbed.twin import start_twin  # the only way a run reaches the emulators
+
+                inventory, twin = stack.enter_context(start_twin(plan, run_dir / TRUTH_FILE, console))
+                info["twin"] = twin.endpoints
+                info["twin_pid"] = twin.pid  # heal looks for it in /proc: did the twin die with the run?
+                info["twin_clock"] = twin.clock()
                 stack.callback(_record_dataplane, twin, info)  # runs before the twin stops, on every path
             stack.enter_context(
-                device_locks({d: transport_address(inventory.devices[d].transport) for d in plan.devices}, run_id)
+                device_locks({d: inventory.devices[d].transport.address() for d in plan.devices}, run_id)
             )
             with ray_session(options.ray_address) as ray:
                 stack.enter_context(_sigterm_as_interrupt())  # after ray.init, which installs its own handler
                 info["ray"] = {"session_dir": local_session_dir(ray) if options.ray_address is None else None}
                 write_json(run_dir / "run.json", info)
                 actors, notes = _start_actors(ray, plan, inventory, emulate=options.emulate)
-                stack.callback(_stop_actors, ray, actors)
+                dispatcher = RayDispatcher(ray, actors)
+                stack.callback(_stop_actors, ray, dispatcher)
                 for note in notes:
                     console.print(f"[dim]{note}[/]")
-                info["placement"] = measure_clocks(ray, actors)
-                truth = _ground_truth(twin) if twin is not None else None
-                coordinator = Coordinator(plan, actors, recorder, ray, artifacts=run_dir, ground_truth=truth)
-                if twin is not None:
-                    coordinator.transport_faults = TransportFaults(recorder, twin.control, coordinator.stopping)
+                info["placement"] = measure_clocks(dispatcher, list(actors))
+                truth = twin.transfer_power if twin is not None else None
+                coordinator = Coordinator(plan, dispatcher, recorder, artifacts=run_dir, twin=twin, ground_truth=truth)
                 if plan.playbook.job is not None:
                     coordinator.jobs = _job_controller(ray, plan, inventory, coordinator, twin, options.emulate)
                 stack.callback(coordinator.close)
@@ -154,7 +149,7 @@ def _execute(plan: Plan, coordinator: Coordinator, recorder: Recorder) -> tuple[
                 if died is not None:
                     # The callers of the dead call (fault.inject, a watch) cannot close what they opened.
                     coordinator.open_invokes.close_all(recorder, f"outcome unknown: {died}")
-                    coordinator.wait_until_alive(coordinator.all_actors())  # what follows needs them back
+                    coordinator.wait_until_alive()  # what follows needs them back
                 end = {"status": "failed", "error": str(exc)} | ({"actor_died": died} if died else {})
                 recorder.emit("mark", Op.TRIAL_END, data=end)
                 failures.append(f"trial {trial.index}: {exc}")
@@ -198,14 +193,12 @@ def _stop_job(coordinator: Coordinator, failures: list[str], label: str = "stop 
 
 
 def _actor_death(exc: BaseException) -> str | None:
-    """What died, if `exc` is a device actor's death: ActorDied from the coordinator, or Ray's own error
-    from code that waits on an actor directly (the job's watchers)."""
+    """What died, if `exc` is a device actor's death: ActorDied from the coordinator, or ActorLost from code
+    that waits on an actor directly (the job's watchers)."""
     if isinstance(exc, ActorDied):
         return str(exc)
-    from ray.exceptions import RayActorError
-
-    if isinstance(exc, RayActorError):
-        return f"a device actor died ({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]})"
+    if isinstance(exc, ActorLost):
+        return f"a device actor died ({exc.actor}: {exc})"
     return None
 
 
@@ -233,62 +226,32 @@ def _sigterm_as_interrupt():
 def _initial_fabric(plan: Plan, identified: dict[str, dict]) -> dict:
     """The circuits each switch held when the run identified it, and every port the run may change on it
     (the playbook's configurations and the job's fabric): what `testbed heal` restores after a crash."""
-    managed: dict[str, set[int]] = {sw: set(ports) for sw, ports in plan.job_managed.items()}
-
-    def walk(item) -> None:
-        if isinstance(item, list | tuple):
-            for x in item:
-                walk(x)
-        elif dataclasses.is_dataclass(item):
-            for sw, ports in (getattr(item, "managed", None) or {}).items():
-                managed.setdefault(sw, set()).update(ports)
-            for f in dataclasses.fields(item):
-                walk(getattr(item, f.name))
-
-    walk([plan.setup, plan.teardown, [t.steps for t in plan.trials]])
-    switches = [d for d in plan.devices if plan.inventory.devices[d].kind == "ocs"]
+    managed = plan.managed()
+    switches = [d for d in plan.devices if family_of(plan.inventory.devices[d]).holds_fabric]
     return {
         "circuits": {sw: identified.get(sw, {}).get("circuits") for sw in switches},
         "managed": {sw: sorted(managed.get(sw, ())) for sw in switches},
     }
 
 
-@contextlib.contextmanager
-def _twin(plan: Plan, console: Console, truth_log: Path):
-    from emulators.twin import TwinProcess
-    from testbed.twin import assert_loopback, not_emulated, point_at_twin, twin_spec
-
-    missing = not_emulated(plan.inventory, plan.devices)
-    if missing:
-        raise UserError(f"--emulate: no emulator yet for {', '.join(missing)}")
-    spec = twin_spec(plan.inventory, plan.seed, only=set(plan.devices))
-    spec.truth_log = str(truth_log.resolve())  # the twin's account of what really happened, in the run folder
-    spec.fault_proxy = plan.transport_faults  # only then: a proxy adds its own hop to every device call
-    with TwinProcess(spec) as twin:
-        endpoints = twin.endpoints.to_json()
-        inventory = point_at_twin(plan.inventory, endpoints)
-        assert_loopback(inventory, plan.devices)
-        console.print(f"[dim]emulated twin: {', '.join(endpoints['devices'])} (control {endpoints['control']})")
-        yield inventory, endpoints, twin
-
-
 def _job_controller(ray, plan: Plan, inv: Inventory, coordinator: Coordinator, twin, emulate: bool):
-    """The job's ranks, a watcher actor per host (its own connection; two threads so the coordinator can
-    wait for it to be watching), and how faults are injected here."""
+    """The job's ranks, and a watcher actor per host (its own connection; two threads so the coordinator can
+    wait for it to be watching)."""
     from testbed.runner.device_actor import MAX_RESTARTS, DeviceActor
-    from testbed.runner.jobs import FaultInjector, JobController
     from testbed.runner.placement import actor_options
 
     remote_cls = ray.remote(DeviceActor)
-    watchers = {}
     # The job's hosts, and the spares a failover may move a rank to (the plan includes them then).
     job = plan.playbook.job
     spares = job.spares if job.spares is not None else inv.spares
-    hosts = [d for d in plan.devices if d in job.ranks or d in spares]
-    for host in hosts:
-        options, _ = actor_options(ray, host, inv.devices[host].node, emulate=emulate)
-        watchers[host] = remote_cls.options(**options, max_concurrency=2, max_restarts=MAX_RESTARTS).remote(
-            host, inv.devices[host].driver, driver_settings(inv, host)
+    for host in [d for d in plan.devices if d in job.ranks or d in spares]:
+        dev = inv.devices[host]
+        options, _ = actor_options(ray, host, dev.node, emulate=emulate)
+        coordinator.dispatcher.add(
+            watcher(host),
+            remote_cls.options(**options, max_concurrency=2, max_restarts=MAX_RESTARTS).remote(
+                host, dev.driver, dev.transport.settings(), None, dev.kind
+            ),
         )
 
     def address_of(host: str) -> str:
@@ -296,31 +259,14 @@ def _job_controller(ray, plan: Plan, inv: Inventory, coordinator: Coordinator, t
         t = inv.devices[host].transport
         return "127.0.0.1" if emulate else getattr(t, "host", host)
 
-    faults = FaultInjector(coordinator, twin.control if twin is not None else None)
-    link = None
-    if twin is not None:
-
-        def link(src_host: str, src_port: str, dst_host: str, dst_port: str, target_port: int) -> str:
-            return twin.control.call(
-                None,
-                "dataplane.link",
-                src_host=src_host,
-                src_port=src_port,
-                dst_host=dst_host,
-                dst_port=dst_port,
-                target_port=target_port,
-            )
-
     return JobController(
         coordinator,
         plan.playbook.job,
-        watchers,
         address_of,
-        faults,
         inventory=inv,
         managed=plan.job_managed,
         seed=plan.seed,
-        link=link,
+        link=twin.dataplane_link if twin is not None else None,
     )
 
 
@@ -328,49 +274,7 @@ def _record_dataplane(twin, info: dict) -> None:
     """The twin's own account of its data plane: evidence that the job's traffic crossed the emulated fabric
     (bytes relayed, connections refused or cut because a path was dark)."""
     with contextlib.suppress(Exception):  # a twin that already died has nothing more to tell
-        info["twin_dataplane"] = twin.control.call(None, "dataplane.state")["totals"]
-
-
-def _ground_truth(twin):
-    """What only the twin knows of a device (a chip's transfer matrix), for measurements a lab cannot make."""
-
-    def transfer(device: str) -> list[list[float]]:
-        return twin.control.call(device, "transfer_power")
-
-    return transfer
-
-
-def driver_settings(inv: Inventory, name: str) -> TransportSettings:
-    t = inv.devices[name].transport
-    if isinstance(t, VisaTransport):
-        return TransportSettings(
-            "visa",
-            t.resource,
-            t.timeout_ms / 1000,
-            write_termination=t.write_termination,
-            read_termination=t.read_termination,
-        )
-    if isinstance(t, SerialTransport):
-        return TransportSettings(
-            "serial",
-            t.port,
-            t.timeout_ms / 1000,
-            baudrate=t.baudrate,
-            write_termination=t.write_termination,
-            read_termination=t.read_termination,
-        )
-    if isinstance(t, SshTransport):
-        from drivers.ssh import SshSettings
-
-        return SshSettings(
-            host=t.host,
-            port=t.port,
-            user=t.user,
-            key_file=t.key_file,
-            known_hosts=t.known_hosts,
-            timeout_s=t.timeout_ms / 1000,
-        )
-    raise UserError(f"{name}: transport {t.type!r} is not supported for a {inv.devices[name].kind} yet")
+        info["twin_dataplane"] = twin.call(None, "dataplane.state")["totals"]
 
 
 def _start_actors(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict, list[str]]:
@@ -379,13 +283,13 @@ def _start_actors(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict,
 
     # Every pin and transport is resolved before the first actor starts: a mistake leaves nothing running.
     placed = {name: actor_options(ray, name, inv.devices[name].node, emulate=emulate) for name in plan.devices}
-    settings = {name: driver_settings(inv, name) for name in plan.devices}
+    settings = {name: inv.devices[name].transport.settings() for name in plan.devices}
     remote_cls = ray.remote(DeviceActor)
     # Every write passes the inventory's interlocks in the actor itself, whatever the planner checked: a
     # switch's circuits are only known at run time (another group's circuit may hold a port a change needs).
     actors = {
         name: remote_cls.options(**placed[name][0], max_restarts=MAX_RESTARTS).remote(
-            name, inv.devices[name].driver, settings[name], policy(inv, name)
+            name, inv.devices[name].driver, settings[name], policy(inv, name), inv.devices[name].kind
         )
         for name in plan.devices
     }
@@ -393,17 +297,14 @@ def _start_actors(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict,
 
 
 def policy(inv: Inventory, name: str) -> Policy | None:
-    """The interlocks the actor enforces for a switch (None for devices without ports to guard)."""
+    """The interlocks the device's actor enforces on every write (its family's; None: nothing to guard)."""
     dev = inv.devices[name]
-    if not isinstance(dev, OcsDevice):
-        return None
-    allowed = frozenset(dev.allowed_ports) if dev.allowed_ports is not None else None
-    return Policy(name, transport_address(dev.transport), dev.read_only, allowed, frozenset(dev.reserved_ports))
+    return family_of(dev).policy(name, dev)
 
 
-def _stop_actors(ray, actors: dict) -> None:
-    for actor in actors.values():
+def _stop_actors(ray, dispatcher: RayDispatcher) -> None:
+    for name in dispatcher.names():
         with contextlib.suppress(Exception):
-            ray.get(actor.close.remote(), timeout=5)
+            dispatcher.call(name, "close").result(timeout=5)
         with contextlib.suppress(Exception):
-            ray.kill(actor)
+            ray.kill(dispatcher.actors[name])

@@ -13,8 +13,10 @@ from emulators.polatis import PolatisEngine
 from emulators.spec import OcsSpec
 from testbed.config.inventory import Inventory
 from testbed.config.playbook import JobFabric
-from testbed.fabric import circuit_diff, links_to_circuits, torus2d
+from testbed.fabric.circuits import links_to_circuits
+from testbed.fabric.diff import circuit_diff
 from testbed.fabric.jobfabric import fabric_links, ring_link_ports
+from testbed.fabric.topology import torus2d
 from testbed.twin import twin_spec
 
 PORTS = ["p0", "p1", "p2", "p3"]

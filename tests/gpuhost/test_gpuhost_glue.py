@@ -8,7 +8,8 @@ import testbed.twin as twin
 from drivers.registry import make_driver
 from emulators.gpuhost.spec import GpuHostSpec
 from testbed.config.inventory import Inventory
-from testbed.procedures import PROCEDURES, ProcedureContext
+from testbed.families import PROCEDURES
+from testbed.procedures.context import ProcedureContext
 
 INV = {
     "name": "lab",
@@ -25,7 +26,6 @@ INV = {
 
 def test_point_at_twin_rewrites_ssh_to_loopback_with_the_twins_keys(monkeypatch):
     inv = Inventory.model_validate(INV)
-    monkeypatch.setattr(twin, "EMULATED_KINDS", {"ocs", "gpu_host"})
     spec = twin.twin_spec(inv, seed=3)
     assert spec.devices == [GpuHostSpec("gpu01", gpus=2, user="lab", seed=3000)]
     with pytest.raises(Exception, match="non-loopback"):

@@ -20,7 +20,8 @@ from drivers.registry import make_driver
 from drivers.ssh import StreamChunk
 from emulators.gpuhost.keys import new_ed25519
 from testbed.capabilities import JobHandle
-from testbed.procedures import PROCEDURES, ProcedureContext
+from testbed.families import PROCEDURES
+from testbed.procedures.context import ProcedureContext
 
 TRAIN = ["testbed-train", "--steps", "100000", "--step-time", "0.01"]
 

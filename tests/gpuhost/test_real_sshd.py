@@ -27,7 +27,8 @@ from drivers.registry import make_driver
 from drivers.ssh import SshSettings
 from emulators.gpuhost.keys import new_ed25519, write_private
 from testbed.capabilities import GpuHost, GpuInfo, Identity
-from testbed.procedures import PROCEDURES, ProcedureContext
+from testbed.families import PROCEDURES
+from testbed.procedures.context import ProcedureContext
 
 SSHD = "/usr/sbin/sshd"
 STEPPER = 'i=0; while :; do i=$((i+1)); echo "step $i loss 0.5"; sleep 0.02; done'

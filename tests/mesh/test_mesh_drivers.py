@@ -11,7 +11,8 @@ from drivers.mesh.calibration import Calibration
 from drivers.registry import make_driver
 from drivers.transports import TransportSettings
 from testbed.capabilities import PhotonicMesh
-from testbed.procedures import PROCEDURES, ProcedureContext
+from testbed.families import PROCEDURES
+from testbed.procedures.context import ProcedureContext
 
 
 def routed_fraction(lt, dev, perm):

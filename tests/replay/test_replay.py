@@ -102,8 +102,8 @@ def test_a_reply_the_device_gave_differently_is_the_one_disagreement(run_copy):
 def test_replay_starts_from_the_circuits_the_run_found(run_copy):
     # A switch that already held 5 -> 37 when the run identified it: its replies show that circuit.
     events = [json.loads(line) for line in (run_copy / "events.jsonl").read_text().splitlines()]
-    identify = next(e for e in events if e["op"] == "ocs.identify" and e["type"] == "ok")
-    identify["data"]["value"]["circuits"] = {"5": 37}
+    found = next(e for e in events if e["op"] == "fabric.initial")  # what the run recorded it found
+    found["data"]["circuits"]["ocs1"] = {"5": 37}
     (run_copy / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     records = read_audit(run_copy)
     ask = next(n for n, r in enumerate(records) if r["data"].startswith(":OXC:SWIT:CONN:STAT?"))
@@ -128,7 +128,7 @@ def test_devices_without_a_replay_are_reported_not_failed(run_copy):
     report = replay_run(run_copy)
     gpu = next(d for d in report.devices if d.device == "gpu01")
     assert (gpu.replayed, gpu.kind, gpu.messages) == (False, "gpu_host", 1)
-    assert gpu.note == "not replayable yet (no replay for a gpu_host)"
+    assert gpu.note == "not replayable yet (no replay for a gpu_host driven by ssh)"
     assert report.ok
     out = io.StringIO()
     assert main(run_copy, out) == 0

@@ -17,7 +17,7 @@ def identify(switch: CircuitSwitch, ctx: ProcedureContext, *, expected_size: int
             f"the switch reports {n_in}x{n_out} ports but the inventory says {expected_size}x{expected_size}",
             device=ctx.device,
             address=ctx.address,
-            sent=":OXC:SWIT:SIZE?",
+            sent="size() (the switch's port count)",
             received=f"{n_in},{n_out}",
             hint="correct `size` in the inventory, or check that the address points at the right switch",
         )
@@ -85,7 +85,7 @@ def reconfigure(
             now,
             ctx,
             what="after the change the switch",
-            sent=":OXC:SWIT:CONN:STAT?",
+            sent="connections() (the circuits it holds)",
             hint="another client may be changing the switch, or the ports are failed",
         )
         if verify_light and target:
@@ -96,7 +96,7 @@ def reconfigure(
                 min_power_dbm,
                 timeout_s,
                 what="egress port(s)",
-                sent=":PMON:POW?",
+                sent="port_power() (the egress ports' power)",
                 hint="check that the hosts cabled to these circuits transmit (fibre map), that the "
                 "ports are not failed, or lower min_power_dbm in the playbook",
             )

@@ -1,0 +1,30 @@
+"""Fault kinds, each one definition (testbed.faults.base.FaultKind), registered by name. Another package adds
+its own under the `testbed.faults` entry-point group."""
+
+from __future__ import annotations
+
+from testbed.faults.base import FaultEnv, FaultFailed, FaultKind, Injected, RankTarget
+from testbed.faults.rank import RANK_FAULTS
+from testbed.faults.transport import TRANSPORT_FAULTS, ConnectionTarget, TransportFault
+from testbed.registry import Registry
+
+FAULT_KINDS: Registry[FaultKind] = Registry("fault kind", "testbed.faults", lambda kind: kind.name)
+for _kind in (*RANK_FAULTS, *TRANSPORT_FAULTS):
+    FAULT_KINDS.register(_kind, builtin=True)
+
+
+def fault_kind(name: str) -> FaultKind:
+    return FAULT_KINDS.get(name)
+
+
+__all__ = [
+    "FAULT_KINDS",
+    "ConnectionTarget",
+    "FaultEnv",
+    "FaultFailed",
+    "FaultKind",
+    "Injected",
+    "RankTarget",
+    "TransportFault",
+    "fault_kind",
+]

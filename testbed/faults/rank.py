@@ -1,0 +1,155 @@
+"""Faults that hit a rank of the job: its GPU, its process, its host.
+
+In the twin each is what the hardware would do (a GPU falls off the emulated bus, the host powers off), fired
+as a timed trigger. On a lab, process faults are signals over SSH to the rank's process group (the midpoint
+of the `kill` is the injection time, marked by the host's actor); gpu.fail kills the rank and marks its GPU
+failed in the run's events, as published testbeds simulate it; power and stragglers need a BMC and a
+duty-cycle agent, which a lab does not have yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from testbed.faults.base import (
+    DeadFault,
+    FaultEnv,
+    HealLab,
+    Injected,
+    RankTarget,
+    fire_in_twin,
+    twin_control,
+)
+
+
+def _signal(env: FaultEnv, target: RankTarget, signal: str) -> Injected:
+    result = env.call(target.host, "gpu.kill_job", {"job": target.job, "signal": signal})
+    return Injected(result.marks["fault_injected"][0], marked_by_device=True)
+
+
+def _resume(env_call, host: str, job: dict) -> dict:
+    # A detection stops the job first, so the stopped rank may be gone: continued only if still there.
+    return env_call(host, "gpu.resume_job", {"job": job})
+
+
+@dataclass(frozen=True)
+class GpuFail:
+    """The GPU falls off the bus (Xid `xid`, 79 by default); its processes die with it."""
+
+    name: str = "gpu.fail"
+    target: str = "rank"
+    lab_support: str | None = None
+    marks_failed_on_lab: bool = True  # on a lab the GPU is only marked failed, in the run's events
+
+    def inject(self, env: FaultEnv, target: RankTarget) -> Injected:
+        if env.twin is not None:
+            args = {"index": target.gpu, "xid": target.params.get("xid", 79)}
+            return fire_in_twin(env.twin, self.name, target.host, "fail_gpu", args)
+        return _signal(env, target, "KILL")
+
+    def heal(self, env: FaultEnv, target: RankTarget) -> None:
+        if env.twin is not None:
+            env.twin.call(target.host, "recover_gpu", index=target.gpu)
+
+    def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
+        if lab.control is None:
+            return "on a lab gpu.fail kills the rank and marks the GPU failed in the run only: nothing to undo"
+        host = fault.data.get("host") or fault.device
+        lab.control.call(host, "recover_gpu", index=fault.data.get("gpu", 0))
+        return f"twin control recover_gpu on {host} {{'index': {fault.data.get('gpu', 0)}}}"
+
+
+@dataclass(frozen=True)
+class ProcessKill:
+    """SIGKILL to the rank's process group."""
+
+    name: str = "process.kill"
+    target: str = "rank"
+    lab_support: str | None = None
+    marks_failed_on_lab: bool = False
+
+    def inject(self, env: FaultEnv, target: RankTarget) -> Injected:
+        return _signal(env, target, "KILL")
+
+    def heal(self, env: FaultEnv, target: RankTarget) -> None:
+        pass  # nothing to undo but the rank's job, which the step stops
+
+    def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
+        return "the rank was killed: nothing to undo but its job (stopped below)"
+
+
+@dataclass(frozen=True)
+class ProcessHang:
+    """SIGSTOP to the rank's process group; healed by SIGCONT."""
+
+    name: str = "process.hang"
+    target: str = "rank"
+    lab_support: str | None = None
+    marks_failed_on_lab: bool = False
+
+    def inject(self, env: FaultEnv, target: RankTarget) -> Injected:
+        return _signal(env, target, "STOP")
+
+    def heal(self, env: FaultEnv, target: RankTarget) -> None:
+        _resume(env.call, target.host, target.job)
+
+    def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
+        if fault.job is None:
+            from testbed.faults.base import FaultFailed
+
+            raise FaultFailed(f"{fault.name}: the history does not say which process was stopped")
+        host = fault.job.get("host") or fault.device
+        done = lab.call(host, "gpu.resume_job", {"job": fault.job}, "heal: continue the rank")
+        if done["result"] == "not running":
+            return f"pid {fault.job['pid']} on {host} is gone: nothing is left stopped"
+        return f"SIGCONT to pid {fault.job['pid']}'s process group on {host}"
+
+
+@dataclass(frozen=True)
+class HostPowerOff:
+    """The host loses power (its GPUs and processes with it); healed by powering it on."""
+
+    name: str = "host.power_off"
+    target: str = "rank"
+    lab_support: str | None = "a lab needs a BMC to power a host off and on"
+    marks_failed_on_lab: bool = False
+
+    def inject(self, env: FaultEnv, target: RankTarget) -> Injected:
+        return fire_in_twin(env.twin, self.name, target.host, "power_off", {})
+
+    def heal(self, env: FaultEnv, target: RankTarget) -> None:
+        env.twin.call(target.host, "power_on")
+
+    def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
+        host = fault.data.get("host") or fault.device
+        twin_control(lab, fault).call(host, "power_on")
+        return f"twin control power_on on {host}"
+
+
+@dataclass(frozen=True)
+class HostStraggle:
+    """The rank is stopped for `duty` of every `period_s` (StragglAR's persistent straggler)."""
+
+    name: str = "host.straggle"
+    target: str = "rank"
+    lab_support: str | None = "a lab needs a duty-cycle agent on the host to make a straggler"
+    marks_failed_on_lab: bool = False
+
+    def inject(self, env: FaultEnv, target: RankTarget) -> Injected:
+        # The playbook's duty is the fraction stopped; the twin's is the fraction running.
+        duty, period_s = target.params.get("duty", 0.5), target.params.get("period_s", 0.2)
+        args = {"pid": target.job.get("pid"), "duty": 1 - duty, "period_ms": period_s * 1000}
+        return fire_in_twin(env.twin, self.name, target.host, "straggle", args)
+
+    def heal(self, env: FaultEnv, target: RankTarget) -> None:
+        env.twin.call(target.host, "stop_straggle", pid=target.job.get("pid"))
+
+    def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
+        host = fault.data.get("host") or fault.device
+        pid = (fault.job or {}).get("pid")
+        args = {"pid": pid} if pid is not None else {}
+        twin_control(lab, fault).call(host, "stop_straggle", **args)
+        return f"twin control stop_straggle on {host} {args or ''}".rstrip()
+
+
+RANK_FAULTS = (GpuFail(), ProcessKill(), ProcessHang(), HostPowerOff(), HostStraggle())

@@ -1,0 +1,94 @@
+"""Step kinds, each one module (testbed.steps.base.StepModel), registered by `action`. Another package adds its
+own under the `testbed.steps` entry-point group; a playbook may then use it like a built-in one."""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Iterator
+from typing import Annotated
+
+from pydantic import Field
+
+from testbed.registry import Registry
+from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, StepModel, Touches, walk
+from testbed.steps.device_calibrate import DeviceCalibrate
+from testbed.steps.fabric_apply import ApplyStep, FabricApply
+from testbed.steps.fabric_clear import ClearStep, FabricClear
+from testbed.steps.fabric_cycle import FabricCycle
+from testbed.steps.failover import Failover, FailoverStep
+from testbed.steps.fault_detect import FaultDetect, FaultDetectStep
+from testbed.steps.fault_inject import FaultInject, FaultInjectStep
+from testbed.steps.hosts_health import HealthStep, HostsHealth
+from testbed.steps.job_measure import JobMeasure, JobMeasureStep
+from testbed.steps.job_start import JobStart, JobStartStep
+from testbed.steps.job_stop import JobStop, JobStopStep
+from testbed.steps.parallel import Parallel, ParallelStep
+from testbed.steps.rail_iterate import RailIterate, RailIterateStep
+from testbed.steps.wait import Wait, WaitStep
+
+
+def action_of(model: type[StepModel]) -> str:
+    return typing.get_args(model.model_fields["action"].annotation)[0]
+
+
+STEP_KINDS: Registry[type[StepModel]] = Registry("step kind", "testbed.steps", action_of)
+for _kind in (
+    FabricApply,
+    FabricCycle,
+    FabricClear,
+    DeviceCalibrate,
+    JobStart,
+    JobStop,
+    JobMeasure,
+    Failover,
+    RailIterate,
+    FaultDetect,
+    FaultInject,
+    HostsHealth,
+    Wait,
+    Parallel,
+):
+    STEP_KINDS.register(_kind, builtin=True)
+
+
+def step_union():
+    """The union of every registered step kind, discriminated by `action`; kinds that nest steps (`parallel`)
+    are completed with it."""
+    union = Annotated[typing.Union[tuple(STEP_KINDS)], Field(discriminator="action")]  # noqa: UP007
+    for kind in STEP_KINDS:
+        if not kind.__pydantic_complete__:
+            kind.model_rebuild(_types_namespace={"Step": union})
+    return union
+
+
+def walk_located(steps, loc: tuple) -> Iterator[tuple[tuple, StepModel]]:
+    """Every step of a playbook section with its key path, nested steps included."""
+    for i, step in enumerate(steps):
+        yield (*loc, i), step
+        yield from walk_located(step.nested(), (*loc, i, "steps"))  # `parallel` nests under its `steps`
+
+
+__all__ = [
+    "STEP_KINDS",
+    "ApplyStep",
+    "CheckContext",
+    "ClearStep",
+    "FailoverStep",
+    "FaultDetectStep",
+    "FaultInjectStep",
+    "HealthStep",
+    "JobMeasureStep",
+    "JobStartStep",
+    "JobStopStep",
+    "ParallelStep",
+    "PlanContext",
+    "PlanError",
+    "Planned",
+    "RailIterateStep",
+    "StepModel",
+    "Touches",
+    "WaitStep",
+    "step_union",
+    "walk",
+    "walk_located",
+]

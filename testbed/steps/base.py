@@ -1,0 +1,143 @@
+"""What a step kind is. A kind is one module (docs/architecture.md, "Adding a step kind"):
+
+- its model: a pydantic class with `action: Literal["..."]`, validated at the boundary like every playbook key;
+- `check(ctx)`: what the playbook (and the inventory) must hold for it, as located problems;
+- `plan(ctx)`: the steps the engine will execute (plain frozen dataclasses, `Planned` below);
+- each planned step's `execute(engine)` and `describe(node, plan)` (the line `testbed plan` prints), and what
+  it touches (`devices()`), which the planner sums into the run's device list and its writes.
+
+Nested steps (`parallel`) are walked by one walker, `walk`, through `nested()`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
+
+from testbed.config.common import Strict, param_name
+from testbed.errors import UserError
+
+if TYPE_CHECKING:
+    from rich.tree import Tree
+
+Problem = tuple[tuple, str]  # (key path, message)
+Pair = tuple[int, int]
+
+
+class PlanError(UserError):
+    """The playbook cannot run on this inventory (an interlock, a missing fibre)."""
+
+
+@dataclass
+class CheckContext:
+    """What a step's static check may look at: the playbook, and the inventory when one is given."""
+
+    playbook: Any
+    inventory: Any | None
+
+    def unknown_device(self, what: str, name: str, family_test) -> str:
+        known = [n for n, d in self.inventory.devices.items() if family_test(d)]
+        return f"no {what} named {name!r} in the inventory (known: {', '.join(known) or 'none'})"
+
+    def sweep_ref(self, value, key: tuple) -> list[Problem]:
+        """A `${name}` that names no parameter under `sweep` is a problem at `key`."""
+        if isinstance(value, str) and value.startswith("${") and param_name(value) not in self.playbook.sweep:
+            return [(key, f"{value} names no parameter under `sweep`")]
+        return []
+
+
+@dataclass
+class PlanContext:
+    """What a step's planning may use: the trial's sweep point and seeded generator, and what the planner
+    resolved once for the whole playbook (every configuration's circuits, the ports the run manages)."""
+
+    playbook: Any
+    inventory: Any
+    point: dict
+    rng: random.Random
+    circuits: dict[str, dict[str, tuple[Pair, ...]]]  # configuration -> switch -> circuits
+    managed: dict[str, tuple[int, ...]]  # switch -> ports the playbook's configurations use
+    schedules: dict[str, list[str]]  # schedule -> the names of its generated configurations
+
+    @property
+    def world(self) -> int:
+        job = self.playbook.job
+        return len(job.ranks) if job is not None else 0
+
+    def swept(self, value):
+        """A value, or the sweep point's value of a `${name}` parameter."""
+        return self.point[param_name(value)] if isinstance(value, str) and value.startswith("${") else value
+
+    def draw(self, choice):
+        """A value, or one drawn from a list with the trial's seeded generator (a chaos run repeats exactly)."""
+        return self.rng.choice(choice) if isinstance(choice, list) else choice
+
+    def target_rank(self, target: str) -> int:
+        """rank:N, or rank:random drawn from the trial's seeded generator."""
+        which = target.split(":")[1]
+        return self.rng.randrange(self.world) if which == "random" else int(which)
+
+
+@dataclass(frozen=True)
+class Touches:
+    """The devices a planned step reads and writes (the plan's device list and its confirmation prompt)."""
+
+    reads: frozenset[str] = frozenset()
+    writes: frozenset[str] = frozenset()
+
+
+class StepModel(Strict):
+    """Base of every step kind's model."""
+
+    name: str | None = Field(None, description="label shown in progress and events; default derived")
+
+    def check(self, ctx: CheckContext) -> list[Problem]:
+        return []
+
+    def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
+        raise NotImplementedError(f"{type(self).__name__} has no plan()")
+
+    def nested(self) -> list[StepModel]:
+        return []
+
+
+@dataclass(frozen=True)
+class Planned:
+    """Base of every planned step: what the engine executes and `testbed plan` shows."""
+
+    label: str
+    faults: ClassVar[int] = 0  # faults the step keeps active at once (the max_concurrent_faults interlock)
+
+    def execute(self, engine) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no execute()")
+
+    def describe(self, node: Tree, plan) -> None:
+        node.add(escape(self.label))
+
+    def nested(self) -> tuple[Planned, ...]:
+        return ()
+
+    def devices(self, plan) -> Touches:
+        return Touches()
+
+    def single_device(self) -> str | None:
+        """The one device this step drives, when consecutive such steps may go to its actor as one program."""
+        return None
+
+
+def walk(steps) -> Iterator:
+    """Every step, and the steps nested in it (models and planned steps alike)."""
+    for step in steps:
+        yield step
+        yield from walk(step.nested())
+
+
+def escape(text: str) -> str:
+    """User text in the plan view is never rich markup ([rows, cols] is not a style)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)

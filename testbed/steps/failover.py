@@ -1,0 +1,170 @@
+"""failover: fail a rank, detect it, choose a spare, rewire the job's fabric through it, relaunch every rank from
+the last checkpoint and wait for the first step on the spare. Every milestone is a mark and every segment a
+`<measure>.<segment>` span (testbed/milestones.py):
+
+fault_injected -> failure_detected -> spare_selected -> fabric_reconfigured -> link_verified ->
+job_relaunched -> job_ready -> first_step (a step after the checkpoint, on the spare).
+
+As soon as a watcher sees the failure, the spare is chosen for the rank it saw fail and the fabric is rewired
+through it, while the surviving ranks are torn down: both must be done before the relaunch, and neither waits
+for the other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from testbed.config.common import Name
+from testbed.config.fault import Fault
+from testbed.events import Op
+from testbed.fabric.spares import choose_spare
+from testbed.milestones import segments_of
+from testbed.runner.errors import StepFailed, raise_failures
+from testbed.steps.base import CheckContext, PlanContext, Planned, Problem, StepModel, escape
+from testbed.steps.fault_detect import FaultDetectStep, rank_fault
+from testbed.steps.fault_inject import check_fault
+
+
+class Failover(StepModel):
+    """Fail a rank, detect it, choose a spare, rewire the fabric, relaunch from the last checkpoint and wait
+    for the first step on the spare; every milestone is recorded and `<measure>.<segment>` spans measured."""
+
+    action: Literal["failover"]
+    fault: Fault
+    heartbeat_ms: float = Field(50, gt=0, le=60_000)
+    stall_timeout_ms: float = Field(5000, gt=0)
+    timeout_ms: int = Field(120_000, gt=0, description="for each stage: detection, relaunch, first step")
+    measure: Name = "failover"
+
+    def check(self, ctx: CheckContext) -> list[Problem]:
+        if ctx.playbook.job is None or ctx.playbook.job.fabric is None:
+            return [(("action",), "failover needs a `job:` with a `fabric:` to rewire")]
+        return check_fault(self, ctx)
+
+    def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
+        kind, rank = rank_fault(self, ctx)
+        return (
+            FailoverStep(
+                self.name or f"failover: {kind} on rank {rank}",
+                kind,
+                rank,
+                self.fault.xid,
+                self.heartbeat_ms / 1000,
+                self.stall_timeout_ms / 1000,
+                self.timeout_ms / 1000,
+                self.measure,
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class FailoverStep(FaultDetectStep):
+    """A detection followed by the failover: spare, rewiring, relaunch, first step."""
+
+    def execute(self, engine) -> None:
+        with engine.fault_budget.hold(self.label):
+            milestones = _failover(engine, engine.require_jobs(self.label), self)
+        for seg in segments_of(milestones):
+            # A milestone the playbook skipped (link_verified without light checks) merges its neighbours'
+            # segments under a joined name, so no segment is passed off as one it is not.
+            engine.recorder.emit(
+                "measure",
+                f"{self.measure}.{seg['segment']}",
+                mono_ns=seg["end_ns"],
+                wall=time.time(),
+                step=self.label,
+                data={"ms": seg["ms"], "start_ns": seg["start_ns"], "end_ns": seg["end_ns"]},
+            )
+
+    def describe(self, node, plan) -> None:
+        branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure)}.*)")
+        self.describe_detection(branch, plan)
+        branch.add(escape(f"choose a spare ({', '.join(plan.spares) or 'none'}), rewire the job fabric through it"))
+        branch.add("relaunch every rank from the last checkpoint; wait for the spare's first step")
+        branch.add(escape(f"heal {self.kind}"))
+
+
+def _failover(engine, jobs, step: FailoverStep) -> dict[str, int]:
+    recorder = engine.recorder
+    chosen: dict = {}
+
+    def mark(name: str, data: dict | None = None) -> int:
+        return recorder.emit("mark", name, step=step.label, data=data or {}).mono_ns
+
+    def mark_at(name: str, ns: int) -> int:
+        recorder.emit("mark", name, mono_ns=ns, wall=time.time(), step=step.label)
+        return ns
+
+    def on_detect(rank: int) -> None:
+        failed = jobs.ranks[rank]
+        spare = choose_spare(
+            failed.host,
+            jobs.inventory,
+            in_use=set(jobs.assignment),
+            used_count=jobs.spare_use,
+            seed=jobs.seed + jobs.failovers,
+            spares=jobs.job.spares,
+        )
+        jobs.failovers += 1
+        jobs.spare_use[spare] = jobs.spare_use.get(spare, 0) + 1
+        chosen[Op.SPARE_SELECTED] = mark(Op.SPARE_SELECTED, {"failed": failed.host, "spare": spare, "rank": rank})
+        hosts = list(jobs.assignment)
+        hosts[rank] = spare
+        chosen.update(rank=rank, spare=spare, hosts=hosts)
+        chosen["fabric"] = engine.pool.submit(jobs.apply_fabric, step.label, hosts)
+
+    target, injected, first, job = jobs.inject_and_detect(step, heal=False, on_detect=on_detect)
+    data = jobs.fault_data(step.kind, target)
+    try:
+        if "fabric" not in chosen:
+            raise StepFailed(f"{step.label}: the failure was not reported by a watcher in time to fail over")
+        if first is not None and first[0] != chosen["rank"]:
+            # The spare was chosen for the first rank seen to exit, a peer of the one the evidence names
+            # (see failed_rank): undo that choice and fail over the right rank; it costs a second rewiring.
+            with contextlib.suppress(Exception):  # the wrong rewiring's outcome no longer matters
+                chosen["fabric"].result()
+            jobs.failovers -= 1
+            jobs.spare_use[chosen["spare"]] -= 1
+            mark(
+                Op.FAILURE_REATTRIBUTED,
+                {"first_seen": chosen["rank"], "failed": first[0], "evidence": first[2].get("evidence")},
+            )
+            on_detect(first[0])
+        milestones = {
+            Op.FAULT_INJECTED: injected,
+            Op.FAILURE_DETECTED: first[1],
+            Op.SPARE_SELECTED: chosen[Op.SPARE_SELECTED],
+        }
+        switches = chosen["fabric"].result()
+        jobs.assign(chosen["hosts"])
+        milestones[Op.FABRIC_RECONFIGURED] = mark_at(
+            Op.FABRIC_RECONFIGURED, max(r.marks["acked"][0] for r in switches.values())
+        )
+        if all("lit" in r.marks for r in switches.values()):
+            milestones[Op.LINK_VERIFIED] = mark_at(Op.LINK_VERIFIED, max(r.marks["lit"][0] for r in switches.values()))
+        rank = chosen["rank"]
+        # The rank on the spare is watched from its launch on: its ready line, then its first step after the
+        # checkpoint.
+        started, result = jobs.launch(step.label, watch=rank, timeout_s=step.timeout_s)
+        milestones[Op.JOB_RELAUNCHED] = mark_at(
+            Op.JOB_RELAUNCHED, max(r.marks["job_started"][0] for r in started.values())
+        )
+        raise_failures([result])
+        # The spare's rank prints its ready line after an all-reduce with every rank: the whole job is up.
+        milestones[Op.JOB_READY] = result.marks[Op.JOB_READY][0]
+        milestones[Op.FIRST_STEP] = result.marks[Op.FIRST_STEP][0]
+        recorder.emit(
+            "mark",
+            Op.FAILOVER_RESUMED,
+            step=step.label,
+            device=chosen["spare"],
+            data={"resumed_from": result.value["resumed"], "step": result.value["step"], "rank": rank},
+        )
+    finally:
+        jobs.heal(step, target, job, data)  # the rank hit, as it was launched (its pid may be gone)
+    return milestones

@@ -1,0 +1,103 @@
+"""fault.detect: watch every rank, inject a fault on one, and measure fault_injected -> failure_detected (the
+first watcher to see it); then heal the fault and stop the job."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from testbed.config.common import Name
+from testbed.config.fault import Fault
+from testbed.faults import FAULT_KINDS
+from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
+from testbed.steps.fault_inject import check_fault
+from testbed.steps.job_start import job_hosts
+
+
+class FaultDetect(StepModel):
+    """Watch every rank, inject the fault, and measure fault_injected -> failure_detected; then heal the
+    fault and stop the job."""
+
+    action: Literal["fault.detect"]
+    fault: Fault
+    heartbeat_ms: float = Field(50, gt=0, le=60_000)
+    stall_timeout_ms: float = Field(5000, gt=0)
+    timeout_ms: int = Field(60_000, gt=0, description="give up waiting for a detection after this long")
+    measure: Name | None = "detect"
+
+    def check(self, ctx: CheckContext) -> list[Problem]:
+        return check_fault(self, ctx)
+
+    def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
+        kind, rank = rank_fault(self, ctx)
+        return (
+            FaultDetectStep(
+                self.name or f"{kind} on rank {rank}, detect",
+                kind,
+                rank,
+                self.fault.xid,
+                self.heartbeat_ms / 1000,
+                self.stall_timeout_ms / 1000,
+                self.timeout_ms / 1000,
+                self.measure,
+            ),
+        )
+
+
+def rank_fault(step, ctx: PlanContext) -> tuple[str, int]:
+    """The kind (drawn from a list) and the rank (drawn for rank:random) of a fault that hits a rank."""
+    kind = ctx.draw(step.fault.kind)
+    if FAULT_KINDS.get(kind).target != "rank":
+        raise PlanError(f"{step.action}: {kind} breaks a connection, not a rank; use it in a fault.inject step")
+    return kind, ctx.target_rank(step.fault.target)
+
+
+@dataclass(frozen=True)
+class FaultDetectStep(Planned):
+    kind: str
+    rank: int
+    xid: int
+    heartbeat_s: float
+    stall_timeout_s: float
+    timeout_s: float
+    measure: str | None
+    faults: ClassVar[int] = 1
+
+    def execute(self, engine) -> None:
+        with engine.fault_budget.hold(self.label):
+            jobs = engine.require_jobs(self.label)
+            target, injected, first, _ = jobs.inject_and_detect(self, heal=True)
+        rank, detected_ns, value = first
+        if self.measure:
+            engine.recorder.emit(
+                "measure",
+                f"{self.measure}.latency",
+                mono_ns=detected_ns,
+                wall=time.time(),
+                step=self.label,
+                data={
+                    "ms": (detected_ns - injected) / 1e6,
+                    "start_ns": injected,
+                    "end_ns": detected_ns,
+                    "detected_on_rank": rank,
+                    "kind": value.get("detected"),
+                    "evidence": value.get("evidence"),
+                },
+            )
+
+    def devices(self, plan) -> Touches:
+        return Touches(writes=job_hosts(plan))
+
+    def describe(self, node, plan) -> None:
+        branch = node.add(escape(self.label) + (f" [cyan](measure {escape(self.measure)}.*)" if self.measure else ""))
+        self.describe_detection(branch, plan)
+        branch.add(escape(f"heal {self.kind}; stop the job"))
+
+    def describe_detection(self, branch, plan) -> None:
+        host = plan.playbook.job.ranks[self.rank]
+        fault = f"{self.kind} on rank {self.rank} ({host})" + (f", Xid {self.xid}" if self.kind == "gpu.fail" else "")
+        branch.add(f"watch every rank (heartbeat {self.heartbeat_s * 1000:g} ms, stall {self.stall_timeout_s:g} s)")
+        branch.add(escape(f"inject {fault}; wait for its detection within {self.timeout_s:g} s"))

@@ -1,0 +1,145 @@
+"""fault.inject: inject a fault after `when_ms`, keep it for `duration_ms`, then heal it; the trial goes on
+after (the job's own reaction is what the playbook measures, e.g. a straggler's cost per iteration).
+
+A fault on a rank hits the job's rank (drawn from the seed for rank:random); a fault on a connection
+(transport.*) breaks the link between the framework and a device through the twin's fault proxy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from testbed.config.fault import Fault
+from testbed.faults import FAULT_KINDS, ConnectionTarget, RankTarget
+from testbed.runner import faulting
+from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
+from testbed.steps.job_start import needs_job
+
+
+def check_fault(step, ctx: CheckContext) -> list[Problem]:
+    """A fault's references: its sweep parameters, its rank, the job it needs."""
+    problems = ctx.sweep_ref(step.fault.duty, ("fault", "duty"))
+    on_ranks = [k for k in step.fault.kinds() if FAULT_KINDS.get(k).target == "rank"]
+    if on_ranks and ctx.playbook.job is None:
+        problems += needs_job(step, ctx)
+    elif on_ranks and step.fault.target != "rank:random":
+        rank, world = int(step.fault.target.split(":")[1]), len(ctx.playbook.job.ranks)
+        if rank >= world:
+            problems.append(
+                (("fault", "target"), f"rank {rank} does not exist: the job has {world} ranks (0..{world - 1})")
+            )
+    return problems
+
+
+class FaultInject(StepModel):
+    """Inject a fault, keep it for `duration_ms`, then heal it (a step of its own: the trial goes on after)."""
+
+    action: Literal["fault.inject"]
+    fault: Fault
+    when_ms: float = Field(0, ge=0, description="wait this long after the step starts")
+    duration_ms: float = Field(1000, ge=0)
+
+    def check(self, ctx: CheckContext) -> list[Problem]:
+        return check_fault(self, ctx)
+
+    def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
+        f = self.fault
+        kind = ctx.draw(f.kind)
+        timing = {"when_s": self.when_ms / 1000, "duration_s": self.duration_ms / 1000}
+        if FAULT_KINDS.get(kind).target == "connection":
+            device = ctx.draw(f.device)
+            if device not in ctx.inventory.devices:
+                raise PlanError(f"fault.inject: {kind} on {device!r}: no such device in the inventory")
+            known = FAULT_KINDS.get(kind).attributes
+            attributes = tuple(sorted((k, v) for k, v in f.attributes.items() if k in known))
+            label = self.name or f"{kind} on {device}"
+            return (
+                FaultInjectStep(
+                    label, kind, -1, 0, 0.0, 0.0, device=device, attributes=attributes, stream=f.stream, **timing
+                ),
+            )
+        rank = ctx.target_rank(f.target)
+        duty = ctx.swept(f.duty)
+        if not isinstance(duty, int | float) or isinstance(duty, bool) or not 0 < duty < 1:
+            raise PlanError(f"fault.inject: duty {f.duty} = {duty!r} is not a fraction between 0 and 1")
+        label = self.name or f"{kind} on rank {rank}" + (f", duty {duty:g}" if kind == "host.straggle" else "")
+        return (FaultInjectStep(label, kind, rank, f.xid, float(duty), f.period_ms / 1000, **timing),)
+
+
+@dataclass(frozen=True)
+class FaultInjectStep(Planned):
+    kind: str
+    rank: int
+    xid: int
+    duty: float
+    period_s: float
+    when_s: float
+    duration_s: float
+    device: str | None = None  # a fault on a connection: the device behind the twin's fault proxy
+    attributes: tuple[tuple[str, float], ...] = ()  # a fault on a connection: the toxic's attributes
+    stream: str = "downstream"
+    faults: ClassVar[int] = 1
+
+    def execute(self, engine) -> None:
+        with engine.fault_budget.hold(self.label):
+            if self.device is not None:
+                self._on_connection(engine)
+            else:
+                self._on_rank(engine)
+
+    def _on_connection(self, engine) -> None:
+        toxic = f"{self.kind.removeprefix('transport.')}-{engine.next_fault_number()}"
+        target = ConnectionTarget(self.device, toxic, self.stream, self.attributes)
+        data = {
+            "fault": f"{self.kind}@{self.device}",
+            "kind": self.kind,
+            "device": self.device,
+            "toxic": toxic,
+            "stream": self.stream,
+            "attributes": dict(self.attributes),
+            "duration_s": self.duration_s,
+        }
+        self._hold(engine, target, self.device, data)
+
+    def _on_rank(self, engine) -> None:
+        jobs = engine.require_jobs(self.label)
+        jobs.require_running(self.label)
+        r = jobs.ranks[self.rank]
+        params = {"xid": self.xid, "duty": self.duty, "period_s": self.period_s}
+        target = RankTarget(r.index, r.host, r.local, jobs.handles[r.index], params)
+        data = {**jobs.fault_data(self.kind, r), "duration_s": self.duration_s}
+        self._hold(engine, target, r.host, data)
+
+    def _hold(self, engine, target, device: str, data: dict) -> None:
+        if self.when_s:
+            engine.stopping.wait(self.when_s)  # the playbook's schedule for the fault, not synchronisation
+        faulting.inject(engine, self.kind, target, self.label, device, data)
+        try:
+            # How long the playbook keeps the fault (part of the experiment); an abort cuts it short.
+            engine.stopping.wait(self.duration_s)
+        finally:
+            faulting.heal(engine, self.kind, target, self.label, device, data)
+
+    def devices(self, plan) -> Touches:
+        if self.device is not None:
+            return Touches(reads=frozenset({self.device}))
+        return Touches(writes=frozenset({plan.playbook.job.ranks[self.rank]}))
+
+    def describe(self, node, plan) -> None:
+        branch = node.add(escape(self.label))
+        if self.device is not None:
+            attributes = ", ".join(f"{k}={v:g}" for k, v in self.attributes)
+            what = (
+                f"{self.kind} on {self.device}'s connection ({self.stream}"
+                + (f"; {attributes}" if attributes else "")
+                + ")"
+            )
+        else:
+            what = f"{self.kind} on rank {self.rank} ({plan.playbook.job.ranks[self.rank]})"
+            if self.kind == "host.straggle":
+                what += f", stopped {self.duty:g} of every {self.period_s * 1000:g} ms"
+            elif self.kind == "gpu.fail":
+                what += f", Xid {self.xid}"
+        branch.add(escape(f"after {self.when_s * 1000:g} ms: {what}, for {self.duration_s * 1000:g} ms, then heal"))

@@ -1,0 +1,67 @@
+"""hosts.health: identify and health-check hosts in parallel (every GPU host of the inventory unless `hosts`);
+each answer is a `health` event and a row of the summary's table, and the whole check's wall time, as the
+coordinator sees it (Ray included), is the `health.wall` span."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from testbed.config.common import Name
+from testbed.events import Op
+from testbed.steps.base import CheckContext, PlanContext, Planned, Problem, StepModel, Touches, escape
+
+
+class HostsHealth(StepModel):
+    """Identify and health-check hosts in parallel (every GPU host of the inventory unless `hosts`)."""
+
+    action: Literal["hosts.health"]
+    hosts: list[Name] | None = None
+
+    def check(self, ctx: CheckContext) -> list[Problem]:
+        if ctx.inventory is None:
+            return []
+        return [
+            (("hosts", i), ctx.unknown_device("GPU host", host, _is_host))
+            for i, host in enumerate(self.hosts or [])
+            if not _is_host(ctx.inventory.devices.get(host))
+        ]
+
+    def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
+        hosts = self.hosts or [n for n, d in ctx.inventory.devices.items() if _is_host(d)]
+        return (HealthStep(self.name or "health check", tuple(hosts)),)
+
+
+def _is_host(device) -> bool:
+    return device is not None and device.kind == "gpu_host"
+
+
+@dataclass(frozen=True)
+class HealthStep(Planned):
+    hosts: tuple[str, ...]
+
+    def execute(self, engine) -> None:
+        start = time.monotonic_ns()
+        results = engine.dispatch({h: [(self.label, "gpu.health", {})] for h in self.hosts})
+        end = time.monotonic_ns()
+        engine.recorder.emit(
+            "measure",
+            "health.wall",
+            mono_ns=end,
+            wall=time.time(),
+            step=self.label,
+            data={"ms": (end - start) / 1e6, "start_ns": start, "end_ns": end, "hosts": len(self.hosts)},
+        )
+        for host, (result,) in results.items():
+            if result is not None and result.status == "ok":
+                engine.recorder.emit("mark", Op.HEALTH, device=host, step=self.label, data=result.value)
+        engine.raise_failures([r for (r,) in results.values()])
+
+    def devices(self, plan) -> Touches:
+        return Touches(reads=frozenset(self.hosts))
+
+    def describe(self, node, plan) -> None:
+        node.add(
+            escape(f"{self.label}: nvidia-smi and kernel Xids on {len(self.hosts)} hosts: {', '.join(self.hosts)}")
+        )

@@ -1,0 +1,57 @@
+"""job.start: set up the job's fabric (if it has one), start every rank at once, wait for steady progress on
+all of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from testbed.steps.base import CheckContext, PlanContext, Planned, Problem, StepModel, Touches, escape
+
+
+def needs_job(step, ctx: CheckContext) -> list[Problem]:
+    if ctx.playbook.job is None:
+        return [(("action",), f"{step.action} needs a `job:` section in the playbook")]
+    return []
+
+
+def job_hosts(plan) -> frozenset[str]:
+    """The job's hosts, and the spares a failover may move a rank to."""
+    job = plan.playbook.job
+    return frozenset(job.ranks) | frozenset(plan.spares) if job is not None else frozenset()
+
+
+class JobStart(StepModel):
+    """Start every rank of the playbook's job at once, then wait for steady progress on all of them."""
+
+    action: Literal["job.start"]
+    wait_steps: int = Field(1, ge=0, description="wait until every rank has printed at least this step")
+    timeout_ms: int = Field(120_000, gt=0)
+
+    def check(self, ctx: CheckContext) -> list[Problem]:
+        return needs_job(self, ctx)
+
+    def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
+        return (JobStartStep(self.name or "start job", self.wait_steps, self.timeout_ms / 1000),)
+
+
+@dataclass(frozen=True)
+class JobStartStep(Planned):
+    wait_steps: int
+    timeout_s: float
+
+    def execute(self, engine) -> None:
+        engine.require_jobs(self.label).start(self)
+
+    def devices(self, plan) -> Touches:
+        return Touches(writes=job_hosts(plan) | frozenset(plan.job_managed))
+
+    def describe(self, node, plan) -> None:
+        job = plan.playbook.job
+        branch = node.add(escape(f"{self.label}: {len(job.ranks)} ranks on {', '.join(dict.fromkeys(job.ranks))}"))
+        if job.fabric is not None:
+            branch.add("set up the job fabric first (above)")
+        if self.wait_steps:
+            branch.add(f"wait until every rank has printed step {self.wait_steps}, within {self.timeout_s:g} s")

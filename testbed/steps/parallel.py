@@ -1,0 +1,55 @@
+"""parallel: run the nested steps at the same time; the step ends when all have ended. Faults in one parallel
+step are active together (the max_concurrent_faults interlock counts them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from testbed.steps.base import PlanContext, PlanError, Planned, StepModel, Touches, escape
+
+
+class Parallel(StepModel):
+    """Run the nested steps at the same time; the step ends when all have ended."""
+
+    action: Literal["parallel"]
+    steps: list["Step"] = Field(min_length=1)  # noqa: F821, UP037 (the union of every step kind, set when it is built)
+
+    def nested(self) -> list[StepModel]:
+        return list(self.steps)
+
+    def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
+        for step in self.steps:
+            if getattr(step, "sequential", False):
+                raise PlanError(f"{step.action} is a sequence of changes and cannot run inside `parallel`")
+        inner = tuple(p for s in self.steps for p in s.plan(ctx))
+        return (ParallelStep(label=self.name or f"parallel ({len(inner)} steps)", steps=inner),)
+
+
+@dataclass(frozen=True)
+class ParallelStep(Planned):
+    steps: tuple[Planned, ...]
+
+    @property
+    def faults(self) -> int:  # type: ignore[override]
+        return sum(s.faults for s in self.steps)
+
+    def nested(self) -> tuple[Planned, ...]:
+        return self.steps
+
+    def execute(self, engine) -> None:
+        futures = [engine.pool.submit(engine.execute, s) for s in self.steps]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            raise errors[0]
+
+    def devices(self, plan) -> Touches:
+        touched = [s.devices(plan) for s in self.steps]
+        return Touches(frozenset().union(*(t.reads for t in touched)), frozenset().union(*(t.writes for t in touched)))
+
+    def describe(self, node, plan) -> None:
+        branch = node.add(escape(f"{self.label}, at the same time"))
+        for step in self.steps:
+            step.describe(branch, plan)

@@ -1,0 +1,37 @@
+"""wait: a pause the experiment asks for (a sweep parameter may give its length)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from testbed.config.common import sweepable
+from testbed.events import Op
+from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, escape
+
+
+class Wait(StepModel):
+    action: Literal["wait"]
+    ms: sweepable(0, 3_600_000)
+
+    def check(self, ctx: CheckContext) -> list[Problem]:
+        return ctx.sweep_ref(self.ms, ("ms",))
+
+    def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
+        ms = ctx.swept(self.ms)
+        if not isinstance(ms, int | float) or isinstance(ms, bool) or ms < 0:
+            raise PlanError(f"wait: {self.ms} = {ms!r} is not a duration in ms")
+        return (WaitStep(label=self.name or f"wait {ms:g} ms", seconds=float(ms) / 1000),)
+
+
+@dataclass(frozen=True)
+class WaitStep(Planned):
+    seconds: float
+
+    def execute(self, engine) -> None:
+        engine.recorder.emit("mark", Op.WAIT, step=self.label, data={"seconds": self.seconds})
+        time.sleep(self.seconds)  # the experiment asks for this pause; it is not synchronisation
+
+    def describe(self, node, plan) -> None:
+        node.add(escape(self.label))
