@@ -7,6 +7,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
+class _AllPorts:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ALL_PORTS"
+
+    def __reduce__(self) -> str:  # copy/pickle give back the one sentinel, so `is ALL_PORTS` holds
+        return "ALL_PORTS"
+
+
+# What an audit model (DriverSpec.audit_model) says a write touches when it drops every circuit, whoever's it is
+# (Polatis's DISC:ALL and *RST): `testbed check` then requires every port of the switch to be the run's.
+ALL_PORTS = _AllPorts()
+
+
 @dataclass(frozen=True)
 class AuditRecord:
     device: str

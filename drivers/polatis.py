@@ -1,4 +1,4 @@
-"""HUBER+SUHNER Polatis optical circuit switch over SCPI (devices.md §1.2-1.3).
+"""HUBER+SUHNER Polatis optical circuit switch over SCPI (docs/protocols.md §1).
 
 Grammar only: framing, timeouts and reconnection belong to the transport. Deliberate choices:
 - set-commands get no reply in SCPI, so they go through `transport.write` (a `query` would time out);

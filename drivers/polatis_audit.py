@@ -16,18 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-
-class _AllPorts:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "ALL_PORTS"
-
-    def __reduce__(self) -> str:  # copy/pickle give back the one sentinel, so `is ALL_PORTS` holds
-        return "ALL_PORTS"
-
-
-ALL_PORTS = _AllPorts()  # Write.ports of DISC:ALL and *RST: they drop every circuit, whoever's it is
+from .audit import ALL_PORTS
 
 
 @dataclass(frozen=True)

@@ -1,3 +1,76 @@
-"""testbed: experiments on photonic ML-datacenter testbeds, on the lab or on its emulated twin."""
+"""testbed: experiments on photonic ML-datacenter testbeds, on the lab or on its emulated twin.
+
+The names below are the public API for other packages (a device family, a driver, a step kind, a fault kind)
+and for scripts; everything else is private to its module and may change. See docs/architecture.md.
+
+They are loaded on first use: the drivers import testbed.capabilities, and that must not load the engine.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
+
+_PUBLIC = {
+    # what a device can do (typing.Protocols) and what it says about itself
+    "CircuitSwitch": "testbed.capabilities",
+    "PhotonicMesh": "testbed.capabilities",
+    "GpuHost": "testbed.capabilities",
+    "Identity": "testbed.capabilities",
+    # device families
+    "DeviceFamily": "testbed.families",
+    "ProcedureSpec": "testbed.families",
+    "TwinSupport": "testbed.families",
+    "FAMILIES": "testbed.families",
+    "ProcedureContext": "testbed.procedures.context",
+    "DeviceConfig": "testbed.config.device",
+    "SwitchConfig": "testbed.config.device",
+    "TransportConfig": "testbed.config.transports",
+    "TRANSPORTS": "testbed.config.transports",
+    "Policy": "testbed.interlocks",
+    # drivers
+    "DriverSpec": "drivers.registry",
+    # step kinds
+    "StepModel": "testbed.steps",
+    "Planned": "testbed.steps",
+    "Touches": "testbed.steps",
+    "CheckContext": "testbed.steps",
+    "PlanContext": "testbed.steps",
+    "STEP_KINDS": "testbed.steps",
+    # fault kinds
+    "FaultKind": "testbed.faults",
+    "FaultEnv": "testbed.faults",
+    "Injected": "testbed.faults",
+    "RankTarget": "testbed.faults",
+    "ConnectionTarget": "testbed.faults",
+    "FAULT_KINDS": "testbed.faults",
+    # the registries' common type
+    "Registry": "testbed.registry",
+    # inventories, playbooks, plans
+    "load_inventory": "testbed.config",
+    "load_playbook": "testbed.config",
+    "make_plan": "testbed.plan",
+    "PlanError": "testbed.plan",
+    # results
+    "Op": "testbed.events",
+    "Event": "testbed.events",
+    "read_jsonl": "testbed.events",
+    # errors
+    "UserError": "testbed.errors",
+    "ConfigError": "testbed.errors",
+    "ExperimentFailed": "testbed.errors",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'testbed' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

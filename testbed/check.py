@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from drivers.polatis_audit import ALL_PORTS
+from drivers.audit import ALL_PORTS
 from drivers.registry import driver_spec
 from testbed.config.inventory import Inventory
 from testbed.errors import UserError

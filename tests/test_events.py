@@ -11,18 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testbed.events import JsonlError, Op, read_jsonl, set_aside_torn_line
-from testbed.events.schema import (
-    BEGIN,
-    END,
-    FIELD_DOCS,
-    SCHEMA,
-    Measure,
-    OperationFailed,
-    OperationOk,
-    SchemaError,
-    check_event,
-    render_event_docs,
-)
+from testbed.events.docs import BEGIN, END, FIELD_DOCS, render_event_docs
+from testbed.events.schema import SCHEMA, Measure, OperationFailed, OperationOk, SchemaError, check_event
 from testbed.families import PROCEDURES
 from testbed.recorder import Recorder
 

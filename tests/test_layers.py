@@ -142,3 +142,14 @@ def test_a_lab_run_s_commands_never_load_the_emulators(tmp_path):
         [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
     ).stdout
     assert out.strip().splitlines()[-1] == "loaded: []"
+
+
+def test_the_public_api_resolves_without_loading_the_engine():
+    probe = (
+        "import sys, testbed\n"
+        "assert all(getattr(testbed, name) is not None for name in testbed.__all__)\n"
+        "print(sorted(m for m in sys.modules if m in ('ray', 'emulators')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

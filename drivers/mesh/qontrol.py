@@ -1,4 +1,4 @@
-"""A photonic chip whose heaters hang on Qontrol Q8iv modules: the ASCII line protocol (devices.md §2.1).
+"""A photonic chip whose heaters hang on Qontrol Q8iv modules: the ASCII line protocol (docs/protocols.md §2).
 
 Unlike SCPI every set answers `OK` (or an error line `E<code>:<ch>`), so sets are queries here and a
 refused set raises at once. Channels are 0-based = heater numbers. Output photodiodes: `pdpall?` (one

@@ -1,4 +1,4 @@
-"""A photonic chip driven by a SCPI multi-channel V/I source with photodiode readout (devices.md §2.2, §4.1).
+"""A photonic chip driven by a SCPI multi-channel V/I source with photodiode readout (docs/protocols.md §3).
 
 Sets get no reply (SCPI): they are written back to back, then `*OPC?` (the heaters have settled) and one
 `:SYST:ERR?` pass. SOURce<h+1> drives heater h; SCPI units are A and V (the driver's are mA and V).

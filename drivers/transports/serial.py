@@ -3,7 +3,7 @@
 `serial.serial_for_url` is used rather than `serial.Serial` so that `socket://host:port` (terminal
 servers, raw SCPI over TCP) and `rfc2217://` work with the same code (`socket://` gets pyserial's own
 class with a close() that does not sleep, see _SocketPort). pyserial signals a timeout by
-returning b'' or a partial line with no exception (devices.md §0.5); that is turned into DeviceTimeout
+returning b'' or a partial line with no exception (docs/protocols.md §6); that is turned into DeviceTimeout
 here, carrying whatever bytes did arrive.
 
 Over `socket://` the connection is checked before each command: one the peer has closed (a device

@@ -1,7 +1,7 @@
 """Line-oriented VISA transport on pyvisa with the pure-Python backend (pyvisa-py, no NI-VISA).
 
 Speaks to `TCPIP0::host::port::SOCKET` (raw SCPI over TCP) and `ASRL/dev/...::INSTR` (serial)
-resources. pyvisa-py's failure signatures differ from what one would guess (devices.md §0.5): a reset
+resources. pyvisa-py's failure signatures differ from what one would guess (docs/protocols.md §6): a reset
 surfaces as a raw ConnectionResetError, a peer that closed (FIN) as VI_ERROR_TMO after the full
 timeout, a partial line as VI_ERROR_TMO with the bytes dropped, a refused port only on the first write,
 and open errors as a bare Exception. Every one of them leaves here as a drivers.errors type.

@@ -1,7 +1,7 @@
 """An SSH server (paramiko, thread-based) in front of one emulated host's shell.
 
 Public-key authentication only (one user, one client key). Exec channels only: the command is recorded
-in check_channel_exec_request and run after transport.accept() hands over the channel (devices.md 3.2),
+in check_channel_exec_request and run after transport.accept() hands over the channel (docs/protocols.md §4.1),
 each channel in its own thread. A pty may be requested for an exec channel (OpenSSH's `ssh -tt`, which
 Ansible uses for its `raw` module); the command then writes to a terminal, as under sshd: stderr is merged
 into stdout and each "\n" goes out as "\r\n" (the tty's onlcr). Output is sent on the channel as the

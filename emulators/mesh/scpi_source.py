@@ -1,4 +1,4 @@
-"""A SCPI multi-channel V/I source with photodiode readout (devices.md §2.2, §4.1) on a MeshChip.
+"""A SCPI multi-channel V/I source with photodiode readout (docs/protocols.md §3) on a MeshChip.
 
 Channels are 1-based: SOURce<h+1> drives heater h. Units are SCPI base units (V, A).
 - `SOURce<ch>:VOLTage <v>` / `SOURce<ch>:CURRent <a>` (set; no reply) and their queries (programmed level).

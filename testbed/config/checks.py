@@ -5,7 +5,7 @@ Device-specific checks are the device's family's (DeviceFamily.check); step-spec
 
 from __future__ import annotations
 
-from drivers.registry import DRIVERS, ENTRY_POINT_GROUP, available_drivers, driver_spec
+from drivers.registry import ENTRY_POINT_GROUP, available_drivers, driver_spec
 from testbed.config.common import LINK_PATTERN, Name
 from testbed.config.device import SwitchConfig
 from testbed.config.inventory import Inventory, Trunk
@@ -77,8 +77,8 @@ def _check_driver(name: str, dev) -> list[Problem]:
         known = ", ".join(sorted(available_drivers()))
         return [(loc, f"unknown driver {dev.driver!r} (known: {known}; others register under {ENTRY_POINT_GROUP!r})")]
     if spec.family is not None and spec.family != dev.kind:
-        fits = ", ".join(n for n, d in DRIVERS.items() if d.family == dev.kind) or "none built in"
-        return [(loc, f"{dev.driver} drives a {spec.family}, not a {dev.kind} (drivers for a {dev.kind}: {fits})")]
+        fits = ", ".join(n for n in sorted(available_drivers()) if _family_of_driver(n) == dev.kind) or "none"
+        return [(loc, f"{dev.driver} drives kind {spec.family}, not {dev.kind} (drivers for {dev.kind}: {fits})")]
     if spec.transports is not None and dev.transport.type not in spec.transports:
         return [
             (
@@ -120,6 +120,14 @@ def _check_trunk(inv: Inventory, i: int, t: Trunk, seen_switch_ports: dict[tuple
         if other != f"trunks[{i}]":
             problems.append(((*loc, side), f"{switch} port {port} is already cabled by {other}"))
     return problems
+
+
+def _family_of_driver(name: str) -> str | None:
+    try:
+        spec = driver_spec(name)
+    except Exception:  # another package's driver that does not load: not one to suggest
+        return None
+    return spec.family if spec is not None else None
 
 
 def check_playbook(pb, inv: Inventory | None) -> list[Problem]:

@@ -4,7 +4,7 @@ testbed/events/schema.py and every registered procedure's marks."""
 import sys
 from pathlib import Path
 
-from testbed.events.schema import render_event_docs, replace_block
+from testbed.events.docs import render_event_docs, replace_block
 from testbed.families import PROCEDURES
 
 

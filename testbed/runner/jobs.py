@@ -316,10 +316,10 @@ class JobController:
             }
             self.c.recorder.emit("invoke", "gpu.watch_job", device=r.host, step=step.label, data={"rank": r.index})
             watches[r.index] = dispatcher.call(watcher(r.host), "run_program", [("gpu.watch_job", kwargs)])
-        ready = [
-            dispatcher.call(watcher(r.host), "wait_mark", "watching", WATCH_READY_TIMEOUT_S).result()
-            for r in self.ranks
+        watching = [
+            dispatcher.call(watcher(r.host), "wait_mark", "watching", WATCH_READY_TIMEOUT_S) for r in self.ranks
         ]
+        ready = [w.result() for w in watching]
         data = self.fault_data(step.kind, target)
         job = self.handles[target.index]
         injected = faulting.inject(

@@ -1,6 +1,6 @@
 """VisaTransport and SerialTransport against real local sockets that misbehave on purpose.
 
-Every failure signature of devices.md §0.5 must end within the timeout as a typed DeviceError whose
+Every failure signature of docs/protocols.md §6 must end within the timeout as a typed DeviceError whose
 message names the device, the address and what was sent.
 """
 

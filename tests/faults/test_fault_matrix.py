@@ -57,7 +57,7 @@ FAULTS: dict[str, tuple[str, str, dict[str, Any]] | None] = {
 # (fault, transport, operation) -> (outcome of each of the two faulted calls, did connect's circuit land)
 # "query" = connections(); "connect" = connect([(1, 17)]): :OXC:SWIT:CONN:ADD then :SYST:ERR?.
 # Timing (observed, not asserted beyond BOUND): TMO always takes the full timeout; CONN is immediate,
-# except limit_data over VISA, where pyvisa-py sees the proxy's FIN only as a timeout (devices.md §0.5).
+# except limit_data over VISA, where pyvisa-py sees the proxy's FIN only as a timeout (docs/protocols.md §6).
 EXPECTED: dict[tuple[str, str, str], tuple[tuple[object, object], bool | None]] = {
     # fault            transport  op           faulted calls  landed
     ("latency_above", "visa", "query"): ((TMO, TMO), None),

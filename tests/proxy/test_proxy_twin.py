@@ -52,7 +52,7 @@ def test_pyvisa_sees_reset_peer_as_connection_reset(loop, proxy):
         host, port = proxy.address.rsplit(":", 1)
         inst = rm.open_resource(f"TCPIP0::{host}::{port}::SOCKET", read_termination="\n", write_termination="\n")
         try:
-            with pytest.raises(ConnectionResetError):  # devices.md §0.5: raw, not VisaIOError
+            with pytest.raises(ConnectionResetError):  # docs/protocols.md §6: raw, not VisaIOError
                 inst.query("*IDN?")
         finally:
             inst.close()

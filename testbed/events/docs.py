@@ -1,0 +1,139 @@
+"""results/README.md's event tables, generated from the schema (testbed/events/schema.py) and a glossary of
+its fields: `python -m testbed.events --readme results/README.md` rewrites them; a test keeps them equal."""
+
+from testbed.events.schema import SCHEMA, Measure, OperationFailed, OperationOk
+
+FIELD_DOCS: dict[str, str] = {
+    "trials": "number of trials planned",
+    "seed": "the run's seed",
+    "failures": "failed trials and failed teardown steps",
+    "reason": "why the run was stopped",
+    "error": "what went wrong, as the user sees it",
+    "error_type": "the exception's class (DeviceTimeout, InterlockError, VerificationError, ActorDied ...)",
+    "sweep": "the trial's sweep point {parameter: value}",
+    "status": "ok or failed",
+    "actor_died": "the device actor that died during the trial",
+    "circuits": "{switch: {ingress: egress}} (a switch that could not be read: null)",
+    "managed": "{switch: [ports the run may change]}",
+    "audit_line": "the number of audit.jsonl lines written before the reading",
+    "why": "why the reading was taken (or why nothing was left)",
+    "lab_gone": "why there was nothing to read back",
+    "healed": "written by `testbed heal`",
+    "actor": "the actor's name",
+    "pid": "a process id (the actor's worker; the rank's process group leader)",
+    "was": "the worker pid before",
+    "seconds": "the pause",
+    "ok": "true when nothing is wrong",
+    "gpus": "nvidia-smi's GPUs (lost ones too)",
+    "lost": "bus ids of GPUs lost",
+    "xids": "kernel log lines with an Xid",
+    "xid_codes": "the Xid codes",
+    "kernel_log_error": "why the kernel log could not be read (not unhealthy on its own)",
+    "source": "where a figure comes from (`twin ground truth`)",
+    "per_port_db": "{output port: crosstalk in dB}",
+    "fault": "the fault's name, `kind@target` (fault.heal closes the fault.inject of the same name)",
+    "kind": "the fault kind (gpu.fail, process.kill, transport.latency ...), or what a detection saw",
+    "rank": "the job rank",
+    "host": "the host of the rank",
+    "gpu": "the rank's GPU on its host",
+    "duration_s": "how long the playbook keeps the fault",
+    "device": "the device whose connection a transport fault breaks",
+    "toxic": "the fault proxy's name for the fault",
+    "stream": "downstream (device -> framework) or upstream",
+    "attributes": "the toxic's attributes (Toxiproxy's names and units)",
+    "watching": "every rank was watched when the fault was injected",
+    "injected_ns": "the device mark's injection time",
+    "job": "the rank's job handle {host, name, pid, log, workdir}",
+    "how": "what healed it",
+    "first_seen": "the rank whose exit was seen first",
+    "failed": "the failed rank (or host)",
+    "evidence": "what the host showed (GPU lost, Xid) or the exit",
+    "spare": "the spare host",
+    "ranks": "the number of ranks",
+    "resumed_from": "the checkpoint's step",
+    "step": "the spare's first step after it",
+    "by": "{pid, hostname} of the healing process",
+    "runner": "the dead runner {pid, hostname, start_ticks}",
+    "torn": "last lines set aside (a kill tore them)",
+    "open_invokes": "invokes left open by the runner",
+    "faults": "fault names",
+    "jobs": "rank processes (host:pid) the run left",
+    "problems": "what could not be healed",
+    "done": "what was healed",
+    "ray_session": "the dead run's Ray session folder",
+    "ended": "processes ended {pid, name}",
+    "still": "pids still there after SIGKILL",
+    "ms": "the span in milliseconds",
+    "start_ns": "monotonic ns of the span's start",
+    "end_ns": "monotonic ns of the span's end",
+    "iteration": "rail.iterate: the iteration",
+    "mode": "rail.iterate: static, on-demand or provisioning",
+    "delay_ms": "rail.iterate: emulated OCS delay per change",
+    "intervals_ms": "job.measure: each iteration's interval",
+    "hosts": "hosts.health: hosts checked",
+    "detected_on_rank": "fault.detect: the rank the failure was seen on",
+    "value": "the procedure's result",
+    "duration_ms": "the procedure's duration in its actor",
+    "audit_lost": "the bytes it exchanged were lost with a process: not in audit.jsonl",
+    "invoke_seq": "heal: the seq of the invoke it closes",
+}
+
+
+BEGIN = "<!-- events: generated from testbed/events/schema.py; do not edit by hand -->"
+END = "<!-- end of events -->"
+
+
+def _fields(payload: type) -> str:
+    required = [f"`{k}`" for k in payload.__annotations__ if k in payload.__required_keys__]
+    optional = [f"`{k}`?" for k in payload.__annotations__ if k in payload.__optional_keys__]
+    return ", ".join(required + optional) or "(none)"
+
+
+def render_event_docs(procedures: dict[str, tuple[str, ...]]) -> str:
+    """The events section of results/README.md (`procedures`: each procedure's device marks)."""
+    out = [
+        BEGIN,
+        "",
+        "### Framework events",
+        "",
+        "| event | type | device | fields | what it records |",
+        "|---|---|---|---|---|",
+    ]
+    for spec in SCHEMA.values():
+        device = {True: "yes", False: "no", None: "either"}[spec.device]
+        types = " / ".join(t for t in ("invoke", "ok", "fail", "info", "mark") if t in spec.types)
+        out.append(f"| `{spec.name}` | {types} | {device} | {_fields(spec.payload)} | {spec.doc} |")
+    out += [
+        "",
+        "### Device operations and their marks",
+        "",
+        "Each is `invoke` (the procedure's arguments) then `ok` ("
+        + _fields(OperationOk)
+        + "), `fail` or `info` ("
+        + _fields(OperationFailed)
+        + "), on the device; its marks are `mark` events on the device, timestamped where the I/O happened.",
+        "",
+        "| operation | device marks |",
+        "|---|---|",
+    ]
+    for name, marks in sorted(procedures.items()):
+        out.append(f"| `{name}` | {', '.join(f'`{m}`' for m in marks) or '(none)'} |")
+    out += [
+        "",
+        "### Measures",
+        "",
+        "`measure` events are spans named `<measure>.<segment>`: " + _fields(Measure) + ".",
+        "",
+        "### Fields",
+        "",
+        "| field | meaning |",
+        "|---|---|",
+    ]
+    out += [f"| `{k}` | {v} |" for k, v in sorted(FIELD_DOCS.items())]
+    out += ["", END]
+    return "\n".join(out)
+
+
+def replace_block(text: str, block: str) -> str:
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    return text[:start] + block + text[end:]
