@@ -13,7 +13,6 @@ A failover whose truth cannot be found is listed with the reason, never dropped 
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 from testbed.events import Op, read_jsonl
@@ -116,18 +115,3 @@ def _match(f: dict, truth: list[dict], pattern: re.Pattern, offset_ns: int) -> d
                 "trigger_realtime": trigger["realtime"] if trigger else None,
             }
     return {**row, "reason": f"the twin logged no line 'step {f['step_no']}' on {f['spare']} after the fault"}
-
-
-def twin_clock(control, samples: int = 5) -> dict:
-    """The twin's monotonic clock minus ours, by Cristian's method (the shortest round trip bounds the
-    error by half of it). On one machine both read CLOCK_MONOTONIC, so the offset should be 0 within the
-    bound: the run records it as evidence, and the comparison above uses 0."""
-    best = None
-    for _ in range(samples):
-        t0 = time.monotonic_ns()
-        remote = control.call(None, "clock")["mono_ns"]
-        t1 = time.monotonic_ns()
-        if best is None or t1 - t0 < best[0]:
-            best = (t1 - t0, remote - (t0 + t1) // 2)
-    rtt, offset = best
-    return {"offset_ms": round(offset / 1e6, 4), "error_bound_ms": round(rtt / 2e6, 4), "clock": "CLOCK_MONOTONIC"}

@@ -7,7 +7,8 @@ kind answers:
 - `lab_support`: None when it can be injected on a real lab, else why not (the CLI refuses the run up front);
 - `inject(env, target) -> Injected` and `heal(env, target)` during a run (env: the twin's control, or None on a
   lab, and the device procedures);
-- `heal_after_crash(lab, fault) -> str` for `testbed heal`, from what the dead run recorded.
+- `heal_after_crash(lab, fault) -> str` for `testbed heal`, from what the dead run recorded;
+- optionally `describe(params) -> str`: what the plan shows of its parameters.
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ class FaultKind(Protocol):
     name: str
     target: str  # "rank" or "connection"
     lab_support: str | None
+
+    # Optional: `describe(params) -> str`, the details `testbed plan` adds after the kind (", Xid 79").
 
     def inject(self, env: FaultEnv, target: Any) -> Injected: ...
 

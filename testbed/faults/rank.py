@@ -41,6 +41,9 @@ class GpuFail:
     lab_support: str | None = None
     marks_failed_on_lab: bool = True  # on a lab the GPU is only marked failed, in the run's events
 
+    def describe(self, params: dict) -> str:
+        return f", Xid {params.get('xid', 79)}"
+
     def inject(self, env: FaultEnv, target: RankTarget) -> Injected:
         if env.twin is not None:
             args = {"index": target.gpu, "xid": target.params.get("xid", 79)}
@@ -134,6 +137,9 @@ class HostStraggle:
     target: str = "rank"
     lab_support: str | None = "a lab needs a duty-cycle agent on the host to make a straggler"
     marks_failed_on_lab: bool = False
+
+    def describe(self, params: dict) -> str:
+        return f", stopped {params.get('duty', 0.5):g} of every {params.get('period_s', 0.2) * 1000:g} ms"
 
     def inject(self, env: FaultEnv, target: RankTarget) -> Injected:
         # The playbook's duty is the fraction stopped; the twin's is the fraction running.

@@ -39,10 +39,6 @@ class CheckContext:
     playbook: Any
     inventory: Any | None
 
-    def unknown_device(self, what: str, name: str, family_test) -> str:
-        known = [n for n, d in self.inventory.devices.items() if family_test(d)]
-        return f"no {what} named {name!r} in the inventory (known: {', '.join(known) or 'none'})"
-
     def sweep_ref(self, value, key: tuple) -> list[Problem]:
         """A `${name}` that names no parameter under `sweep` is a problem at `key`."""
         if isinstance(value, str) and value.startswith("${") and param_name(value) not in self.playbook.sweep:

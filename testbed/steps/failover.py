@@ -20,46 +20,29 @@ from typing import Literal
 from pydantic import Field
 
 from testbed.config.common import Name
-from testbed.config.fault import Fault
 from testbed.events import Op
 from testbed.fabric.spares import choose_spare
 from testbed.milestones import segments_of
 from testbed.runner.errors import StepFailed, raise_failures
-from testbed.steps.base import CheckContext, PlanContext, Planned, Problem, StepModel, escape
-from testbed.steps.fault_detect import FaultDetectStep, rank_fault
-from testbed.steps.fault_inject import check_fault
+from testbed.steps.base import CheckContext, PlanContext, Planned, Problem, escape
+from testbed.steps.fault_detect import Detection, FaultDetectStep
 
 
-class Failover(StepModel):
+class Failover(Detection):
     """Fail a rank, detect it, choose a spare, rewire the fabric, relaunch from the last checkpoint and wait
     for the first step on the spare; every milestone is recorded and `<measure>.<segment>` spans measured."""
 
     action: Literal["failover"]
-    fault: Fault
-    heartbeat_ms: float = Field(50, gt=0, le=60_000)
-    stall_timeout_ms: float = Field(5000, gt=0)
     timeout_ms: int = Field(120_000, gt=0, description="for each stage: detection, relaunch, first step")
     measure: Name = "failover"
 
     def check(self, ctx: CheckContext) -> list[Problem]:
         if ctx.playbook.job is None or ctx.playbook.job.fabric is None:
             return [(("action",), "failover needs a `job:` with a `fabric:` to rewire")]
-        return check_fault(self, ctx)
+        return super().check(ctx)
 
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
-        kind, rank = rank_fault(self, ctx)
-        return (
-            FailoverStep(
-                self.name or f"failover: {kind} on rank {rank}",
-                kind,
-                rank,
-                self.fault.xid,
-                self.heartbeat_ms / 1000,
-                self.stall_timeout_ms / 1000,
-                self.timeout_ms / 1000,
-                self.measure,
-            ),
-        )
+        return (self.planned(ctx, FailoverStep, "failover: {kind} on rank {rank}"),)
 
 
 @dataclass(frozen=True)

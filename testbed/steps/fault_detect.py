@@ -13,38 +13,39 @@ from testbed.config.common import Name
 from testbed.config.fault import Fault
 from testbed.faults import FAULT_KINDS
 from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
-from testbed.steps.fault_inject import check_fault
+from testbed.steps.fault_inject import check_fault, describe_fault
 from testbed.steps.job_start import job_hosts
 
 
-class FaultDetect(StepModel):
-    """Watch every rank, inject the fault, and measure fault_injected -> failure_detected; then heal the
-    fault and stop the job."""
+class Detection(StepModel):
+    """What a step that watches every rank for a fault it injects has (fault.detect, failover)."""
 
-    action: Literal["fault.detect"]
     fault: Fault
     heartbeat_ms: float = Field(50, gt=0, le=60_000)
     stall_timeout_ms: float = Field(5000, gt=0)
-    timeout_ms: int = Field(60_000, gt=0, description="give up waiting for a detection after this long")
-    measure: Name | None = "detect"
 
     def check(self, ctx: CheckContext) -> list[Problem]:
         return check_fault(self, ctx)
 
-    def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
+    def planned(self, ctx: PlanContext, step_class, label: str):
+        """The planned step (FaultDetectStep or FailoverStep), its kind and rank drawn for this trial."""
         kind, rank = rank_fault(self, ctx)
-        return (
-            FaultDetectStep(
-                self.name or f"{kind} on rank {rank}, detect",
-                kind,
-                rank,
-                self.fault.xid,
-                self.heartbeat_ms / 1000,
-                self.stall_timeout_ms / 1000,
-                self.timeout_ms / 1000,
-                self.measure,
-            ),
+        timing = (self.heartbeat_ms / 1000, self.stall_timeout_ms / 1000, self.timeout_ms / 1000)
+        return step_class(
+            self.name or label.format(kind=kind, rank=rank), kind, rank, self.fault.xid, *timing, self.measure
         )
+
+
+class FaultDetect(Detection):
+    """Watch every rank, inject the fault, and measure fault_injected -> failure_detected; then heal the
+    fault and stop the job."""
+
+    action: Literal["fault.detect"]
+    timeout_ms: int = Field(60_000, gt=0, description="give up waiting for a detection after this long")
+    measure: Name | None = "detect"
+
+    def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
+        return (self.planned(ctx, FaultDetectStep, "{kind} on rank {rank}, detect"),)
 
 
 def rank_fault(step, ctx: PlanContext) -> tuple[str, int]:
@@ -98,6 +99,6 @@ class FaultDetectStep(Planned):
 
     def describe_detection(self, branch, plan) -> None:
         host = plan.playbook.job.ranks[self.rank]
-        fault = f"{self.kind} on rank {self.rank} ({host})" + (f", Xid {self.xid}" if self.kind == "gpu.fail" else "")
+        fault = f"{self.kind} on rank {self.rank} ({host})" + describe_fault(self.kind, {"xid": self.xid})
         branch.add(f"watch every rank (heartbeat {self.heartbeat_s * 1000:g} ms, stall {self.stall_timeout_s:g} s)")
         branch.add(escape(f"inject {fault}; wait for its detection within {self.timeout_s:g} s"))

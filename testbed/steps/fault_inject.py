@@ -18,6 +18,12 @@ from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Pr
 from testbed.steps.job_start import needs_job
 
 
+def describe_fault(kind: str, params: dict) -> str:
+    """The details of a fault the plan shows after its kind (the kind says which: ", Xid 79")."""
+    describe = getattr(FAULT_KINDS.get(kind), "describe", None)
+    return describe(params) if describe is not None else ""
+
+
 def check_fault(step, ctx: CheckContext) -> list[Problem]:
     """A fault's references: its sweep parameters, its rank, the job it needs."""
     problems = ctx.sweep_ref(step.fault.duty, ("fault", "duty"))
@@ -137,9 +143,7 @@ class FaultInjectStep(Planned):
                 + ")"
             )
         else:
-            what = f"{self.kind} on rank {self.rank} ({plan.playbook.job.ranks[self.rank]})"
-            if self.kind == "host.straggle":
-                what += f", stopped {self.duty:g} of every {self.period_s * 1000:g} ms"
-            elif self.kind == "gpu.fail":
-                what += f", Xid {self.xid}"
+            what = f"{self.kind} on rank {self.rank} ({plan.playbook.job.ranks[self.rank]})" + describe_fault(
+                self.kind, {"xid": self.xid, "duty": self.duty, "period_s": self.period_s}
+            )
         branch.add(escape(f"after {self.when_s * 1000:g} ms: {what}, for {self.duration_s * 1000:g} ms, then heal"))

@@ -22,19 +22,17 @@ class HostsHealth(StepModel):
     def check(self, ctx: CheckContext) -> list[Problem]:
         if ctx.inventory is None:
             return []
+        hosts = ctx.inventory.hosts()
+        known = ", ".join(hosts) or "none"
         return [
-            (("hosts", i), ctx.unknown_device("GPU host", host, _is_host))
+            (("hosts", i), f"no GPU host named {host!r} in the inventory (known: {known})")
             for i, host in enumerate(self.hosts or [])
-            if not _is_host(ctx.inventory.devices.get(host))
+            if host not in hosts
         ]
 
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
-        hosts = self.hosts or [n for n, d in ctx.inventory.devices.items() if _is_host(d)]
+        hosts = self.hosts or list(ctx.inventory.hosts())
         return (HealthStep(self.name or "health check", tuple(hosts)),)
-
-
-def _is_host(device) -> bool:
-    return device is not None and device.kind == "gpu_host"
 
 
 @dataclass(frozen=True)
