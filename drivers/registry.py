@@ -41,6 +41,8 @@ class DriverSpec:
     factory: DriverFactory
     # (switch size) -> an object with replay(circuits, lines) and writes(line) (drivers/polatis_audit.py)
     audit_model: Callable[[int], Any] | None = None
+    # the twin's front end that speaks this protocol (emulators/frontends.py), so the twin serves it
+    frontend: str | None = None
 
 
 def _polatis_scpi(device: str, settings: TransportSettings, audit: AuditSink | None):
@@ -80,7 +82,7 @@ def _scpi_mesh(device: str, settings: TransportSettings, audit: AuditSink | None
 DRIVERS: dict[str, DriverSpec] = {
     d.name: d
     for d in (
-        DriverSpec("polatis-scpi", "ocs", ("visa", "serial"), _polatis_scpi, _polatis_audit),
+        DriverSpec("polatis-scpi", "ocs", ("visa", "serial"), _polatis_scpi, _polatis_audit, "scpi"),
         DriverSpec("qontrol-mesh", "photonic_mesh", ("serial", "visa"), _qontrol_mesh),
         DriverSpec("scpi-mesh", "photonic_mesh", ("visa", "serial"), _scpi_mesh),
         DriverSpec("ssh", "gpu_host", ("ssh",), _ssh_gpu_host),

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from emulators.endpoints import PtyEndpoint, TcpEndpoint
+from emulators.frontends import frontend_class
 from emulators.kinds import adapter_class
 from emulators.polatis import PolatisEngine
 from emulators.spec import OcsSpec
@@ -35,17 +36,20 @@ def build_device(spec: Any, kinds: Mapping[str, tuple[str, str]] | None = None) 
 
 
 class OcsDevice:
-    """A Polatis-style switch on a TCP port (LAN, SCPI on 5025 in the lab) and a raw pty (RS-232 console),
-    both on one engine, as one switch has both interfaces."""
+    """An optical circuit switch: one switch model, served on the interfaces its spec lists (OcsSpec.frontends):
+    SCPI on a TCP port (LAN, 5025 in the lab) and a raw pty (RS-232 console), and the front ends of
+    emulators/frontends.py (TL1, NETCONF), all on one engine, as one switch has all of them."""
 
     kind = "ocs"
 
     def __init__(self, spec: OcsSpec) -> None:
         self.name = spec.name
+        self.spec = spec
         self.engine = PolatisEngine(spec, clock=time.monotonic)  # = the asyncio loop's clock
         self.control_ops = self.engine.control_ops
         self._tcp = TcpEndpoint(self.engine)
         self._pty = PtyEndpoint(self.engine)
+        self._frontends = [frontend_class(name)(self.engine, spec) for name in spec.frontends if name != "scpi"]
 
     def __getattr__(self, op: str):
         # Control ops are the engine's (fail_port, reset, state, ...).
@@ -66,13 +70,21 @@ class OcsDevice:
         return engine.new_session()
 
     async def start(self, loop: asyncio.AbstractEventLoop) -> dict[str, str]:
-        address = await self._tcp.start()
-        return {
-            "tcp": address,
-            "visa": f"TCPIP0::{self._tcp.host}::{self._tcp.port}::SOCKET",
-            "serial": self._pty.start(loop),
-        }
+        endpoints: dict[str, str] = {}
+        if "scpi" in self.spec.frontends:
+            address = await self._tcp.start()
+            endpoints.update(
+                tcp=address,
+                visa=f"TCPIP0::{self._tcp.host}::{self._tcp.port}::SOCKET",
+                serial=self._pty.start(loop),
+            )
+        for frontend in self._frontends:
+            endpoints.update(await frontend.start(loop))
+        return endpoints
 
     async def close(self) -> None:
-        await self._tcp.close()
-        self._pty.close()
+        if "scpi" in self.spec.frontends:
+            await self._tcp.close()
+            self._pty.close()
+        for frontend in self._frontends:
+            await frontend.close()

@@ -33,6 +33,12 @@ from emulators.scpi import (
 from emulators.spec import OcsSpec
 
 DARK_DBM = -99.99
+
+
+class SwitchRefused(ValueError):
+    """The switch refuses a change (a port out of range, listed twice, an egress in use): nothing changed."""
+
+
 _BOOT_MODE_SHORT = {"DARK": "DARK", "RESTORE": "REST", "AUTOSAVE": "AUT"}  # queries answer short forms
 
 
@@ -159,6 +165,59 @@ class PolatisEngine(ScpiEngine):
         # *RST: "reset the instrument and disconnect all connections"; a failed port stays failed.
         self._apply({}, now)
         self.enabled = {p: True for p in self._all_ports()}
+
+    # ---- the switch model, for the other front ends (TL1, NETCONF: emulators/frontends.py) -------
+    # One switch, several management interfaces, as a real switch has: every front end changes the same
+    # circuits, with the same switching time, dark moving ports and light.
+
+    def circuits(self) -> dict[int, int]:
+        return dict(self.conn)
+
+    def connect_pairs(self, pairs, now: float) -> None:
+        """Add circuits (an ingress already connected is re-pointed), all moving at once."""
+        pairs = [(int(i), int(e)) for i, e in pairs]
+        self._check_pairs(pairs)
+        new = dict(self.conn)
+        new.update(pairs)
+        owners: dict[int, int] = {}
+        for i, e in new.items():
+            if owners.setdefault(e, i) != i:
+                raise SwitchRefused(f"egress {e} is already connected to ingress {owners[e]}")
+        self._apply(new, now)
+
+    def replace_circuits(self, pairs, now: float) -> None:
+        """Hold exactly these circuits (the rest removed), all moving at once."""
+        pairs = [(int(i), int(e)) for i, e in pairs]
+        self._check_pairs(pairs)
+        self._apply(dict(pairs), now)
+
+    def disconnect_ports(self, ports, now: float) -> None:
+        """Remove the circuits on these ports (ingress or egress); a port without a circuit is ignored."""
+        ports = {int(p) for p in ports}
+        bad = sorted(p for p in ports if not 1 <= p <= 2 * self.size)
+        if bad:
+            raise SwitchRefused(f"port {bad[0]} is not in 1..{2 * self.size}")
+        self._apply({i: e for i, e in self.conn.items() if i not in ports and e not in ports}, now)
+
+    def set_ports_enabled(self, ports, enabled: bool) -> None:
+        ports = [int(p) for p in ports]
+        bad = sorted(p for p in ports if not 1 <= p <= 2 * self.size)
+        if bad:
+            raise SwitchRefused(f"port {bad[0]} is not in 1..{2 * self.size}")
+        for p in ports:
+            self.enabled[p] = enabled
+
+    def _check_pairs(self, pairs: list[tuple[int, int]]) -> None:
+        n = self.size
+        for i, e in pairs:
+            if not 1 <= i <= n:
+                raise SwitchRefused(f"ingress {i} is not in 1..{n}")
+            if not n < e <= 2 * n:
+                raise SwitchRefused(f"egress {e} is not in {n + 1}..{2 * n}")
+        for index, what in ((0, "ingress"), (1, "egress")):
+            seen = [p[index] for p in pairs]
+            if len(set(seen)) < len(seen):
+                raise SwitchRefused(f"an {what} port is listed twice")
 
     # ---- helpers ------------------------------------------------------------------------------
 

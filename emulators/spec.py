@@ -27,6 +27,9 @@ class OcsSpec:
     idn: str = "Polatis,N-OST-32x32-LU1-DMHNS,000001,6.5.2.18"
     # Circuits (ingress, egress) the switch holds from the start, settled: another user's, in a shared lab.
     circuits: list = field(default_factory=list)
+    # The management interfaces it answers on: "scpi" (TCP and a pty) and those of emulators/frontends.py.
+    frontends: list = field(default_factory=lambda: ["scpi"])
+    user: str = "admin"  # who may log in on TL1 and NETCONF (with emulators.frontends.TWIN_PASSWORD)
     kind: str = "ocs"
 
     @classmethod

@@ -27,7 +27,7 @@ _PUBLIC = {
     "DeviceConfig": "testbed.config.device",
     "SwitchConfig": "testbed.config.device",
     "TransportConfig": "testbed.config.transports",
-    "TRANSPORTS": "testbed.config.transports",
+    "TRANSPORTS": "testbed.config.device",
     "Policy": "testbed.interlocks",
     # drivers
     "DriverSpec": "drivers.registry",

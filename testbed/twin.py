@@ -11,12 +11,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import time
 from pathlib import Path
 from typing import Any
 
 from emulators.control import TriggerMissed
+from emulators.frontends import TWIN_PASSWORD, TWIN_PASSWORD_ENV
 from emulators.kinds import BUILTIN_KINDS, adapter_class, spec_class
 from emulators.spec import TwinSpec
 from emulators.twin import TwinProcess
@@ -160,6 +162,9 @@ def start_twin(plan, truth_log: Path | None, console=None):
     if truth_log is not None:
         spec.truth_log = str(Path(truth_log).resolve())  # the twin's account of what really happened
     spec.fault_proxy = plan.transport_faults  # only then: a proxy adds its own hop to every device call
+    # The twin's switches accept its published password on TL1 and NETCONF (loopback only); the transports
+    # pointed at the twin read it from here, as a lab's from the variable its inventory names.
+    os.environ[TWIN_PASSWORD_ENV] = TWIN_PASSWORD
     with TwinProcess(spec) as process:
         handle = TwinHandle(process)
         inventory = point_at_twin(plan.inventory, handle.endpoints)

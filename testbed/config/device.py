@@ -4,12 +4,21 @@
 
 from __future__ import annotations
 
+import typing
 from typing import Annotated, Union
 
 from pydantic import Field
 
 from testbed.config.common import Strict
-from testbed.config.transports import TRANSPORTS
+from testbed.config.switch_transports import NetconfTransport, Tl1Transport
+from testbed.config.transports import SerialTransport, SshTransport, TransportConfig, VisaTransport
+from testbed.registry import Registry
+
+TRANSPORTS: Registry[type[TransportConfig]] = Registry(
+    "transport type", "testbed.transports", lambda model: typing.get_args(model.model_fields["type"].annotation)[0]
+)
+for _model in (VisaTransport, SerialTransport, SshTransport, Tl1Transport, NetconfTransport):
+    TRANSPORTS.register(_model, builtin=True)
 
 # The transport union, from every registered transport type (another package's too).
 Transport = Annotated[Union[tuple(TRANSPORTS)], Field(discriminator="type")]  # noqa: UP007 (built at run time)

@@ -6,7 +6,7 @@ Each model knows three things, so nothing else needs an if-chain over transport 
 - `at_twin(endpoint)`: the same transport pointed at the twin's loopback endpoint for the device (--emulate).
 
 Another package adds a transport type under the `testbed.transports` entry-point group (a TransportConfig
-subclass with `type: Literal["..."]`).
+subclass with `type: Literal["..."]`); the registry is testbed.config.device.TRANSPORTS.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any, Literal
 from pydantic import Field
 
 from testbed.config.common import Strict
-from testbed.registry import Registry
 
 
 class TransportConfig(Strict):
@@ -128,10 +127,3 @@ class SshTransport(TransportConfig):
                 "key_file": endpoint["key_file"],
             }
         )
-
-
-TRANSPORTS: Registry[type[TransportConfig]] = Registry(
-    "transport type", "testbed.transports", lambda model: model.model_fields["type"].annotation.__args__[0]
-)
-for _model in (VisaTransport, SerialTransport, SshTransport):
-    TRANSPORTS.register(_model, builtin=True)

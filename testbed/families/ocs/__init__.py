@@ -3,6 +3,7 @@ interlocks (allowed and reserved ports, read-only), its circuits as lab state, a
 
 from __future__ import annotations
 
+from drivers.registry import driver_spec
 from testbed.capabilities import CircuitSwitch
 from testbed.families.base import DeviceFamily, ProcedureSpec, TwinSupport
 from testbed.families.ocs import procedures
@@ -56,7 +57,15 @@ def _twin_spec(name: str, dev: OcsDevice, inventory, seed: int) -> dict:
         "seed": seed * 1000 + list(inventory.devices).index(name),
         "idn": e.idn,
         "circuits": [list(c) for c in e.circuits],
+        # The twin serves the interface the device's driver speaks (and SCPI, the switch's own LAN interface).
+        "frontends": sorted({"scpi", _frontend(dev.driver)}),
+        "user": getattr(dev.transport, "user", "admin"),
     }
+
+
+def _frontend(driver: str) -> str:
+    spec = driver_spec(driver)
+    return spec.frontend if spec is not None and spec.frontend else "scpi"
 
 
 FAMILY = DeviceFamily(
