@@ -80,6 +80,7 @@ class OcsDevice:
             )
         for frontend in self._frontends:
             endpoints.update(await frontend.start(loop))
+        endpoints["interfaces"] = ",".join(self.spec.frontends)  # which protocols the endpoints speak
         return endpoints
 
     async def close(self) -> None:
