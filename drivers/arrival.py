@@ -84,6 +84,7 @@ class Arrivals:
 
     def __init__(self, channel: paramiko.Channel) -> None:
         self._pieces: deque[list[int]] = deque()  # [bytes left, ns]: appended by the transport thread
+        self._latest = 0
         transport = channel.get_transport()
         sock = getattr(transport, "sock", None)
         if isinstance(sock, RxStampedSocket):
@@ -93,7 +94,13 @@ class Arrivals:
         def stamped(data: bytes) -> None:
             # The transport thread has just read this packet: its socket's latest stamp is the packet's.
             rx = getattr(sock, "last_rx_ns", None)
-            self._pieces.append([len(data), rx if rx is not None else time.monotonic_ns()])
+            ns = rx if rx is not None else time.monotonic_ns()
+            # A stream's bytes arrive in order, so their times never go back. A stamp can come out a little
+            # earlier than the piece before it: each stamp's conversion to the monotonic clock reads two
+            # clocks (some hundred ns of jitter), and a piece timed by this thread's clock (no stamp yet) is
+            # late by the thread's wake-up. The later of the two is the honest bound.
+            self._latest = max(self._latest, ns)
+            self._pieces.append([len(data), self._latest])
             feed(data)
 
         channel.in_buffer.feed = stamped

@@ -308,7 +308,9 @@ class GpuHostSsh:
 
         Yields "progress" / "line" events for each log line as it arrives (lines: how many existing lines
         to report first, None for the whole log), "idle" when nothing arrived for heartbeat_s, and a final
-        "exited" once the process has died (noticed by the host's tail within heartbeat_s). Stop iterating
+        "exited" once the process has died (noticed by the host's tail within heartbeat_s). A line's time is
+        its arrival on this machine (never earlier than the line before); an idle's is when the silence was
+        noticed, so a line read just after a tick can carry an earlier time than the tick. Stop iterating
         (or close the generator) to end the watch early; that closes the channel."""
         if not heartbeat_s > 0:
             raise ValueError(f"heartbeat_s must be > 0, got {heartbeat_s!r}")

@@ -24,6 +24,8 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from .audit import AuditSink
+from .netconf import make_polatis_netconf, polatis_netconf_audit
+from .tl1 import calient_tl1_audit, make_calient_tl1, make_polatis_tl1, polatis_tl1_audit
 from .transports import TransportSettings, open_transport
 
 ENTRY_POINT_GROUP = "testbed.drivers"
@@ -86,6 +88,9 @@ DRIVERS: dict[str, DriverSpec] = {
         DriverSpec("qontrol-mesh", "photonic_mesh", ("serial", "visa"), _qontrol_mesh),
         DriverSpec("scpi-mesh", "photonic_mesh", ("visa", "serial"), _scpi_mesh),
         DriverSpec("ssh", "gpu_host", ("ssh",), _ssh_gpu_host),
+        DriverSpec("polatis-netconf", "ocs", ("netconf",), make_polatis_netconf, polatis_netconf_audit, "netconf"),
+        DriverSpec("polatis-tl1", "ocs", ("tl1",), make_polatis_tl1, polatis_tl1_audit, "tl1-polatis"),
+        DriverSpec("calient-tl1", "ocs", ("tl1",), make_calient_tl1, calient_tl1_audit, "tl1-calient"),
     )
 }
 

@@ -17,6 +17,7 @@ from emulators.endpoints import PtyEndpoint, TcpEndpoint
 from emulators.frontends import frontend_class
 from emulators.kinds import adapter_class
 from emulators.polatis import PolatisEngine
+from emulators.replay import ScpiReplay, engine_with
 from emulators.spec import OcsSpec
 
 
@@ -59,15 +60,15 @@ class OcsDevice:
 
     @staticmethod
     def replay_session(spec: OcsSpec, circuits: dict | None, driver: str):
-        """A fresh engine in the state a run found the switch in, for replaying that run's audit log
-        (`testbed replay`): its SCPI session. None for a protocol this emulator does not speak."""
-        if driver != "polatis-scpi":
-            return None
-        engine = PolatisEngine(spec, clock=lambda: 0.0)
-        if circuits is not None:
-            engine.conn = {int(i): int(e) for i, e in circuits.items()}
-            engine.conn_to = {e: i for i, e in engine.conn.items()}
-        return engine.new_session()
+        """A fresh engine in the state a run found the switch in, behind the front end the run's driver spoke
+        (the one its spec lists besides SCPI, else SCPI), for replaying that run's audit log (`testbed
+        replay`, emulators/replay.py). None for a front end that cannot replay."""
+        engine = engine_with(spec, circuits)
+        others = [name for name in spec.frontends if name != "scpi"]
+        if not others:
+            return ScpiReplay(engine)
+        replay = getattr(frontend_class(others[0]), "replay", None)
+        return None if replay is None else replay(engine, spec)
 
     async def start(self, loop: asyncio.AbstractEventLoop) -> dict[str, str]:
         endpoints: dict[str, str] = {}

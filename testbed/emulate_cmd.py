@@ -7,13 +7,15 @@ import threading
 
 from rich.console import Console
 
+from emulators.frontends import TWIN_PASSWORD
 from testbed.config import load_inventory
 from testbed.errors import EXIT_OK
 from testbed.twin import emulated_kinds, twin_spec
 
 
-def endpoint_lines(ep: dict) -> list[str]:
-    """How to reach one emulated device with ordinary tools, one line per endpoint."""
+def endpoint_lines(ep: dict, user: str = "admin") -> list[str]:
+    """How to reach one emulated device with ordinary tools, one line per endpoint, each working as printed
+    (`user`: who logs in on a switch's TL1 and NETCONF, as the inventory says)."""
     lines = []
     if "visa" in ep:
         lines.append(f"pyvisa: {ep['visa']}")
@@ -29,7 +31,32 @@ def endpoint_lines(ep: dict) -> list[str]:
         )
     if "tcp" in ep:
         lines.append(f"tcp: {ep['tcp']}")
+    if "tl1" in ep:
+        host, _, port = ep["tl1"].rpartition(":")
+        query = "RTRV-CRS:::3::ALL;" if "tl1-calient" in ep.get("interfaces", "") else "RTRV-PATCH:::3:;"
+        lines.append(
+            f"tl1: python3 -c \"import socket, time; s = socket.create_connection(('{host}', {port})); "
+            f"s.sendall(b'ACT-USER::{user}:1::{TWIN_PASSWORD};{query}'); time.sleep(0.5); "
+            'print(s.recv(65536).decode())"'
+        )
+    if "netconf" in ep:
+        host, _, port = ep["netconf"].rpartition(":")
+        key = _host_key_b64(ep["known_hosts"], f"[{host}]:{port}")
+        lines.append(
+            f"ncclient: python3 -c \"from ncclient import manager; m = manager.connect(host='{host}', port={port}, "
+            f"username='{user}', key_filename='{ep['key_file']}', hostkey_verify=True, hostkey_b64='{key}', "
+            "allow_agent=False, look_for_keys=False); print(m.get_config('running').data_xml)\""
+        )
     return lines
+
+
+def _host_key_b64(known_hosts: str, host: str) -> str:
+    """The base64 host key a known_hosts file lists for `host` ([127.0.0.1]:port), for ncclient's hostkey_b64."""
+    for line in open(known_hosts, encoding="utf-8"):  # noqa: SIM115 (a small file, read once)
+        fields = line.split()
+        if len(fields) >= 3 and host in fields[0].split(","):
+            return fields[2]
+    return "(not in known_hosts)"
 
 
 def serve_twin(inventory_file: str, seed: int, console: Console) -> int:
@@ -43,7 +70,7 @@ def serve_twin(inventory_file: str, seed: int, console: Console) -> int:
         console.print(f"emulated twin of {inv.name} ({inventory_file})", style="bold")
         for name, ep in endpoints["devices"].items():
             console.print(f"{name} ({ep['kind']})", style="bold", highlight=False)
-            for line in endpoint_lines(ep):
+            for line in endpoint_lines(ep, getattr(inv.devices[name].transport, "user", "admin")):
                 console.print(f"  {line}", soft_wrap=True, markup=False, highlight=False)
         skipped = [n for n, d in inv.devices.items() if d.kind not in emulated_kinds()]
         if skipped:

@@ -8,7 +8,8 @@ import re
 SECRET_KEYS = re.compile(r"pass(word|wd|phrase)?|secret|token|api[_-]?key|private[_-]?key", re.IGNORECASE)
 # Secrets inside device traffic: TL1 ACT-USER passwords, `password=...` pairs, IPMI -P arguments.
 SECRET_IN_TEXT = [
-    (re.compile(r"(ACT-USER::[^:;]*:[^:;]*::)([^;]*)", re.IGNORECASE), r"\1***"),
+    # ACT-USER:[tid]:user:ctag::password; (the target identifier may be empty or not)
+    (re.compile(r"(ACT-USER:[^:;]*:[^:;]*:[^:;]*::)([^;]*)", re.IGNORECASE), r"\1***"),
     (re.compile(r"((?:password|passwd|secret|token)\s*[=:]\s*)(\S+)", re.IGNORECASE), r"\1***"),
     (re.compile(r"(\s-P\s+)(\S+)"), r"\1***"),
 ]

@@ -7,18 +7,22 @@ each reply with the recorded one. On a lab run, every disagreement is a place wh
 every emulated test) models the real device wrongly; on an emulated run, replay must agree 100 %.
 
 Rules of the comparison:
-- replies are compared as text, line by line, with terminators stripped; timestamps are never compared;
+- how replies are compared is the protocol's (its ReplaySession): SCPI replies as text, line by line, with
+  terminators stripped; TL1 responses without their date-and-time header, autonomous messages and
+  in-progress acknowledgments; NETCONF replies as canonical XML (prefixes, order and layout do not count,
+  the message-id does); timestamps are never compared;
 - the engine is fed at the recorded pace (a power reading taken mid-move is replayed mid-move), but never
   before the engine could have sent its previous reply, so a query that followed `*OPC?` sees the
   settled switch whatever the real switch's speed was;
-- `*OPC?` answers only say "settled now": one the device never answered (a timeout) is not compared;
+- an answer that only says "settled now" (`*OPC?`) and that the device never gave (a timeout) is not
+  compared; nor is a TL1 or NETCONF request the device left unanswered;
 - the engine starts with the circuits the run found (its `fabric.initial` mark); port states, input
   power and timing come from the inventory (the same spec `--emulate` boots);
 - what the run's twin control API did (faults, power changes) is not in the audit log; replaying a run
   that injected faults may disagree where a fault changed what the device saw.
 
-A device is replayed when its family's emulator can replay its driver's protocol (an OCS driven by Polatis
-SCPI today); the others are reported as not replayable yet.
+A device is replayed when its family's emulator can replay its driver's protocol (a ReplaySession: an OCS
+over SCPI, TL1 or NETCONF); the others are reported as not replayable yet.
 """
 
 from __future__ import annotations
@@ -27,12 +31,29 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from testbed.errors import EXIT_BAD_INPUT, EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
 from testbed.events import Op, read_jsonl
 
-TIMING_QUERIES = frozenset({"*OPC?"})  # answers that only say when, never what
+
+class Exchange(Protocol):
+    lines: list[str]  # the emulator's reply, as lines to compare
+    at: float  # when the emulator could have sent the last of it
+
+
+class ReplaySession(Protocol):
+    """A fresh emulator front end fed a run's recorded messages (emulators/replay.py has the SCPI one). How
+    replies are compared is the protocol's business: the session says it."""
+
+    def exchange(self, message: str, now: float) -> Exchange:
+        """Feed one recorded message at `now` (s after the device's first); what the emulator answers."""
+
+    def recorded(self, text: str) -> list[str]:
+        """The recorded replies' text as the lines to compare (timestamps and ids made comparable)."""
+
+    def verdict(self, message: str, recorded: list[str], emulated: list[str]) -> str:
+        """Says "compare", "skip" (nothing to compare) or "timing" (the answer only says when)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +81,7 @@ class DeviceReplay:
     messages: int = 0  # messages sent to the device
     compared: int = 0  # queries (and anything either side answered) compared
     agreed: int = 0
-    timing_only: int = 0  # `*OPC?` left unanswered by the device: not compared
+    timing_only: int = 0  # messages the device left unanswered (an `*OPC?`, a TL1 or NETCONF timeout)
     disagreements: list[Disagreement] = field(default_factory=list)
 
     @property
@@ -161,41 +182,23 @@ def _replay_device(name: str, records: list[tuple[int, dict]], inventory, seed: 
     for index, (line_no, record, rx) in enumerate(groups):
         now = max(floor, (int(record.get("mono_ns", t0)) - t0) / 1e9)
         sent = str(record.get("data", ""))
-        answers: list[str] = []
-        for line in _lines(sent):
-            if not line.strip():
-                continue
-            for reply in session.handle(line, now):
-                if not reply.cancelled:
-                    answers.append(reply.data.decode("latin-1"))
-                    floor = max(floor, reply.at)
-        recorded = _lines("".join(rx))
-        emulated = _lines("".join(answers))
-        command = sent.rstrip("\r\n")
-        is_query = any(unit.strip().split(" ", 1)[0].endswith("?") for unit in command.split(";"))
-        if not (is_query or recorded or emulated):
-            continue  # a set command: its effect shows in later answers (and in :SYST:ERR?)
-        if command.strip().upper() in TIMING_QUERIES and not recorded:
+        answer = session.exchange(sent, now)
+        floor = max(floor, answer.at)
+        recorded = session.recorded("".join(rx))
+        verdict = session.verdict(sent, recorded, answer.lines)
+        if verdict == "skip":
+            continue
+        if verdict == "timing":
             result.timing_only += 1
             continue
         result.compared += 1
-        if recorded == emulated:
+        if recorded == answer.lines:
             result.agreed += 1
         else:
             result.disagreements.append(
-                Disagreement(name, index, line_no, command, "\n".join(recorded), "\n".join(emulated))
+                Disagreement(name, index, line_no, sent.rstrip("\r\n"), "\n".join(recorded), "\n".join(answer.lines))
             )
     return result
-
-
-def _lines(text: str) -> list[str]:
-    """Reply text -> its lines without terminators ("1\\r\\n" -> ["1"]; "\\r\\n" -> [""])."""
-    if not text:
-        return []
-    parts = text.split("\n")
-    if parts[-1] == "":
-        parts.pop()
-    return [p.rstrip("\r") for p in parts]
 
 
 def _initial_circuits(events: list[tuple[int, dict]]) -> dict[str, dict]:
@@ -226,7 +229,7 @@ def print_report(report: ReplayReport, out: TextIO, limit: int = 20) -> None:
             out.write(f"{d.device}: {d.note} ({d.messages} messages)\n")
             continue
         status = "agrees" if not d.disagreements else f"{d.disagreed} disagreement(s)"
-        extra = f", {d.timing_only} unanswered *OPC? not compared" if d.timing_only else ""
+        extra = f", {d.timing_only} unanswered (timing only) not compared" if d.timing_only else ""
         out.write(
             f"{d.device}: {status}: {d.compared} queries compared, {d.agreed} agreed{extra} "
             f"({d.messages} messages; {d.note})\n"

@@ -185,7 +185,7 @@ def twin_control(address: str, timeout: float = 10.0):
 
 def replay_session(inv: Inventory, device: str, seed: int, circuits: dict | None):
     """A fresh emulator front end for `device`, as `--emulate` would boot it, in the state the run found it:
-    an object with handle(line, now) -> replies; None if its emulator cannot replay."""
+    a replay session (testbed.replay.ReplaySession); None if its emulator cannot replay."""
     dev = inv.devices[device]
     if family_of(dev).twin is None:
         return None

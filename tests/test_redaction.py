@@ -16,6 +16,7 @@ def test_secrets_in_device_traffic_are_masked_in_the_audit_log(tmp_path):
     recorder = Recorder(tmp_path, "run")
     lines = [
         "ACT-USER::admin:12::hunter2;",
+        "ACT-USER:POLATIS-1:admin:13::hunter2;",  # with a target identifier
         "login user=lab password=hunter2 mode=1",
         "ipmitool -I lanplus -H bmc1 -U admin -P hunter2 chassis power off",
         ":OXC:SWIT:CONN:ADD (@1),(@17)",
@@ -29,7 +30,8 @@ def test_secrets_in_device_traffic_are_masked_in_the_audit_log(tmp_path):
     assert "hunter2" not in audit and "k-123" not in events
     masked = [json.loads(line)["data"] for line in audit.splitlines()]
     assert masked[0] == "ACT-USER::admin:12::***;"
-    assert masked[3] == ":OXC:SWIT:CONN:ADD (@1),(@17)"  # ordinary traffic is untouched
+    assert masked[1] == "ACT-USER:POLATIS-1:admin:13::***;"
+    assert masked[4] == ":OXC:SWIT:CONN:ADD (@1),(@17)"  # ordinary traffic is untouched
 
 
 def test_redact_keeps_structure_and_non_secret_values():

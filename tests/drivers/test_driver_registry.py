@@ -37,9 +37,9 @@ def test_audit_sink_reaches_the_transport(server_factory, audit_log):
 def test_unknown_driver_lists_the_known_ones():
     assert "polatis-scpi" in DRIVERS
     with pytest.raises(ValueError) as info:
-        make_driver("polatis-tl1", "ocs1", TransportSettings("visa", "TCPIP0::h::5025::SOCKET"))
+        make_driver("acme-tl1", "ocs1", TransportSettings("visa", "TCPIP0::h::5025::SOCKET"))
     text = str(info.value)
-    assert "polatis-tl1" in text and "polatis-scpi" in text and ENTRY_POINT_GROUP in text
+    assert "acme-tl1" in text and "polatis-scpi" in text and "polatis-tl1" in text and ENTRY_POINT_GROUP in text
 
 
 def test_third_party_driver_from_an_entry_point(monkeypatch):

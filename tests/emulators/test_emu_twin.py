@@ -124,7 +124,8 @@ def test_command_line_with_a_spec_file(tmp_path):
     try:
         announced = json.loads(proc.stdout.readline())
         assert set(announced) == {"control", "devices"}
-        assert set(announced["devices"]["ocs1"]) == {"kind", "tcp", "visa", "serial"}
+        assert set(announced["devices"]["ocs1"]) == {"kind", "tcp", "visa", "serial", "interfaces"}
+        assert announced["devices"]["ocs1"]["interfaces"] == "scpi"
         assert scpi(announced["devices"]["ocs1"]["tcp"], "*IDN?") == [SPEC.devices[0].idn]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 0

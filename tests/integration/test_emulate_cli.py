@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import pyvisa
 
 
@@ -56,4 +57,65 @@ def test_plain_pyvisa_client_speaks_scpi_to_the_printed_endpoint(repo):
         finally:
             if proc.poll() is None:
                 proc.kill()
+    assert proc.returncode == 0
+
+
+def printed_command(repo, inventory: str, role: str) -> tuple[subprocess.Popen, str]:
+    """Start `testbed emulate INVENTORY` and return it with the command it prints for ocs1's `role` line."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed", "emulate", inventory],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    lines, deadline = [], time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith(f"  {role}: "):
+            return proc, line.removeprefix(f"  {role}: ").strip()
+    stop(proc)
+    raise AssertionError("".join(lines))
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.parametrize(
+    ("inventory", "role", "expect"),
+    [
+        ("playbooks/inventory/emulated-rack-netconf.yaml", "ncclient", "http://www.polatis.com/yang/optical-switch"),
+        ("playbooks/inventory/emulated-rack-tl1.yaml", "tl1", "M  3 COMPLD"),
+        ("playbooks/inventory/emulated-rack-calient.yaml", "tl1", "M  3 COMPLD"),
+    ],
+)
+def test_the_printed_line_works_as_it_is(repo, tmp_path, inventory, role, expect):
+    """The line `testbed emulate` prints for a NETCONF or TL1 switch, pasted into a shell: ncclient as it is,
+    or a plain TCP session."""
+    proc, command = printed_command(repo, inventory, role)
+    try:
+        assert command.startswith("python3 -c ")
+        # The shell's python3 is this one (where ncclient is installed), as on a user's machine with the venv on.
+        out = subprocess.run(
+            command.replace("python3", sys.executable, 1),
+            shell=True,  # noqa: S602 (the very line a user pastes into a shell)
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert expect in out.stdout
+    finally:
+        stop(proc)
     assert proc.returncode == 0
