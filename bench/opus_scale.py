@@ -16,8 +16,11 @@
     leaves out what any twin with hosts loads once (paramiko). And the Ray actors: the peak RSS and PSS of
     each `ray::DeviceActor` worker process during the 8-switch run.
 
-The inventory is built in code (256 hosts with ports r0..r7, rail k's fibres on switch railk: host n's
-rk transmits into ingress n, egress 256+n back to it) and written as YAML, so a run's folder refers to it.
+The inventory is playbooks/inventory/opus-2048.yaml (256 hosts with ports r0..r7, rail k's fibres on switch
+railk: host n's rk transmits into ingress n, egress 256+n back to it), 45 lines of host ranges, a group and a
+fibre pattern. Another --hosts builds the same lab with fewer hosts in code (inventory_data) and writes it as
+YAML, so a run's folder refers to a file either way; tests/config/test_inventory_shorthands.py checks that
+the shipped file and inventory_data(256) give the same devices and fibres.
 """
 
 from __future__ import annotations
@@ -52,9 +55,19 @@ from testbed.twin import twin_spec  # noqa: E402
 RAILS = 8
 PORTS = 256
 SWITCHING_MS = 25.0
+OPUS_INVENTORY = Path(__file__).resolve().parent.parent / "playbooks" / "inventory" / "opus-2048.yaml"
+
+
+def inventory_file(directory: Path, hosts: int) -> Path:
+    """The shipped opus-2048.yaml for the full lab; for a smaller one, inventory_data written into `directory`
+    (a YAML variant of the file would be a second copy of the lab to keep in step; the code is one)."""
+    if hosts == PORTS:  # every switch port cabled: the lab the file describes
+        return OPUS_INVENTORY
+    return write_yaml(directory / "opus-inventory.yaml", inventory_data(hosts))
 
 
 def inventory_data(hosts: int = 256, rails: int = RAILS, ports: int = PORTS) -> dict:
+    """The Opus lab with `hosts` hosts, as plain data (what opus-2048.yaml expands to, for hosts=256)."""
     devices: dict = {}
     for k in range(rails):
         devices[f"rail{k}"] = {
@@ -245,7 +258,7 @@ def measure(trials: int = 10, rounds: int = 3, hosts: int = 256, console: Consol
     failed_runs: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-opus-") as tmp:
         tmp_path = Path(tmp)
-        inventory = write_yaml(tmp_path / "opus-inventory.yaml", inventory_data(hosts))
+        inventory = inventory_file(tmp_path, hosts)
         pb_all = write_yaml(tmp_path / "opus-rail-8.yaml", playbook_data(switches, trials))
         pb_one = write_yaml(tmp_path / "opus-rail-1.yaml", playbook_data(switches[:1], trials))
         for r in range(rounds):

@@ -95,12 +95,13 @@ def cmd_validate(args, console: Console) -> int:
         try:
             kind = detect_kind(path)
             if kind == "inventory":
-                load_inventory(path)
+                detail = load_inventory(path).summary()  # what its ranges and patterns expanded to
             else:
                 if inventory is None:
                     inventory = load_inventory(args.inventory or default_inventory(path)).model
                 load_playbook(path, inventory)
-            console.print(f"[green]ok[/] {path} ({kind})")
+                detail = f"playbook, against inventory {inventory.name}"
+            console.print(f"[green]ok[/] {escape(path)} ({escape(detail)})")
         except ConfigError as exc:
             problems.extend(str(p) for p in exc.problems)
     if problems:

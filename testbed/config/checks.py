@@ -5,22 +5,27 @@ Device-specific checks are the device's family's (DeviceFamily.check); step-spec
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from drivers.registry import ENTRY_POINT_GROUP, available_drivers, driver_spec
 from testbed.config.common import LINK_PATTERN, Name
 from testbed.config.device import SwitchConfig
 from testbed.config.inventory import Inventory, Trunk
+from testbed.config.yamlfile import format_loc
 from testbed.families import family_of
 from testbed.steps import CheckContext, walk_located
 
 Problem = tuple[tuple, str]  # (key path, message)
+KNOWN_SHOWN = 12  # names listed after "no GPU host named ...": enough to show the naming, not all 256
 
 
-def check_inventory(inv: Inventory) -> list[Problem]:
+def check_inventory(inv: Inventory, describe: Callable[[tuple], str] = format_loc) -> list[Problem]:
+    """`describe` names another entry in a message as the file does (a pattern's fibre: `fibres[0] with n=3`)."""
     problems: list[Problem] = []
     for name, dev in inv.devices.items():
         problems += _check_driver(name, dev)
         problems += family_of(dev).check(name, dev, inv)
-    seen_switch_ports: dict[tuple[str, int], str] = {}  # (switch, port) -> what cables it, e.g. "fibres[3]"
+    seen_switch_ports: dict[tuple[str, int], tuple] = {}  # (switch, port) -> what cables it, e.g. ("fibres", 3)
     seen_host_ports: dict[tuple[str, str], int] = {}
     hosts = inv.hosts()
     for i, f in enumerate(inv.fibres):
@@ -52,14 +57,14 @@ def check_inventory(inv: Inventory) -> list[Problem]:
                     )
                 )
         for key, port in (("ingress", f.ingress), ("egress", f.egress)):
-            other = seen_switch_ports.setdefault((f.switch, port), f"fibres[{i}]")
-            if other != f"fibres[{i}]":
-                problems.append(((*loc, key), f"{f.switch} port {port} is already cabled by {other}"))
+            other = seen_switch_ports.setdefault((f.switch, port), loc)
+            if other != loc:
+                problems.append(((*loc, key), f"{f.switch} port {port} is already cabled by {describe(other)}"))
         other = seen_host_ports.setdefault((f.host, f.port), i)
         if other != i:
-            problems.append(((*loc, "port"), f"{f.host}:{f.port} is already cabled by fibres[{other}]"))
+            problems.append(((*loc, "port"), f"{f.host}:{f.port} is already cabled by {describe(('fibres', other))}"))
     for i, t in enumerate(inv.trunks):
-        problems += _check_trunk(inv, i, t, seen_switch_ports)
+        problems += _check_trunk(inv, i, t, seen_switch_ports, describe)
     for i, spare in enumerate(inv.spares):
         if spare not in hosts:
             problems.append(((("spares", i)), _unknown("GPU host", spare, inv, hosts)))
@@ -89,7 +94,9 @@ def _check_driver(name: str, dev) -> list[Problem]:
     return []
 
 
-def _check_trunk(inv: Inventory, i: int, t: Trunk, seen_switch_ports: dict[tuple[str, int], str]) -> list[Problem]:
+def _check_trunk(
+    inv: Inventory, i: int, t: Trunk, seen_switch_ports: dict[tuple[str, int], tuple], describe: Callable[[tuple], str]
+) -> list[Problem]:
     """A trunk joins the egress of one switch to the ingress of another, on ports nothing else cables and
     a run may touch."""
     loc = ("trunks", i)
@@ -116,9 +123,9 @@ def _check_trunk(inv: Inventory, i: int, t: Trunk, seen_switch_ports: dict[tuple
                     "could use this trunk; cable the trunk to another port",
                 )
             )
-        other = seen_switch_ports.setdefault((switch, port), f"trunks[{i}]")
-        if other != f"trunks[{i}]":
-            problems.append(((*loc, side), f"{switch} port {port} is already cabled by {other}"))
+        other = seen_switch_ports.setdefault((switch, port), loc)
+        if other != loc:
+            problems.append(((*loc, side), f"{switch} port {port} is already cabled by {describe(other)}"))
     return problems
 
 
@@ -248,4 +255,6 @@ def _check_job_fabric(fabric, world: int) -> list[Problem]:
 
 
 def _unknown(what: str, name: Name, inv: Inventory, of_kind: dict) -> str:
-    return f"no {what} named {name!r} in the inventory (known: {', '.join(of_kind) or 'none'})"
+    names = list(of_kind)
+    known = ", ".join(names[:KNOWN_SHOWN]) + (f", ... ({len(names)} in all)" if len(names) > KNOWN_SHOWN else "")
+    return f"no {what} named {name!r} in the inventory (known: {known or 'none'})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from testbed.config.checks import check_inventory, check_playbook
+from testbed.config.expand import expand_inventory
 from testbed.config.inventory import Inventory
 from testbed.config.playbook import Playbook
 from testbed.config.yamlfile import LocatedData, load_yaml, validate
@@ -16,21 +17,36 @@ __all__ = ["Inventory", "Playbook", "load_inventory", "load_playbook", "detect_k
 class Loaded:
     """A validated model and the file it came from (for locating later problems)."""
 
-    def __init__(self, model, located: LocatedData) -> None:
+    def __init__(self, model, located: LocatedData, shorthands: list[str] | None = None) -> None:
         self.model = model
         self.located = located
+        self.shorthands = shorthands or []  # what an inventory expanded, e.g. "devices.h[001:256] (256)"
 
     @property
     def path(self) -> str:
         return self.located.file
 
+    def summary(self) -> str:
+        """What `testbed validate` prints beside `ok`: for an inventory, what it holds once expanded."""
+        if not isinstance(self.model, Inventory):
+            return "playbook"
+        inv = self.model
+        parts = [f"{len(inv.devices)} devices", f"{len(inv.fibres)} fibres"]
+        parts += [f"{len(inv.trunks)} trunks"] if inv.trunks else []
+        text = "inventory: " + ", ".join(parts)
+        return text + (f"; expanded from {', '.join(self.shorthands)}" if self.shorthands else "")
+
 
 def load_inventory(path: str | Path) -> Loaded:
     located = load_yaml(path)
     _require_mapping(located, "inventory")
+    # Ranges, groups and patterns become plain devices and fibres first: the models and checks never see them.
+    expanded = expand_inventory(located)
+    _raise(located, expanded.problems)
+    located = located.expanded(expanded.data, expanded.origins)
     inv = validate(Inventory, located)
-    _raise(located, check_inventory(inv))
-    return Loaded(inv, located)
+    _raise(located, check_inventory(inv, located.describe))
+    return Loaded(inv, located, expanded.shorthands)
 
 
 def load_playbook(path: str | Path, inventory: Inventory | None = None) -> Loaded:
@@ -71,4 +87,4 @@ def _require_mapping(located: LocatedData, what: str) -> None:
 
 def _raise(located: LocatedData, problems) -> None:
     if problems:
-        raise ConfigError([located.problem(loc, msg) for loc, msg in problems])
+        raise ConfigError(located.problems(problems))

@@ -3,11 +3,16 @@
 PyYAML's composer gives each node a start mark; we build plain Python data and, beside it, a map
 from key path (tuple of keys and list indices) to line number. pydantic's error locations are key
 paths too, so every validation error can be reported as `file:line: key.path: message`.
+
+An inventory's shorthands (ranges, groups, patterns: testbed/config/expand.py) are expanded before
+validation; the expanded data's key paths then lead, through Origins, back to where they were written.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,25 +26,82 @@ Loc = tuple[str | int, ...]
 SECRET_KEY = re.compile(r"(?i)(password|passwd|passphrase|secret|token|api[_-]?key)")
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Where an expanded key path (a device of a range, a fibre of a pattern, a field from a group) was written.
+
+    source: its key path in the file (for the line); shown: the key path to print instead of the expanded one
+    (a pattern's `fibres[0]`, not the 37th fibre it made), or None to print the expanded one (`devices.h017`);
+    note: what tells this expansion from its siblings (`with n=5, k=1`); what: the shorthand, when problems
+    from its expansions are alike enough to report once (`devices.h[001:256]`), else ""."""
+
+    source: Loc
+    shown: Loc | None
+    note: str
+    what: str
+
+
 class LocatedData:
     """Plain data loaded from a YAML file, with the line of every key path."""
 
-    def __init__(self, file: str, data: Any, lines: dict[Loc, int]) -> None:
+    def __init__(self, file: str, data: Any, lines: dict[Loc, int], origins: dict[Loc, Origin] | None = None) -> None:
         self.file = file
         self.data = data
         self.lines = lines
+        self.origins = origins or {}
+
+    def expanded(self, data: Any, origins: dict[Loc, Origin]) -> LocatedData:
+        """The same file, holding its expanded data."""
+        return LocatedData(self.file, data, self.lines, origins)
+
+    def _resolve(self, loc: Loc) -> tuple[Loc, Loc, Origin | None]:
+        """(where `loc` was written, the key path to print, its Origin if it was expanded)."""
+        loc = tuple(loc)
+        for n in range(len(loc), 0, -1) if self.origins else ():
+            origin = self.origins.get(loc[:n])
+            if origin is not None:
+                rest = loc[n:]
+                shown = (*origin.shown, *rest) if origin.shown is not None else loc
+                return (*origin.source, *rest), shown, origin
+        return loc, loc, None
 
     def line_of(self, loc: Loc) -> int | None:
         """The line of `loc`, or of its closest ancestor that has one."""
-        loc = tuple(loc)
+        loc = self._resolve(loc)[0]
         while loc:
             if loc in self.lines:
                 return self.lines[loc]
             loc = loc[:-1]
         return self.lines.get((), None)
 
+    def describe(self, loc: Loc) -> str:
+        """`loc` as the file names it, for messages that refer to another entry (`fibres[0] with n=1, k=0`)."""
+        _, shown, origin = self._resolve(loc)
+        return format_loc(shown) + (f" {origin.note}" if origin is not None and origin.note else "")
+
     def problem(self, loc: Loc, message: str) -> ConfigProblem:
-        return ConfigProblem(self.file, self.line_of(loc), format_loc(loc), message)
+        return self.problems([(loc, message)])[0]
+
+    def problems(self, found: Iterable[tuple[Loc, str]]) -> list[ConfigProblem]:
+        """Each (key path, message) at its file:line. A shorthand that expands to many alike problems (a bad field
+        in a range of 256 hosts) is reported once, at its line, with how many more it made."""
+        out: list[ConfigProblem] = []
+        alike: dict[tuple, list] = {}  # (line, source key path) -> [first problem, how many more, what]
+        for loc, message in found:
+            source, shown, origin = self._resolve(loc)
+            if origin is not None and origin.note:
+                message = f"{origin.note}: {message}"
+            problem = ConfigProblem(self.file, self.line_of(loc), format_loc(shown), message)
+            if origin is not None and origin.what:
+                first = alike.setdefault((problem.line, source), [problem, 0, origin.what])
+                if first[0] is not problem:
+                    first[1] += 1
+                    continue
+            out.append(problem)
+        for problem, more, what in alike.values():
+            if more:
+                problem.message += f" (and {more} more from {what})"
+        return out
 
 
 def format_loc(loc: Loc) -> str:
@@ -166,8 +228,8 @@ def validate(model: type[BaseModel], located: LocatedData, context: dict | None 
     try:
         return model.model_validate(located.data, context=context)
     except ValidationError as exc:
-        problems = [located.problem(_data_loc(_error_loc(err), located.data), _message(err)) for err in exc.errors()]
-        raise ConfigError(problems) from None
+        found = [(_data_loc(_error_loc(err), located.data), _message(err)) for err in exc.errors()]
+        raise ConfigError(located.problems(found)) from None
 
 
 def _error_loc(err: dict) -> tuple:
