@@ -150,7 +150,7 @@ class ActorMemory:
     Ray instance this process started) once a second while a run goes on; keeps each process's largest
     reading. Use as a context manager around the run."""
 
-    def __init__(self, prefix: str = "ray::DeviceActor", every_s: float = 1.0) -> None:
+    def __init__(self, prefix: str = "ray::DeviceHub", every_s: float = 1.0) -> None:
         self.prefix = prefix
         self.every_s = every_s
         self.peak: dict[int, dict] = {}

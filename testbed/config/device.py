@@ -30,6 +30,11 @@ class DeviceConfig(Strict):
     transport: Transport
     node: str | None = Field(None, description="Ray node (control host) the device's actor must run on")
     read_only: bool = Field(False, description="never write to this device")
+    isolated: bool = Field(
+        False,
+        description="serve the device from a process of its own, not its node's shared hub: a driver that "
+        "might crash its process (a vendor library) then takes no other device down with it",
+    )
     description: str = ""
 
 

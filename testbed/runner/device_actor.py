@@ -1,10 +1,12 @@
-"""One Ray actor per device. It owns the driver, so all access to the device is serialised, and it runs
-procedures next to the driver, so every timestamp is taken where the I/O happens (not from Ray round
-trips). Results come back as data (OpResult), errors included, never as Ray exceptions.
+"""A device as the engine drives it: its driver, so all access to the device is serialised, and its
+procedures run next to the driver, so every timestamp is taken where the I/O happens (not from Ray round
+trips). Results come back as data (OpResult), errors included, never as Ray exceptions. In a run, a node's
+devices are served by one hub actor (testbed/runner/hub.py), a thread each; in a test or a notebook, by a
+LocalDispatcher in the caller's process.
 
-An actor whose worker process dies (a crash in a driver library, kill -9) is restarted by Ray up to
-MAX_RESTARTS times in a run: __init__ runs again, so its driver reconnects. The call it was running is
-lost with its audit records; the coordinator records it as `info` (outcome unknown)."""
+A hub whose worker process dies (a crash in a driver library, kill -9) is restarted by Ray up to
+MAX_RESTARTS times in a run: its devices are built again, so their drivers reconnect. The calls that were
+running are lost with their audit records; the coordinator records them as `info` (outcome unknown)."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from testbed.families import FAMILIES, PROCEDURES
 from testbed.interlocks import GuardedSwitch, Policy
 from testbed.procedures.context import ProcedureContext
 
-MAX_RESTARTS = 3  # per actor and run; an actor that keeps dying is left dead and its calls fail
+MAX_RESTARTS = 3  # per hub and run; a hub that keeps dying is left dead and its devices' calls fail
 
 
 @dataclass

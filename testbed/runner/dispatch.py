@@ -1,6 +1,7 @@
 """How the engine reaches the device actors: a small interface with two implementations.
 
-- RayDispatcher: each actor is a Ray actor (local, or on the lab cluster's nodes); what `testbed run` uses.
+- RayDispatcher: the devices are served by hub actors, one Ray actor per node (local, or on the lab cluster's
+  nodes) with a thread per device (testbed/runner/hub.py); what `testbed run` uses.
 - LocalDispatcher: each actor is a DeviceActor object in this process, its calls run one at a time on a
   thread of its own, as a Ray actor runs them. The engine's logic (coordinator, jobs, failover) runs unchanged
   on it with the real drivers against real endpoints, in a unit test or a notebook, without Ray.
@@ -13,6 +14,8 @@ unless its restarts are used up) or CallTimeout.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
+import threading
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -64,15 +67,20 @@ class _RayPending:
 
 
 class RayDispatcher:
-    def __init__(self, ray, actors: dict[str, Any]) -> None:
-        self.ray = ray
-        self.actors = actors  # name -> actor handle
+    """Devices served by hub actors (testbed.runner.hub.DeviceHub: one Ray actor per node, many devices in
+    it). Each device's calls are numbered here, so its hub starts them in the order they were sent."""
 
-    def add(self, name: str, handle) -> None:
-        self.actors[name] = handle
+    def __init__(self, ray, hubs: dict[str, Any]) -> None:
+        self.ray = ray
+        self.hubs = hubs  # device (or watcher) name -> the handle of the hub actor serving it
+        self._numbers: dict[str, itertools.count] = {name: itertools.count() for name in hubs}
+        self._lock = threading.Lock()
 
     def call(self, actor: str, method: str, *args: Any) -> _RayPending:
-        return _RayPending(self, actor, getattr(self.actors[actor], method).remote(*args))
+        with self._lock:  # number and send together: a device's calls reach its hub in their numbers' order
+            seq = next(self._numbers[actor])
+            ref = self.hubs[actor].call.remote(actor, seq, method, *args)
+        return _RayPending(self, actor, ref)
 
     def wait(self, pending: list[_RayPending], *, timeout: float | None) -> tuple[list, list]:
         by_ref = {p.ref: p for p in pending}
@@ -80,7 +88,11 @@ class RayDispatcher:
         return [by_ref[r] for r in done], [by_ref[r] for r in rest]
 
     def names(self) -> list[str]:
-        return list(self.actors)
+        return list(self.hubs)
+
+    def hub_handles(self) -> list[Any]:
+        """Each hub once."""
+        return list({id(h): h for h in self.hubs.values()}.values())
 
 
 # --- in process ----------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +71,16 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
     collector = SummaryCollector()
     recorder = Recorder(run_dir, run_id, observers=[collector])
     status, error = "failed", None
+    # Where the run's first seconds go (run.json "startup_s"; bench/startup.py reads it).
+    startup: dict[str, float] = {}
+    mark = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        startup[name] = round(now - mark, 4)
+        mark = now
+
     try:
         with contextlib.ExitStack() as stack:
             inventory, twin = plan.inventory, None
@@ -81,32 +92,38 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
                 info["twin_pid"] = twin.pid  # heal looks for it in /proc: did the twin die with the run?
                 info["twin_clock"] = twin.clock()
                 stack.callback(_record_dataplane, twin, info)  # runs before the twin stops, on every path
+                phase("twin")
             stack.enter_context(
                 device_locks({d: inventory.devices[d].transport.address() for d in plan.devices}, run_id)
             )
-            with ray_session(options.ray_address) as ray:
-                stack.enter_context(_sigterm_as_interrupt())  # after ray.init, which installs its own handler
-                info["ray"] = {"session_dir": local_session_dir(ray) if options.ray_address is None else None}
-                write_json(run_dir / "run.json", info)
-                actors, notes = _start_actors(ray, plan, inventory, emulate=options.emulate)
-                dispatcher = RayDispatcher(ray, actors)
-                stack.callback(_stop_actors, ray, dispatcher)
-                for note in notes:
-                    console.print(f"[dim]{note}[/]")
-                info["placement"] = measure_clocks(dispatcher, list(actors))
-                truth = twin.transfer_power if twin is not None else None
-                coordinator = Coordinator(plan, dispatcher, recorder, artifacts=run_dir, twin=twin, ground_truth=truth)
-                if plan.playbook.job is not None:
-                    coordinator.jobs = _job_controller(ray, plan, inventory, coordinator, twin, options.emulate)
-                stack.callback(coordinator.close)
-                info["devices"] = coordinator.identify()
-                info["actors"] = {name: {"pid": pid} for name, pid in coordinator.actor_pids().items()}
-                # What the run found, and the ports it may change: `testbed heal` restores these after a crash.
-                recorder.emit("mark", Op.FABRIC_INITIAL, data=_initial_fabric(plan, info["devices"]))
-                write_json(run_dir / "run.json", info)
-                display = stack.enter_context(ProgressDisplay(console, len(plan.trials)))
-                recorder.add_observer(display)
-                status, error = _execute(plan, coordinator, recorder)
+            # Ray is shut down after the actors are stopped and their drivers closed (callbacks run last-in first-out).
+            ray = stack.enter_context(ray_session(options.ray_address))
+            phase("ray")
+            stack.enter_context(_sigterm_as_interrupt())  # after ray.init, which installs its own handler
+            info["ray"] = {"session_dir": local_session_dir(ray) if options.ray_address is None else None}
+            write_json(run_dir / "run.json", info)
+            actors, notes = _start_actors(ray, plan, inventory, emulate=options.emulate)
+            dispatcher = RayDispatcher(ray, actors)
+            stack.callback(_stop_actors, ray, dispatcher)
+            for note in notes:
+                console.print(f"[dim]{note}[/]")
+            info["placement"] = measure_clocks(dispatcher, list(actors))
+            phase("actors")  # the hubs started, every driver built, each device's clock offset measured
+            truth = twin.transfer_power if twin is not None else None
+            coordinator = Coordinator(plan, dispatcher, recorder, artifacts=run_dir, twin=twin, ground_truth=truth)
+            if plan.playbook.job is not None:
+                coordinator.jobs = _job_controller(plan, inventory, coordinator, twin, options.emulate)
+            stack.callback(coordinator.close)
+            info["devices"] = coordinator.identify()
+            info["actors"] = {name: {"pid": pid} for name, pid in coordinator.actor_pids().items()}
+            phase("identify")  # the first command to each device: connections made here
+            info["startup_s"] = startup
+            # What the run found, and the ports it may change: `testbed heal` restores these after a crash.
+            recorder.emit("mark", Op.FABRIC_INITIAL, data=_initial_fabric(plan, info["devices"]))
+            write_json(run_dir / "run.json", info)
+            display = stack.enter_context(ProgressDisplay(console, len(plan.trials)))
+            recorder.add_observer(display)
+            status, error = _execute(plan, coordinator, recorder)
     except KeyboardInterrupt as exc:
         status, error = "aborted", "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
         recorder.emit("mark", Op.RUN_ABORTED, data={"reason": error})
@@ -234,25 +251,9 @@ def _initial_fabric(plan: Plan, identified: dict[str, dict]) -> dict:
     }
 
 
-def _job_controller(ray, plan: Plan, inv: Inventory, coordinator: Coordinator, twin, emulate: bool):
-    """The job's ranks, and a watcher actor per host (its own connection; two threads so the coordinator can
-    wait for it to be watching)."""
-    from testbed.runner.device_actor import MAX_RESTARTS, DeviceActor
-    from testbed.runner.placement import actor_options
-
-    remote_cls = ray.remote(DeviceActor)
-    # The job's hosts, and the spares a failover may move a rank to (the plan includes them then).
-    job = plan.playbook.job
-    spares = job.spares if job.spares is not None else inv.spares
-    for host in [d for d in plan.devices if d in job.ranks or d in spares]:
-        dev = inv.devices[host]
-        options, _ = actor_options(ray, host, dev.node, emulate=emulate)
-        coordinator.dispatcher.add(
-            watcher(host),
-            remote_cls.options(**options, max_concurrency=2, max_restarts=MAX_RESTARTS).remote(
-                host, dev.driver, dev.transport.settings(), None, dev.kind
-            ),
-        )
+def _job_controller(plan: Plan, inv: Inventory, coordinator: Coordinator, twin, emulate: bool):
+    """The job's ranks, watched over the watcher connections _start_actors opened with the devices (so a hub
+    that restarts brings them back)."""
 
     def address_of(host: str) -> str:
         # Emulated ranks all run on this machine; on a lab, ranks reach each other at the host's address.
@@ -278,22 +279,42 @@ def _record_dataplane(twin, info: dict) -> None:
 
 
 def _start_actors(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict, list[str]]:
-    from testbed.runner.device_actor import MAX_RESTARTS, DeviceActor
+    """A hub actor per node (testbed/runner/hub.py) serving the plan's devices, and one of its own for each
+    device marked `isolated`; returns {device or watcher name: its hub's handle} and notes on pins."""
+    from testbed.runner.device_actor import MAX_RESTARTS
+    from testbed.runner.hub import DeviceHub, DeviceSpec
     from testbed.runner.placement import actor_options
 
-    # Every pin and transport is resolved before the first actor starts: a mistake leaves nothing running.
+    # Every pin and transport is resolved before the first hub starts: a mistake leaves nothing running.
     placed = {name: actor_options(ray, name, inv.devices[name].node, emulate=emulate) for name in plan.devices}
-    settings = {name: inv.devices[name].transport.settings() for name in plan.devices}
-    remote_cls = ray.remote(DeviceActor)
-    # Every write passes the inventory's interlocks in the actor itself, whatever the planner checked: a
+    # Every write passes the inventory's interlocks in the hub itself, whatever the planner checked: a
     # switch's circuits are only known at run time (another group's circuit may hold a port a change needs).
-    actors = {
-        name: remote_cls.options(**placed[name][0], max_restarts=MAX_RESTARTS).remote(
-            name, inv.devices[name].driver, settings[name], policy(inv, name), inv.devices[name].kind
-        )
-        for name in plan.devices
-    }
-    return actors, [note for _, note in placed.values() if note]
+    specs = {}
+    for name in plan.devices:
+        dev = inv.devices[name]
+        specs[name] = DeviceSpec(name, dev.driver, dev.transport.settings(), policy(inv, name), dev.kind)
+    job = plan.playbook.job
+    if job is not None:
+        # The job's hosts and the spares a failover may move a rank to: each gets a second connection that
+        # follows a rank's log (two threads, so the engine can wait for it to be watching).
+        spares = job.spares if job.spares is not None else inv.spares
+        for host in [d for d in plan.devices if d in job.ranks or d in spares]:
+            dev = inv.devices[host]
+            specs[watcher(host)] = DeviceSpec(watcher(host), dev.driver, dev.transport.settings(), None, dev.kind, 2)
+    groups: dict[object, list[str]] = {}
+    for name in specs:
+        device = name.split(" ")[0]
+        options = placed[device][0]
+        where = options.get("scheduling_strategy")
+        key = ("isolated", device) if inv.devices[device].isolated else getattr(where, "node_id", None)
+        groups.setdefault(key, []).append(name)
+    remote_cls = ray.remote(DeviceHub)
+    hubs: dict[str, object] = {}
+    for names in groups.values():
+        options = placed[names[0].split(" ")[0]][0]
+        hub = remote_cls.options(**options, max_restarts=MAX_RESTARTS).remote([specs[n] for n in names])
+        hubs.update(dict.fromkeys(names, hub))
+    return hubs, [note for _, note in placed.values() if note]
 
 
 def policy(inv: Inventory, name: str) -> Policy | None:
@@ -303,8 +324,16 @@ def policy(inv: Inventory, name: str) -> Policy | None:
 
 
 def _stop_actors(ray, dispatcher: RayDispatcher) -> None:
+    """Close every device's driver (all at once, 5 s in all: a device still busy is not waited for), then stop
+    the hubs."""
+    closing = []
     for name in dispatcher.names():
+        with contextlib.suppress(Exception):  # a hub already gone
+            closing.append(dispatcher.call(name, "close"))
+    deadline = time.monotonic() + 5.0
+    for pending in closing:
         with contextlib.suppress(Exception):
-            dispatcher.call(name, "close").result(timeout=5)
+            pending.result(timeout=max(0.0, deadline - time.monotonic()))
+    for hub in dispatcher.hub_handles():
         with contextlib.suppress(Exception):
-            ray.kill(dispatcher.actors[name])
+            ray.kill(hub)

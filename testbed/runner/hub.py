@@ -1,0 +1,134 @@
+"""One Ray actor per control node: the device hub. It owns the drivers of the devices placed on its node.
+
+A Ray worker process costs about 100 MiB and a second or more to start; one per device made a 10-device run
+wait ~10 s for its actors and put a 264-device lab beyond a 24 GiB control host. A hub is one process for
+all the devices of a node, and inside it each device is still what it was as an actor of its own
+(testbed.runner.device_actor.DeviceActor: its driver, its audit records, its milestones):
+
+- each device has its own thread (two for a job's watcher connection), so devices work in parallel and every
+  timestamp is still taken in the device's thread, at the I/O;
+- one device's calls run one at a time, in the order the engine sent them. Ray does not keep the order of
+  calls to an async actor, so the dispatcher numbers each device's calls and the hub starts them in that
+  order (`_Lane`);
+- a device whose driver raises (at construction too) fails its own calls, as data, and nobody else's. A
+  hard crash (a segfault in a driver library, kill -9) takes the hub's process down: Ray restarts the hub,
+  every device on it reconnects, and each call that was running is recorded as `info` (outcome unknown). A
+  device that might crash its process is given one of its own with `isolated: true` in the inventory.
+
+docs/architecture.md ("Runtime") has the picture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import socket
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from testbed.runner.device_actor import DeviceActor, OpResult
+
+# How long a call waits for the calls numbered before it. They are sent together and arrive within
+# milliseconds; only the calls of a hub process that died (and was restarted by Ray) never come.
+GAP_S = 2.0
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """What a hub needs to serve one device (plain data: it crosses to the hub's process)."""
+
+    name: str  # the actor's name: the device, or "gpu01 (watcher)" for a second connection to it
+    driver: str
+    settings: Any  # the transport's settings (TransportConfig.settings())
+    policy: Any = None  # the interlocks every write passes (testbed.interlocks.Policy), None: nothing to guard
+    kind: str | None = None
+    threads: int = 1  # 2 for a watcher: the engine waits for a milestone while the procedure runs
+
+
+class _Broken:
+    """Stands in for a device whose driver could not be built: its calls fail with the reason, as data."""
+
+    where = DeviceActor.where
+
+    def __init__(self, spec: DeviceSpec, error: str, error_type: str) -> None:
+        self.spec, self.error, self.error_type = spec, error, error_type
+        self._node = socket.gethostname()
+
+    def run(self, procedure: str, kwargs: dict) -> OpResult:
+        now = (time.monotonic_ns(), time.time())
+        return OpResult(
+            self.spec.name.split(" ")[0], procedure, self._node, "fail", now, now,
+            error=self.error, error_type=self.error_type,
+        )  # fmt: skip
+
+    def run_program(self, calls: list[tuple[str, dict]]) -> list[OpResult]:
+        return [self.run(calls[0][0], calls[0][1])] if calls else []
+
+    def wait_mark(self, name: str, timeout_s: float) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+class _Lane:
+    """One device's calls: started in the order the dispatcher numbered them, on the device's own threads."""
+
+    def __init__(self, name: str, actor: Any, threads: int) -> None:
+        self.actor = actor
+        self.threads = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix=name)
+        self.next = 0  # the number of the call to start next: the dispatcher numbers a device's calls from 0
+        self.turn = asyncio.Condition()
+
+    async def submit(self, seq: int, fn, *args) -> Any:
+        async with self.turn:
+            try:
+                await asyncio.wait_for(self.turn.wait_for(lambda: seq <= self.next), GAP_S)
+            except TimeoutError:
+                # The calls before it never came: they were sent to this hub's previous process, which died
+                # (Ray restarted the hub, and numbers go on). Not a way to synchronise: it ends a wait that
+                # would otherwise never end.
+                pass
+            future = asyncio.get_running_loop().run_in_executor(self.threads, fn, *args)
+            self.next = max(self.next, seq + 1)
+            self.turn.notify_all()
+        return await future
+
+
+class DeviceHub:
+    """The devices of one node. Run it as an async Ray actor (`ray.remote(DeviceHub)`), or in-process."""
+
+    def __init__(self, devices: list[DeviceSpec]) -> None:
+        self._specs: dict[str, DeviceSpec] = {}
+        self._lanes: dict[str, _Lane] = {}
+        # Drivers are built side by side: a device's constructor may connect (pyvisa opens its resource).
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(32, len(devices)))) as pool:
+            built = list(pool.map(_build, devices))
+        for spec, actor in zip(devices, built, strict=True):
+            self._specs[spec.name] = spec
+            self._lanes[spec.name] = _Lane(spec.name, actor, spec.threads)
+
+    async def call(self, device: str, seq: int, method: str, *args: Any) -> Any:
+        """`method(*args)` on the device's DeviceActor (run, run_program, wait_mark, where, close), as the
+        device's `seq`-th call from the dispatcher."""
+        lane = self._lanes[device]
+        try:
+            return await lane.submit(seq, getattr(lane.actor, method), *args)
+        finally:
+            if method == "close":
+                lane.threads.shutdown(wait=False)
+
+    def devices(self) -> list[str]:
+        return list(self._lanes)
+
+
+def _build(spec: DeviceSpec):
+    try:
+        return DeviceActor(spec.name.split(" ")[0], spec.driver, spec.settings, spec.policy, spec.kind)
+    except Exception as exc:  # a driver that cannot start fails its own device's calls, nobody else's
+        detail = f"{spec.name}: its driver {spec.driver!r} could not start: {exc}"
+        if not isinstance(exc, (OSError, ValueError)):
+            detail += "\n" + traceback.format_exc(limit=3)
+        return _Broken(spec, detail, type(exc).__name__)
