@@ -439,7 +439,7 @@ deletes and merges on `running`, then `get` of `opm-power` until lit (NETCONF ha
 socket: `ACT-USER`, `DLT-PATCH` and `ENT-PATCH` in one write (COMPLD comes once the mirrors have settled), then
 `RTRV-PORT-POWER` until lit; Calient TL1, the same with `CANC-CRS` + `DLT-CRS` per old cross-connect and `ENT-CRS` +
 `ACT-CRS` per new one, then `RTRV-PORT-SUM` (OUTPWR) until lit. The raw ncclient client lowers ncclient's `TICK` to
-5 ms as the driver does: its session thread sends a queued RPC only between selects of `TICK`, so with the default
+1 ms as the driver does: its session thread sends a queued RPC only between selects of `TICK`, so with the default
 0.1 s every RPC of a plain script waits about 100 ms. The overhead has no target here: it is mostly the driver's
 extra round trips (error check, read-back, settling query), and a round trip costs a fraction of a millisecond over
 SCPI and TL1 but several over NETCONF (ncclient, SSH, XML), so the 2 ms of the SCPI figure is no yardstick for all

@@ -78,9 +78,9 @@ PROTOCOLS = {
 BASELINE = "scpi"
 DARK_BELOW_DBM = -20.0  # the playbook's light threshold (fabric.apply's min_power_dbm)
 # ncclient's session thread sends a queued RPC only between selects of TICK (0.1 s by default), so each RPC of a
-# plain ncclient script waits 0-100 ms before it leaves; the driver lowers it to 5 ms (drivers/netconf/polatis.py)
+# plain ncclient script waits 0-100 ms before it leaves; the driver lowers it to 1 ms (drivers/netconf/polatis.py)
 # and the raw client does the same, so that the two compare protocol work, not that wait.
-NCCLIENT_TICK_S = 0.005
+NCCLIENT_TICK_S = 0.001
 OPSW = "http://www.polatis.com/yang/optical-switch"
 NC = "urn:ietf:params:xml:ns:netconf:base:1.0"
 

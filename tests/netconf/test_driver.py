@@ -100,12 +100,42 @@ def test_refusals_name_device_address_request_reply_and_a_hint(twin_driver):
 
 def test_deferred_refusals_come_out_of_check_errors_once(twin_driver):
     twin_driver.disconnect([(4, 12)], check=False)  # not connected: refused, kept
+    assert twin_driver.connections() == {}  # any other call sends the held delete first, alone
     twin_driver.connect([(1, 9)], check=False)  # goes through
     with pytest.raises(DeviceCommandError) as info:
         twin_driver.check_errors("the circuit change")
-    assert "1 write(s) of the circuit change" in str(info.value)
+    assert "1 write(s) of the circuit change" in str(info.value) and "data-missing" in str(info.value)
     twin_driver.check_errors()  # forgotten once raised
     assert twin_driver.connections() == {1: 9}
+
+
+def test_a_disconnect_and_connect_unchecked_are_one_edit_applied_whole(twin_ends):
+    records: list = []
+    with PolatisNetconf(settings_for(twin_ends), "ocs1", records.append) as driver:
+        driver.connect([(1, 9), (2, 10)])
+        driver.wait_settled()
+        driver.wait_settled()  # nothing sent since the switch said 0: no RPC
+        start = len(records)
+        # ingress 1 moves from egress 9 to 11, egress 10 goes from ingress 2 to 3: one edit-config
+        driver.disconnect([(1, 9), (2, 10)], check=False)
+        driver.connect([(1, 11), (3, 10)], check=False)
+        driver.check_errors("the change")
+        driver.wait_settled()
+        assert driver.connections() == {1: 11, 3: 10}
+        sent = [r.data for r in records[start:] if r.direction == "tx"]
+        assert "edit-config" in sent[0] and "get-config" in sent[-1]  # one edit-config, then the settle queries
+        assert all("switch-motion" in t for t in sent[1:-1]) and len(sent[1:-1]) >= 2  # two unless still moving
+        delete = '<pair nc:operation="delete"><ingress>1</ingress><egress>9</egress></pair>'
+        assert sent[0].index(delete) < sent[0].index("<pair><ingress>1</ingress><egress>11</egress></pair>")
+        # A refusal of either part changes nothing; check_errors reports it once.
+        driver.disconnect([(4, 12)], check=False)  # not connected
+        driver.connect([(2, 9)], check=False)
+        with pytest.raises(DeviceCommandError) as info:
+            driver.check_errors("the change")
+        assert "disconnect and connect" in str(info.value) and "<ingress>2</ingress>" in info.value.sent
+        assert driver.connections() == {1: 11, 3: 10}
+    edits = [r.data for r in records if r.direction == "tx" and "edit-config" in r.data]
+    assert polatis_netconf_audit(SIZE).replay({}, edits) == {1: 11, 3: 10}
 
 
 def test_wait_settled_asks_the_switch_how_long_the_mirrors_move(local_switch):
