@@ -176,12 +176,15 @@ class ActorMemory:
         self._stop.set()
         self._thread.join()
 
-    def summary(self) -> dict:
-        """Per actor process: median peak RSS and PSS in MiB, and how many processes were seen."""
+    def summary(self, devices: int | None = None) -> dict:
+        """Per hub process: median peak RSS and PSS in MiB, how many were seen, and (given the devices they
+        served) the PSS of all of them per device."""
         rss = [m["rss_kib"] / 1024 for m in self.peak.values() if m.get("rss_kib")]
         pss = [m["pss_kib"] / 1024 for m in self.peak.values() if m.get("pss_kib")]
         return {
             "actors_seen": len(self.peak),
             "rss_mib_p50": float(np.median(rss)) if rss else None,
             "pss_mib_p50": float(np.median(pss)) if pss else None,
+            "devices": devices,
+            "pss_mib_per_device": sum(pss) / devices if pss and devices else None,
         }

@@ -167,7 +167,7 @@ def ansible_once(binary: str, inventory: Path, forks: int, env: dict, hosts: int
 
 def with_testbed(inventory: Path, results: Path, checks: int, sample_memory: bool = False) -> dict:
     """One `testbed run` of gpu-health.yaml with `checks` trials: every health step's wall time, the cold
-    time to the end of the first one, and (sample_memory) the memory of the host actors."""
+    time to the end of the first one, and (sample_memory) the memory of the hub serving the hosts."""
     inv = load_inventory(inventory).model
     plan = make_plan(load_playbook(REPO / "playbooks/gpu-health.yaml", inv).model, inv, trials=checks)
     memory = ActorMemory()
@@ -182,7 +182,7 @@ def with_testbed(inventory: Path, results: Path, checks: int, sample_memory: boo
         "steps_s": [ms / 1000 for ms, _ in walls],
         "cold_s": (walls[0][1] - start) / 1e9,
         "whole_s": whole,
-        "actor_memory": memory.summary(),
+        "actor_memory": memory.summary(devices=len(plan.devices)),
     }
 
 

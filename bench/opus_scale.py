@@ -13,8 +13,9 @@
 (b) Memory per emulated device: the twin process's RSS (/proc/PID/status VmRSS, with everything started)
     with the full population (256 hosts, 8 switches, 2048 fibres) minus an empty twin's, divided by the
     number of devices; also a host's marginal cost (a twin of 256 hosts minus one of 128, per host), which
-    leaves out what any twin with hosts loads once (paramiko). And the Ray actors: the peak RSS and PSS of
-    each `ray::DeviceActor` worker process during the 8-switch run.
+    leaves out what any twin with hosts loads once (paramiko). And the controller: the peak RSS and PSS of
+    each `ray::DeviceHub` worker process during the 8-switch run (one hub serves the 8 switches), and their
+    PSS per device served.
 
 The inventory is playbooks/inventory/opus-2048.yaml (256 hosts with ports r0..r7, rail k's fibres on switch
 railk: host n's rk transmits into ingress n, egress 256+n back to it), 45 lines of host ranges, a group and a
@@ -280,7 +281,7 @@ def measure(trials: int = 10, rounds: int = 3, hosts: int = 256, console: Consol
                 f"1 switch p50 {np.median(one_ms):.1f} ms"
             )
         twin = twin_memory(inventory, hosts)
-    actors = memory.summary()
+    actors = memory.summary(devices=RAILS)  # sampled in the run on all 8 switches
     result = {
         "hosts": hosts,
         "gpus": hosts * 8,
@@ -300,13 +301,6 @@ def measure(trials: int = 10, rounds: int = 3, hosts: int = 256, console: Consol
     }
     result["ratio_p50"] = result["all_switches_ms"]["p50"] / result["one_switch_ms"]["p50"]
     result["raw_ratio_p50"] = result["raw_all_switches_ms"]["p50"] / result["raw_one_switch_ms"]["p50"]
-    devices = hosts + RAILS
-    if actors.get("pss_mib_p50"):
-        result["device_actors_projected_gib"] = {
-            "devices": devices,
-            "pss": devices * actors["pss_mib_p50"] / 1024,
-            "rss": devices * actors["rss_mib_p50"] / 1024,
-        }
     return result
 
 
@@ -333,8 +327,9 @@ def main() -> int:
     actors = result["device_actor_memory"]
     if actors.get("rss_mib_p50"):
         console.print(
-            f"device actors: {actors['rss_mib_p50']:.0f} MiB RSS, {actors['pss_mib_p50']:.0f} MiB PSS each "
-            f"({actors['actors_seen']} seen)"
+            f"device hubs: {actors['rss_mib_p50']:.0f} MiB RSS, {actors['pss_mib_p50']:.0f} MiB PSS each "
+            f"({actors['actors_seen']} seen, serving {RAILS} switches: {actors['pss_mib_per_device']:.1f} MiB PSS "
+            "per device)"
         )
     write_out("opus_scale", result)
     return 0

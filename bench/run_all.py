@@ -301,20 +301,20 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
             )
             act = f["device_actor_memory"]
             if act.get("rss_mib_p50"):
-                proj = f.get("device_actors_projected_gib") or {}
                 hosts_act = (results.get("health_fanout") or {}).get("figures", {}).get("host_actor_memory") or {}
                 host_part = (
-                    f"; GPU-host actors {hosts_act['rss_mib_p50']:.0f} MiB RSS / {hosts_act['pss_mib_p50']:.0f} MiB PSS"
-                    if hosts_act.get("rss_mib_p50")
+                    f"; the {hosts_act['devices']} GPU hosts' hub {hosts_act['rss_mib_p50']:.0f} MiB RSS / "
+                    f"{hosts_act['pss_mib_p50']:.0f} MiB PSS: {hosts_act['pss_mib_per_device']:.1f} MiB PSS per device"
+                    if hosts_act.get("pss_mib_per_device")
                     else ""
                 )
                 out.append(
                     (
-                        "Opus scale: Ray actor memory per device actor",
-                        f"switch actors {act['rss_mib_p50']:.0f} MiB RSS / {act['pss_mib_p50']:.0f} MiB PSS each "
-                        f"({act['actors_seen']} seen){host_part}",
-                        f"one actor per device at this scale: {proj.get('devices')} actors, about "
-                        f"{proj.get('pss', 0):.1f} GiB (PSS)",
+                        "Opus scale: controller memory (device hubs, one Ray actor per node)",
+                        f"the {act['devices']} switches' hub {act['rss_mib_p50']:.0f} MiB RSS / "
+                        f"{act['pss_mib_p50']:.0f} MiB PSS ({act['actors_seen']} hub seen): "
+                        f"{act['pss_mib_per_device']:.1f} MiB PSS per device{host_part}",
+                        "one Ray actor per device (before the hubs): 60-64 MiB PSS per device",
                         "",
                         "(report)",
                         "n/a",
@@ -427,7 +427,8 @@ Diagnosis, in the same rounds: a raw-socket script (one thread per switch, relea
 `PMON:POW?` until lit) doing the same changes on 8 switches and on 1, with no framework. Memory: the twin
 process's VmRSS after start-up with everything (256 hosts with their SSH servers, 8 switches, 2048 fibres) minus
 an empty twin's, per device; a host's marginal cost from 256 hosts minus 128. Actors: peak VmRSS and Pss (shared
-pages split among sharers) of each `ray::DeviceActor` process of this run, sampled every second.""",
+pages split among sharers) of each `ray::DeviceHub` process of this run, sampled every second, and their PSS
+divided by the devices they serve (the 8 switches here; the 64 hosts in the fan-out run).""",
     "switch_protocols": """**OCS protocols** (`bench/switch_protocols.py`). The same emulated 32x32 switch behind
 each of its four drivers, chosen by the inventory: `emulated-rack.yaml` (`polatis-scpi`), `emulated-rack-netconf.yaml`
 (`polatis-netconf`: ncclient over SSH), `emulated-rack-tl1.yaml` (`polatis-tl1`) and `emulated-rack-calient.yaml`
