@@ -6,6 +6,8 @@ the manner of Netmiko's messages: the user should know what to try next without 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class DeviceError(Exception):
     """A device did not do what was asked. Base class of all driver errors."""
@@ -79,3 +81,18 @@ class DeviceCommandError(DeviceError):
 
 class InterlockError(DeviceError):
     """The operation would touch a port or device the inventory does not allow."""
+
+
+def switch_ports_hint(size: tuple[int, int] | None, ask: Callable[[], tuple[int, int]]) -> str | None:
+    """What to change when a circuit switch refused a port: the ports it has. `size` is (ingress, egress) if
+    the driver knows it already, else `ask()` asks the switch once; None when the switch cannot say."""
+    if size is None:
+        try:
+            size = ask()
+        except DeviceError:
+            return None
+    n, m = size
+    return (
+        f"ports must be ingress 1..{n} and egress {n + 1}..{n + m} on this {n}x{m} switch "
+        "(and allowed in the inventory)"
+    )

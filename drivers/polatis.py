@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from testbed.capabilities import Identity
 
-from .errors import DeviceCommandError, DeviceError, DeviceProtocolError, DeviceTimeout
+from .errors import DeviceCommandError, DeviceError, DeviceProtocolError, DeviceTimeout, switch_ports_hint
 from .transports import MessageTransport
 
 PMON_CHUNK = 256  # ports per :PMON:POW? query; the vendor's own library chunks at this size
@@ -198,19 +198,9 @@ class PolatisScpi:
 
     def _hint_for(self, code: int) -> str:
         if code in (-222, -224, -114):  # data out of range, illegal value, suffix out of range
-            size = self._size
-            if size is None:
-                try:
-                    size = self.size()
-                except DeviceError:
-                    size = None
-            if size is not None:
-                n, m = size
-                return (
-                    f"ports must be ingress 1..{n} and egress {n + 1}..{n + m} on this {n}x{m} switch "
-                    "(and allowed in the inventory)"
-                )
-            return "a port number is outside the switch; :OXC:SWIT:SIZE? gives its ingress/egress counts"
+            return switch_ports_hint(self._size, self.size) or (
+                "a port number is outside the switch; :OXC:SWIT:SIZE? gives its ingress/egress counts"
+            )
         if code in (-100, -102, -104, -108, -109, -113):
             return "the switch does not accept this command form; check its model and firmware version"
         return "see the switch's SCPI error list; *CLS clears the error queue"

@@ -59,7 +59,7 @@ class OcsDevice:
         raise AttributeError(op)
 
     @staticmethod
-    def replay_session(spec: OcsSpec, circuits: dict | None, driver: str):
+    def replay_session(spec: OcsSpec, circuits: dict | None):
         """A fresh engine in the state a run found the switch in, behind the front end the run's driver spoke
         (the one its spec lists besides SCPI, else SCPI), for replaying that run's audit log (`testbed
         replay`, emulators/replay.py). None for a front end that cannot replay."""

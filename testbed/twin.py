@@ -192,4 +192,4 @@ def replay_session(inv: Inventory, device: str, seed: int, circuits: dict | None
     kinds = _extra_kinds(inv)
     spec = _device_spec(device, dev, inv, seed, kinds)
     session = getattr(adapter_class(spec.kind, kinds), "replay_session", None)
-    return None if session is None else session(spec, circuits, dev.driver)
+    return None if session is None else session(spec, circuits)

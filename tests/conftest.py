@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,3 +31,18 @@ def ray_cluster():
 
     with ray_session(None) as ray:
         yield ray
+
+
+@pytest.fixture(scope="session")
+def testbed_run(repo) -> Callable[..., Path]:
+    """`python -m testbed run ARGS...` in the repository, as a user starts it: asserts it succeeded and
+    returns the run folder it printed last."""
+
+    def run(*args: str) -> Path:
+        proc = subprocess.run(
+            [sys.executable, "-m", "testbed", "run", *args], cwd=repo, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
+
+    return run

@@ -54,7 +54,14 @@ from ncclient.xml_ import to_ele
 from testbed.capabilities import Identity
 
 from ..audit import AuditSink, record
-from ..errors import DeviceCommandError, DeviceConnectionError, DeviceError, DeviceProtocolError, DeviceTimeout
+from ..errors import (
+    DeviceCommandError,
+    DeviceConnectionError,
+    DeviceError,
+    DeviceProtocolError,
+    DeviceTimeout,
+    switch_ports_hint,
+)
 from .settings import NetconfSettings
 
 NC_NS = "urn:ietf:params:xml:ns:netconf:base:1.0"
@@ -210,10 +217,9 @@ class PolatisNetconf:
         if not errors:
             return
         first = errors[0]
-        raise DeviceCommandError(
+        raise self._error(
+            DeviceCommandError,
             f"the switch refused {len(errors)} write(s) of {after}; the first: {first.message}",
-            device=self.device,
-            address=self.address,
             sent=first.sent,
             received="\n".join(str(e.received) for e in errors),
             hint=first.hint,
@@ -245,10 +251,9 @@ class PolatisNetconf:
                     return
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise DeviceTimeout(
+                    raise self._error(
+                        DeviceTimeout,
                         f"the switch still reports moving mirrors after {self.settings.timeout_s:g} s",
-                        device=self.device,
-                        address=self.address,
                         sent=reply.sent,
                         received=reply.raw,
                         hint="a move takes tens of ms: check the switch's alarms (a port may have failed)",
@@ -366,10 +371,9 @@ class PolatisNetconf:
                 found[int(pid)] = _text(port.find(_q(OPSW_NS, leaf)))
         missing = [p for p in ports if p not in found]
         if missing:
-            raise DeviceCommandError(
+            raise self._error(
+                DeviceCommandError,
                 f"the switch reports no {container} for port(s) {missing[:8]}: it has no such port",
-                device=self.device,
-                address=self.address,
                 sent=reply.sent,
                 received=reply.raw,
                 hint=self._port_hint(),
@@ -499,10 +503,9 @@ class PolatisNetconf:
         except TimeoutExpiredError as exc:
             record(self.audit, self.device, self.address, "rx", "(timeout)")
             self._drop()
-            raise DeviceTimeout(
+            raise self._error(
+                DeviceTimeout,
                 f"no reply within {self.settings.timeout_s:g} s",
-                device=self.device,
-                address=self.address,
                 sent=sent[0] if sent else op,
                 hint="the switch may be busy or the network slow: raise timeout_ms; whether a change took effect "
                 "is unknown until connections() is read",
@@ -510,10 +513,9 @@ class PolatisNetconf:
         except CONNECTION_LOST as exc:
             record(self.audit, self.device, self.address, "rx", f"(connection lost: {exc!r})")
             self._drop()
-            raise DeviceConnectionError(
+            raise self._error(
+                DeviceConnectionError,
                 f"the NETCONF session was lost: {exc!r}",
-                device=self.device,
-                address=self.address,
                 sent=sent[0] if sent else op,
                 hint="the switch restarted or the network dropped; the next call opens a new session",
             ) from exc
@@ -522,10 +524,9 @@ class PolatisNetconf:
         try:
             root = SafeET.fromstring(raw.encode(), forbid_dtd=True)
         except (DefusedXmlException, ET.ParseError, ValueError) as exc:
-            raise DeviceProtocolError(
+            raise self._error(
+                DeviceProtocolError,
                 f"unreadable reply: {exc}",
-                device=self.device,
-                address=self.address,
                 sent=sent[0] if sent else op,
                 received=raw,
                 hint="the reply is not plain XML (a DTD or entities are refused); is this a NETCONF server?",
@@ -547,10 +548,9 @@ class PolatisNetconf:
         info = first.find(_q(NC_NS, "error-info"))
         details = {c.tag.rpartition("}")[2]: _text(c) for c in ([] if info is None else info)}
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        return DeviceCommandError(
+        return self._error(
+            DeviceCommandError,
             f"the switch refused {what}: {tag}: {message}{more}",
-            device=self.device,
-            address=self.address,
             sent=reply.sent,
             received=reply.raw,
             hint=self._hint_for(tag, details),
@@ -581,25 +581,18 @@ class PolatisNetconf:
         return "see the switch's error message; nothing was changed by a refused edit-config"
 
     def _port_hint(self) -> str:
-        size = self._size
-        if size is None:
-            try:
-                size = self.size()
-            except DeviceError:
-                size = None
-        if size is None:
-            return "a port number is outside the switch; its product-information gives its NxM size"
-        n, m = size
-        return (
-            f"ports must be ingress 1..{n} and egress {n + 1}..{n + m} on this {n}x{m} switch "
-            "(and allowed in the inventory)"
+        return switch_ports_hint(self._size, self.size) or (
+            "a port number is outside the switch; its product-information gives its NxM size"
         )
 
+    def _error(self, cls: type[DeviceError], message: str, **kw) -> DeviceError:
+        """A device error of this switch: `kw` says what was sent and received, and what to try."""
+        return cls(message, device=self.device, address=self.address, **kw)
+
     def _protocol(self, reply: _Reply, expected: str) -> DeviceProtocolError:
-        return DeviceProtocolError(
+        return self._error(
+            DeviceProtocolError,
             f"unexpected reply: expected {expected}",
-            device=self.device,
-            address=self.address,
             sent=reply.sent,
             received=reply.raw,
             hint="is this a Polatis switch with the optical-switch YANG module? (see its hello capabilities)",

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 
 from testbed.capabilities import Identity
 
-from ..errors import DeviceError, DeviceProtocolError
+from ..errors import DeviceProtocolError, switch_ports_hint
 from .transport import Tl1Denied, Tl1Message, Tl1Transport, combined_refusals
 
 _SIZE = re.compile(r"SIZE=(\d+)x(\d+)", re.IGNORECASE)
@@ -176,14 +176,9 @@ class PolatisTl1:
         """A port the switch does not have: say which ports it has (asking it once, if need be)."""
         if err.code != "IIAC":
             return err
-        if self._size is None:
-            try:
-                self.size()
-            except DeviceError:
-                return err
-        n, m = self._size
-        hint = f"ports must be ingress 1..{n} and egress {n + 1}..{n + m} on this {n}x{m} switch (and allowed in "
-        hint += "the inventory)"
+        hint = switch_ports_hint(self._size, self.size)
+        if hint is None:
+            return err
         return Tl1Denied(
             err.message,
             code=err.code,

@@ -348,28 +348,25 @@ class Tl1Transport:
         s = self.settings
         login = f"ACT-USER::{s.user}:<ctag>::<password>;"
         if s.password is None:
-            raise DeviceConnectionError(
+            raise self._error(
+                DeviceConnectionError,
                 f"no password to log in as {s.user!r} with, nothing was sent",
-                device=self.device,
-                address=self.address,
                 hint=f"set the environment variable {s.password_env} to the password of user {s.user!r} on the switch"
                 if s.password_env
                 else f"give the driver the password of user {s.user!r} on the switch",
             )
         if _UNSAFE.search(s.user) or _UNSAFE.search(s.password):
-            raise DeviceConnectionError(
+            raise self._error(
+                DeviceConnectionError,
                 "the user name or password contains ; : \" or a line break, which TL1's ACT-USER cannot carry",
-                device=self.device,
-                address=self.address,
                 hint="use a TL1 account whose name and password avoid those characters",
             )
         try:
             sock = socket.create_connection((s.host, s.port), timeout=s.timeout_s)
         except OSError as exc:
-            raise DeviceConnectionError(
+            raise self._error(
+                DeviceConnectionError,
                 f"cannot connect, nothing was sent: {exc}",
-                device=self.device,
-                address=self.address,
                 sent=login,
                 hint=f"nothing accepted the connection to {self._where}: check that the switch is on, the host "
                 "and port in the inventory (Polatis TL1 listens on TCP 3082, Calient on 3083) and any firewall",
@@ -377,6 +374,10 @@ class Tl1Transport:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # one small command, then wait for its answer
         self._sock = sock
         self._login()
+
+    def _error(self, cls: type[DeviceError], message: str, **kw) -> DeviceError:
+        """A device error of this switch: `kw` says what was sent and received, and what to try."""
+        return cls(message, device=self.device, address=self.address, **kw)
 
     def _login(self) -> None:
         s = self.settings
@@ -386,10 +387,9 @@ class Tl1Transport:
             self._logged_in = True
         except Tl1Denied as err:
             self._forget()
-            raise DeviceConnectionError(
+            raise self._error(
+                DeviceConnectionError,
                 f"the switch refused the login of user {s.user!r}: {err.code} ({MEANINGS.get(err.code, '?')})",
-                device=self.device,
-                address=self.address,
                 sent=err.sent,
                 received=err.received,
                 hint="check the user name in the inventory and the password in "
@@ -397,10 +397,9 @@ class Tl1Transport:
             ) from None
         except DeviceTimeout as err:
             self._forget()
-            raise DeviceConnectionError(
+            raise self._error(
+                DeviceConnectionError,
                 f"no answer to the login within {s.timeout_s * 1000:.0f} ms",
-                device=self.device,
-                address=self.address,
                 sent=err.sent,
                 received=err.received,
                 hint=f"is {self._where} a TL1 port (Polatis 3082, Calient 3083)? raise timeout_s if the switch is slow",
@@ -427,10 +426,9 @@ class Tl1Transport:
         try:
             data = (line + "\r\n").encode("ascii")
         except UnicodeEncodeError:
-            raise DeviceProtocolError(
+            raise self._error(
+                DeviceProtocolError,
                 "a command may only hold ASCII characters, nothing was sent",
-                device=self.device,
-                address=self.address,
                 sent=shown,
                 hint="this is a bug in the driver that built the command",
             ) from None
@@ -438,10 +436,9 @@ class Tl1Transport:
             self._sock.sendall(data)
         except OSError as exc:
             self._forget()
-            raise DeviceConnectionError(
+            raise self._error(
+                DeviceConnectionError,
                 f"connection lost while sending: {exc}",
-                device=self.device,
-                address=self.address,
                 sent=shown,
                 hint="the switch closed or reset the connection; the next call reconnects and logs in again, but "
                 "the outcome of this command is unknown",
@@ -456,10 +453,9 @@ class Tl1Transport:
             messages = self._reader.feed(data.decode("utf-8", errors="backslashreplace"))
         except ValueError as exc:
             self._forget()
-            raise DeviceProtocolError(
+            raise self._error(
+                DeviceProtocolError,
                 f"the output is not TL1: {exc}",
-                device=self.device,
-                address=self.address,
                 sent=command.shown,
                 received="".join(received)[-2000:],
                 hint=f"is {self._where} the switch's TL1 port?",
@@ -549,21 +545,19 @@ class Tl1Transport:
             code = next((w for w in last.words if re.fullmatch(r"[A-Z]{4}", w)), last.words[0] if last.words else "")
             why = "; ".join(last.comments)
             outcome = "denied" if last.code == "DENY" else "partly carried out (PRTL)"
-            raise Tl1Denied(
+            raise self._error(
+                Tl1Denied,
                 f"the switch {outcome} {verb}: {code or '?'} ({MEANINGS.get(code, 'unknown error code')})"
                 + (f": {why}" if why else ""),
                 code=code,
                 response=last,
-                device=self.device,
-                address=self.address,
                 sent=command.shown,
                 received=last.text.strip(),
                 hint=self.hints.get(code, FORM_HINT),
             )
-        raise DeviceProtocolError(
+        raise self._error(
+            DeviceProtocolError,
             f"unexpected completion code {last.code} for {verb}",
-            device=self.device,
-            address=self.address,
             sent=command.shown,
             received=last.text.strip(),
             hint="the driver expects COMPLD or DENY; check the switch's TL1 firmware version",

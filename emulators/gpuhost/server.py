@@ -21,6 +21,7 @@ from collections.abc import Callable
 import paramiko
 
 from emulators.gpuhost.shell import Stream
+from emulators.sshserver import AnsweringTransport, key_accepted
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +42,8 @@ class _Interface(paramiko.ServerInterface):
         return "publickey"
 
     def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
-        if username == self.user and key.get_name() == self.client_key.get_name():
-            if key.asbytes() == self.client_key.asbytes():
-                return paramiko.AUTH_SUCCESSFUL
-        return paramiko.AUTH_FAILED
+        ok = key_accepted(self.user, self.client_key, username, key)
+        return paramiko.AUTH_SUCCESSFUL if ok else paramiko.AUTH_FAILED
 
     def check_channel_request(self, kind: str, chanid: int) -> int:
         if kind == "session":
@@ -84,22 +83,6 @@ class _Interface(paramiko.ServerInterface):
             tty = chanid in self.ptys
             self.ptys.discard(chanid)
             return self.commands.pop(chanid, None), tty
-
-
-def _handle_request_then_release(channel: paramiko.Channel, m: paramiko.Message) -> None:
-    paramiko.Channel._handle_request(channel, m)  # answers the request on the wire (success or failure)
-    server = channel.transport.server_object if channel.transport is not None else None
-    if isinstance(server, _Interface):
-        server.answered(channel.get_id())
-
-
-class _Transport(paramiko.Transport):
-    """paramiko's server transport, telling the interface when a channel request has been answered."""
-
-    _channel_handler_table = {
-        **paramiko.Transport._channel_handler_table,
-        paramiko.common.MSG_CHANNEL_REQUEST: _handle_request_then_release,
-    }
 
 
 class SshServer:
@@ -164,7 +147,7 @@ class SshServer:
         # As sshd does for interactive sessions: a job's log line streamed by `tail -F` is one small
         # segment, which Nagle's algorithm would hold until the previous one is acknowledged.
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        transport = _Transport(conn)
+        transport = AnsweringTransport(conn)
         with self._lock:
             if self._sock is None:  # powered off between accept and here
                 transport.close()

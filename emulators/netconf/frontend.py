@@ -35,6 +35,7 @@ from emulators.gpuhost.keys import keystore, new_ed25519
 from emulators.netconf.framing import FrameReader, FramingError, frame
 from emulators.netconf.replay import NetconfReplay
 from emulators.netconf.server import NetconfOptions, NetconfServer, ServerSession, SessionEnd
+from emulators.sshserver import AnsweringTransport, key_accepted
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +72,8 @@ class _Interface(paramiko.ServerInterface):
         return "publickey,password"
 
     def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
-        if username == self.user and key.get_name() == self.client_key.get_name():
-            if key.asbytes() == self.client_key.asbytes():
-                return paramiko.AUTH_SUCCESSFUL
-        return paramiko.AUTH_FAILED
+        ok = key_accepted(self.user, self.client_key, username, key)
+        return paramiko.AUTH_SUCCESSFUL if ok else paramiko.AUTH_FAILED
 
     def check_auth_password(self, username: str, password: str) -> int:
         ok = username == self.user and hmac.compare_digest(password.encode(), self.password.encode())
@@ -118,22 +117,6 @@ class _Interface(paramiko.ServerInterface):
 
     def check_channel_pty_request(self, channel: paramiko.Channel, *args: Any) -> bool:
         return False
-
-
-def _handle_request_then_release(channel: paramiko.Channel, m: paramiko.Message) -> None:
-    paramiko.Channel._handle_request(channel, m)  # answers the request on the wire (success or failure)
-    server = channel.transport.server_object if channel.transport is not None else None
-    if isinstance(server, _Interface):
-        server.answered(channel.get_id())
-
-
-class _Transport(paramiko.Transport):
-    """paramiko's server transport, telling the interface when a channel request has been answered."""
-
-    _channel_handler_table = {
-        **paramiko.Transport._channel_handler_table,
-        paramiko.common.MSG_CHANNEL_REQUEST: _handle_request_then_release,
-    }
 
 
 class NetconfFrontend:
@@ -236,7 +219,7 @@ class NetconfFrontend:
 
     def _serve(self, conn: socket.socket) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # replies are small: no Nagle delay
-        transport = _Transport(conn)
+        transport = AnsweringTransport(conn)
         with self._lock:
             if self._closed:
                 transport.close()

@@ -46,6 +46,11 @@ class DeviceSpec:
     kind: str | None = None
     threads: int = 1  # 2 for a watcher: the engine waits for a milestone while the procedure runs
 
+    @property
+    def device(self) -> str:
+        """The device it connects to (a watcher is a second connection to its host)."""
+        return self.name.split(" ")[0]
+
 
 class _Broken:
     """Stands in for a device whose driver could not be built: its calls fail with the reason, as data."""
@@ -59,7 +64,7 @@ class _Broken:
     def run(self, procedure: str, kwargs: dict) -> OpResult:
         now = (time.monotonic_ns(), time.time())
         return OpResult(
-            self.spec.name.split(" ")[0], procedure, self._node, "fail", now, now,
+            self.spec.device, procedure, self._node, "fail", now, now,
             error=self.error, error_type=self.error_type,
         )  # fmt: skip
 
@@ -101,13 +106,11 @@ class DeviceHub:
     """The devices of one node. Run it as an async Ray actor (`ray.remote(DeviceHub)`), or in-process."""
 
     def __init__(self, devices: list[DeviceSpec]) -> None:
-        self._specs: dict[str, DeviceSpec] = {}
         self._lanes: dict[str, _Lane] = {}
         # Drivers are built side by side: a device's constructor may connect (pyvisa opens its resource).
         with concurrent.futures.ThreadPoolExecutor(max(1, min(32, len(devices)))) as pool:
             built = list(pool.map(_build, devices))
         for spec, actor in zip(devices, built, strict=True):
-            self._specs[spec.name] = spec
             self._lanes[spec.name] = _Lane(spec.name, actor, spec.threads)
 
     async def call(self, device: str, seq: int, method: str, *args: Any) -> Any:
@@ -120,13 +123,10 @@ class DeviceHub:
             if method == "close":
                 lane.threads.shutdown(wait=False)
 
-    def devices(self) -> list[str]:
-        return list(self._lanes)
-
 
 def _build(spec: DeviceSpec):
     try:
-        return DeviceActor(spec.name.split(" ")[0], spec.driver, spec.settings, spec.policy, spec.kind)
+        return DeviceActor(spec.device, spec.driver, spec.settings, spec.policy, spec.kind)
     except Exception as exc:  # a driver that cannot start fails its own device's calls, nobody else's
         detail = f"{spec.name}: its driver {spec.driver!r} could not start: {exc}"
         if not isinstance(exc, (OSError, ValueError)):

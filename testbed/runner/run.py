@@ -301,19 +301,17 @@ def _start_actors(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict,
         for host in [d for d in plan.devices if d in job.ranks or d in spares]:
             dev = inv.devices[host]
             specs[watcher(host)] = DeviceSpec(watcher(host), dev.driver, dev.transport.settings(), None, dev.kind, 2)
-    groups: dict[object, list[str]] = {}
-    for name in specs:
-        device = name.split(" ")[0]
-        options = placed[device][0]
-        where = options.get("scheduling_strategy")
-        key = ("isolated", device) if inv.devices[device].isolated else getattr(where, "node_id", None)
-        groups.setdefault(key, []).append(name)
+    groups: dict[object, list[DeviceSpec]] = {}
+    for spec in specs.values():
+        where = placed[spec.device][0].get("scheduling_strategy")
+        key = ("isolated", spec.device) if inv.devices[spec.device].isolated else getattr(where, "node_id", None)
+        groups.setdefault(key, []).append(spec)
     remote_cls = ray.remote(DeviceHub)
     hubs: dict[str, object] = {}
-    for names in groups.values():
-        options = placed[names[0].split(" ")[0]][0]
-        hub = remote_cls.options(**options, max_restarts=MAX_RESTARTS).remote([specs[n] for n in names])
-        hubs.update(dict.fromkeys(names, hub))
+    for group in groups.values():
+        options = placed[group[0].device][0]
+        hub = remote_cls.options(**options, max_restarts=MAX_RESTARTS).remote(group)
+        hubs.update(dict.fromkeys((spec.name for spec in group), hub))
     return hubs, [note for _, note in placed.values() if note]
 
 

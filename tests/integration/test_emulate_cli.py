@@ -51,12 +51,7 @@ def test_plain_pyvisa_client_speaks_scpi_to_the_printed_endpoint(repo):
             inst.close()
             rm.close()
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(15)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        stop(proc)
     assert proc.returncode == 0
 
 

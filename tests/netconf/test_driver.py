@@ -114,8 +114,9 @@ def test_a_disconnect_and_connect_unchecked_are_one_edit_applied_whole(twin_ends
     with PolatisNetconf(settings_for(twin_ends), "ocs1", records.append) as driver:
         driver.connect([(1, 9), (2, 10)])
         driver.wait_settled()
-        driver.wait_settled()  # nothing sent since the switch said 0: no RPC
         start = len(records)
+        driver.wait_settled()  # nothing sent since the switch said 0: no RPC
+        assert len(records) == start
         # ingress 1 moves from egress 9 to 11, egress 10 goes from ingress 2 to 3: one edit-config
         driver.disconnect([(1, 9), (2, 10)], check=False)
         driver.connect([(1, 11), (3, 10)], check=False)
@@ -124,7 +125,9 @@ def test_a_disconnect_and_connect_unchecked_are_one_edit_applied_whole(twin_ends
         assert driver.connections() == {1: 11, 3: 10}
         sent = [r.data for r in records[start:] if r.direction == "tx"]
         assert "edit-config" in sent[0] and "get-config" in sent[-1]  # one edit-config, then the settle queries
-        assert all("switch-motion" in t for t in sent[1:-1]) and len(sent[1:-1]) >= 2  # two unless still moving
+        # the settle: a query, a sleep to the end it reports and a confirming query (one alone when a loaded
+        # machine answered the edit after the move was over)
+        assert all("switch-motion" in t for t in sent[1:-1]) and len(sent[1:-1]) >= 1
         delete = '<pair nc:operation="delete"><ingress>1</ingress><egress>9</egress></pair>'
         assert sent[0].index(delete) < sent[0].index("<pair><ingress>1</ingress><egress>11</egress></pair>")
         # A refusal of either part changes nothing; check_errors reports it once.
@@ -145,7 +148,7 @@ def test_wait_settled_asks_the_switch_how_long_the_mirrors_move(local_switch):
         start = time.monotonic()
         driver.wait_settled()
         waited = time.monotonic() - start
-        assert 0.05 < waited < 0.6
+        assert waited > 0.05  # it waited for the mirrors (how much longer a loaded machine takes is no behaviour)
         assert driver.port_power([9])[9] == pytest.approx(LIT[1] - 1.0)  # lit as soon as it returns
         assert switch.on_loop(lambda: switch.engine.is_moving(9, time.monotonic())) is False
 

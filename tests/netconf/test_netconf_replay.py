@@ -12,8 +12,6 @@ import io
 import json
 import re
 import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -26,31 +24,13 @@ OPSW_NS = "http://www.polatis.com/yang/optical-switch"
 
 
 @pytest.fixture(scope="module")
-def recorded_run(repo, tmp_path_factory) -> Path:
+def recorded_run(testbed_run, tmp_path_factory) -> Path:
     """A real run of playbooks/ocs-reconfig.yaml on the emulated twin with the OCS on NETCONF, as a user starts it."""
     results = tmp_path_factory.mktemp("results")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "testbed",
-            "run",
-            "playbooks/ocs-reconfig.yaml",
-            "--emulate",
-            "--trials",
-            "2",
-            "--results",
-            str(results),
-            "--inventory",
-            "playbooks/inventory/emulated-rack-netconf.yaml",
-        ],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    inventory = "playbooks/inventory/emulated-rack-netconf.yaml"
+    return testbed_run(
+        "playbooks/ocs-reconfig.yaml", "--emulate", "--trials", "2", "--results", str(results), "--inventory", inventory
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,29 +15,10 @@ from testbed.replay import main, replay_run
 
 
 @pytest.fixture(scope="module")
-def recorded_run(repo, tmp_path_factory) -> Path:
+def recorded_run(testbed_run, tmp_path_factory) -> Path:
     """A real run of playbooks/ocs-reconfig.yaml on the emulated twin, as a user starts it."""
     results = tmp_path_factory.mktemp("results")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "testbed",
-            "run",
-            "playbooks/ocs-reconfig.yaml",
-            "--emulate",
-            "--trials",
-            "2",
-            "--results",
-            str(results),
-        ],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    return testbed_run("playbooks/ocs-reconfig.yaml", "--emulate", "--trials", "2", "--results", str(results))
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ import io
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,32 +29,15 @@ LISTING = {"polatis-tl1": "RTRV-PATCH", "calient-tl1": "RTRV-CRS"}
 
 
 @pytest.fixture(scope="module", params=sorted(INVENTORIES))
-def recorded_run(request, repo, tmp_path_factory) -> tuple[str, Path]:
+def recorded_run(request, testbed_run, tmp_path_factory) -> tuple[str, Path]:
     """A real run of playbooks/ocs-reconfig.yaml on the emulated twin, its switch driven over TL1."""
     driver = request.param
     results = tmp_path_factory.mktemp(f"results-{driver}")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "testbed",
-            "run",
-            "playbooks/ocs-reconfig.yaml",
-            "--emulate",
-            "--trials",
-            "2",
-            "--results",
-            str(results),
-            "--inventory",
-            INVENTORIES[driver],
-        ],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return driver, Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    run_dir = testbed_run(
+        "playbooks/ocs-reconfig.yaml", "--emulate", "--trials", "2", "--results", str(results),
+        "--inventory", INVENTORIES[driver],
+    )  # fmt: skip
+    return driver, run_dir
 
 
 @pytest.fixture
@@ -195,7 +176,7 @@ def slow_switch(frontend: str) -> OcsSpec:
 def test_a_slow_move_answers_in_progress_then_compld_when_settled():
     """§8.9: a move more than 2 s long is acknowledged `IP` at once and answered COMPLD when settled; the
     acknowledgment is not compared, the COMPLD's time is the exchange's `at`."""
-    session = OcsDevice.replay_session(slow_switch("tl1-polatis"), None, "polatis-tl1")
+    session = OcsDevice.replay_session(slow_switch("tl1-polatis"), None)
     login = session.exchange("ACT-USER::admin:1::***;\r\n", 0.0)
     assert (login.lines, login.at) == (["M  1 COMPLD"], 0.0)
     recorded = session.recorded("\r\n\n   LAB 99-01-01 00:00:00\r\nM  1 COMPLD\r\n;")  # another SID and time
