@@ -14,8 +14,8 @@
     with the full population (256 hosts, 8 switches, 2048 fibres) minus an empty twin's, divided by the
     number of devices; also a host's marginal cost (a twin of 256 hosts minus one of 128, per host), which
     leaves out what any twin with hosts loads once (paramiko). And the controller: the peak RSS and PSS of
-    each `ray::DeviceHub` worker process during the 8-switch run (one hub serves the 8 switches), and their
-    PSS per device served.
+    each `ray::DeviceHub` worker process during the 8-switch run (a switch has a hub process of its own), and
+    their PSS per switch.
 
 The inventory is playbooks/inventory/opus-2048.yaml (256 hosts with ports r0..r7, rail k's fibres on switch
 railk: host n's rk transmits into ingress n, egress 256+n back to it), 45 lines of host ranges, a group and a
@@ -328,8 +328,8 @@ def main() -> int:
     if actors.get("rss_mib_p50"):
         console.print(
             f"device hubs: {actors['rss_mib_p50']:.0f} MiB RSS, {actors['pss_mib_p50']:.0f} MiB PSS each "
-            f"({actors['actors_seen']} seen, serving {RAILS} switches: {actors['pss_mib_per_device']:.1f} MiB PSS "
-            "per device)"
+            f"({actors['actors_seen']} seen, serving {RAILS} switches, a process each: "
+            f"{actors['pss_mib_per_device']:.1f} MiB PSS per switch)"
         )
     write_out("opus_scale", result)
     return 0

@@ -311,9 +311,9 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 out.append(
                     (
                         "Opus scale: controller memory (device hubs, one Ray actor per node)",
-                        f"the {act['devices']} switches' hub {act['rss_mib_p50']:.0f} MiB RSS / "
-                        f"{act['pss_mib_p50']:.0f} MiB PSS ({act['actors_seen']} hub seen): "
-                        f"{act['pss_mib_per_device']:.1f} MiB PSS per device{host_part}",
+                        f"the {act['devices']} switches: {act['actors_seen']} hub process(es) of "
+                        f"{act['rss_mib_p50']:.0f} MiB RSS / {act['pss_mib_p50']:.0f} MiB PSS each (a switch has a "
+                        f"process of its own): {act['pss_mib_per_device']:.1f} MiB PSS per switch{host_part}",
                         "one Ray actor per device (before the hubs): 60-64 MiB PSS per device",
                         "",
                         "(report)",
@@ -428,7 +428,8 @@ Diagnosis, in the same rounds: a raw-socket script (one thread per switch, relea
 process's VmRSS after start-up with everything (256 hosts with their SSH servers, 8 switches, 2048 fibres) minus
 an empty twin's, per device; a host's marginal cost from 256 hosts minus 128. Actors: peak VmRSS and Pss (shared
 pages split among sharers) of each `ray::DeviceHub` process of this run, sampled every second, and their PSS
-divided by the devices they serve (the 8 switches here; the 64 hosts in the fan-out run).""",
+divided by the devices they serve (the 8 switches here, each in a hub of its own; the 64 hosts in the fan-out run,
+all in one hub).""",
     "switch_protocols": """**OCS protocols** (`bench/switch_protocols.py`). The same emulated 32x32 switch behind
 each of its four drivers, chosen by the inventory: `emulated-rack.yaml` (`polatis-scpi`), `emulated-rack-netconf.yaml`
 (`polatis-netconf`: ncclient over SSH), `emulated-rack-tl1.yaml` (`polatis-tl1`) and `emulated-rack-calient.yaml`

@@ -11,6 +11,7 @@ A family gives (docs/architecture.md, "Adding a device family"):
 - `check(name, device, inventory)`: the family's own inventory checks, as located problems;
 - `holds_fabric`: its circuits are state the lab's owner expects back: read at the start of a run and at its
   end, replayed by `testbed check` through the driver's audit model, restored by `testbed heal`;
+- `own_process`: its devices are served from a process each, not the node's shared hub;
 - `twin`: how the emulated twin stands in for it (the emulator's spec as plain data, and where the emulator
   lives), or None when there is no emulator yet;
 - `ground_truth`: the twin's control op that returns the device's transfer matrix, if it has one.
@@ -58,6 +59,10 @@ class DeviceFamily:
     policy: Callable[[str, Any], Policy | None] = lambda name, device: None
     check: Callable[[str, Any, Any], list[Problem]] = lambda name, device, inventory: []
     holds_fabric: bool = False
+    # Served from a process of its own rather than its node's shared hub (testbed/runner/hub.py): for the few
+    # devices whose calls are latency-critical and CPU-heavy (a switch formats and checks hundreds of circuits
+    # per change), so that they run in parallel and no other device's threads hold the GIL they need.
+    own_process: bool = False
     twin: TwinSupport | None = None
     ground_truth: str | None = None
     description: str = ""

@@ -15,6 +15,9 @@ all the devices of a node, and inside it each device is still what it was as an 
   every device on it reconnects, and each call that was running is recorded as `info` (outcome unknown). A
   device that might crash its process is given one of its own with `isolated: true` in the inventory.
 
+A switch (a family with `own_process`) always has a hub of its own: switches are few, and a change to a
+256-port switch is milliseconds of Python that eight switches must not take turns at.
+
 docs/architecture.md ("Runtime") has the picture.
 """
 

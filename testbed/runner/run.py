@@ -280,7 +280,8 @@ def _record_dataplane(twin, info: dict) -> None:
 
 def _start_actors(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict, list[str]]:
     """A hub actor per node (testbed/runner/hub.py) serving the plan's devices, and one of its own for each
-    device marked `isolated`; returns {device or watcher name: its hub's handle} and notes on pins."""
+    device marked `isolated` or of a family that wants its own process (the switches). Returns {device or
+    watcher name: its hub's handle} and notes on pins."""
     from testbed.runner.device_actor import MAX_RESTARTS
     from testbed.runner.hub import DeviceHub, DeviceSpec
     from testbed.runner.placement import actor_options
@@ -304,7 +305,9 @@ def _start_actors(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict,
     groups: dict[object, list[DeviceSpec]] = {}
     for spec in specs.values():
         where = placed[spec.device][0].get("scheduling_strategy")
-        key = ("isolated", spec.device) if inv.devices[spec.device].isolated else getattr(where, "node_id", None)
+        dev = inv.devices[spec.device]
+        alone = dev.isolated or family_of(dev).own_process
+        key = ("alone", spec.device) if alone else getattr(where, "node_id", None)
         groups.setdefault(key, []).append(spec)
     remote_cls = ray.remote(DeviceHub)
     hubs: dict[str, object] = {}

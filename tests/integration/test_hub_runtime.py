@@ -1,5 +1,6 @@
-"""The run's devices are served by one hub actor per node (testbed/runner/hub.py); a device marked `isolated` in
-the inventory has a process of its own, so a crash of its driver's process takes no other device down."""
+"""The run's devices are served by one hub actor per node (testbed/runner/hub.py); a switch, and a device marked
+`isolated` in the inventory, have a process of their own, so a crash of its driver's process takes no other
+device down."""
 
 from __future__ import annotations
 
@@ -21,17 +22,33 @@ def inventory_with_isolated(repo: Path, tmp_path: Path, device: str) -> Path:
     return path
 
 
-def test_devices_share_one_hub_and_an_isolated_device_has_a_process_of_its_own(repo, tmp_path):
+LAYOUT = """\
+name: hub-layout
+description: every GPU host's health, and a circuit on the switch
+trials: 1
+configurations:
+  one: {circuits: {ocs1: [[1, 40]]}}
+steps:
+  - {action: hosts.health}
+  - {action: fabric.apply, configuration: one}
+teardown:
+  - {action: fabric.clear}
+"""
+
+
+def test_hosts_share_one_hub_a_switch_and_an_isolated_device_have_a_process_each(repo, tmp_path):
     inventory = inventory_with_isolated(repo, tmp_path, "gpu02")
+    playbook = tmp_path / "layout.yaml"
+    playbook.write_text(LAYOUT)
     results = tmp_path / "results"
-    done = cli("run", "playbooks/gpu-health.yaml", "--emulate", "--inventory", str(inventory), "--results",
-               str(results), cwd=repo)  # fmt: skip
+    done = cli("run", str(playbook), "--emulate", "--inventory", str(inventory), "--results", str(results), cwd=repo)
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = next(results.iterdir())
     pids = {name: a["pid"] for name, a in json.loads((run_dir / "run.json").read_text())["actors"].items()}
-    assert len(pids) == 10  # every GPU host of the inventory
-    shared = {pid for name, pid in pids.items() if name != "gpu02"}
-    assert len(shared) == 1 and pids["gpu02"] not in shared
+    assert len(pids) == 11  # every GPU host of the inventory, and the switch
+    shared = {pid for name, pid in pids.items() if name not in ("gpu02", "ocs1")}
+    assert len(shared) == 1
+    assert len({*shared, pids["gpu02"], pids["ocs1"]}) == 3
 
 
 def test_an_isolated_devices_crash_touches_no_other_device(repo, tmp_path):

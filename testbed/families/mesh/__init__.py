@@ -37,6 +37,7 @@ FAMILY = DeviceFamily(
     model=MeshDevice,
     capability=PhotonicMesh,
     role="switch",
+    own_process=True,
     procedures={
         "mesh.identify": ProcedureSpec(procedures.identify),
         "mesh.calibrate": ProcedureSpec(procedures.calibrate, ("loaded", "sweep_started", "swept")),

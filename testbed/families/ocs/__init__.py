@@ -73,6 +73,7 @@ FAMILY = DeviceFamily(
     model=OcsDevice,
     capability=CircuitSwitch,
     role="switch",
+    own_process=True,
     procedures={
         "ocs.identify": ProcedureSpec(procedures.identify),
         "ocs.reconfigure": ProcedureSpec(procedures.reconfigure, CHANGE_MARKS),
