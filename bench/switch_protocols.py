@@ -54,9 +54,10 @@ from rich.table import Table  # noqa: E402
 from emulators.frontends import TWIN_PASSWORD  # noqa: E402
 from emulators.twin import TwinProcess  # noqa: E402
 from testbed.config import load_inventory, load_playbook  # noqa: E402
+from testbed.lab import run_plan  # noqa: E402
 from testbed.plan import make_plan  # noqa: E402
 from testbed.runner.ray_session import ray_session  # noqa: E402
-from testbed.runner.run import RunOptions, run_plan  # noqa: E402
+from testbed.runner.run import RunOptions  # noqa: E402
 from testbed.steps import ApplyStep  # noqa: E402
 from testbed.twin import twin_spec  # noqa: E402
 

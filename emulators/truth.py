@@ -41,6 +41,14 @@ class GroundTruth:
             if not self._file.closed:
                 self._file.write(line + "\n")  # line-buffered: on disk as it happens
 
+    def reopen(self, path: str | Path) -> None:
+        """Append to another file from now on: a warm session's twin outlives its runs, each of which keeps
+        its own ground truth in its own folder."""
+        with self._lock:
+            self._file.close()
+            self.path = Path(path)
+            self._file = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in close()
+
     def close(self) -> None:
         with self._lock:
             self._file.close()

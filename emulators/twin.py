@@ -46,6 +46,9 @@ Twin-wide control ops ("device": null):
     dataplane.path   src_host, src_port, dst_host, dst_port -> {lit, forward: {lit, why}, backward: ...}
     dataplane.state  {now, check_interval_ms, fibres, relays: [...], totals, events}
     dataplane.reset  every relay closed (open connections reset), counters cleared
+
+Other twin-wide ops: ping; clock (the twin's CLOCK_MONOTONIC); endpoints; truth.open path (the ground
+truth goes on in another file: a warm session's twin outlives its runs, each keeps its own).
 """
 
 from __future__ import annotations
@@ -178,7 +181,9 @@ class TwinServer:
                 return {"ok": True, "result": {"mono_ns": time.monotonic_ns(), "wall": time.time()}}
             if op == "endpoints":
                 return {"ok": True, "result": self.endpoints.to_json() if self.endpoints else None}
-            return {"ok": False, "error": f"unknown twin op {op!r} (twin ops: ping, clock, endpoints)"}
+            if op == "truth.open":  # the next run of a warm session: its ground truth goes to its own folder
+                return self._open_truth(args.get("path"))
+            return {"ok": False, "error": f"unknown twin op {op!r} (twin ops: ping, clock, endpoints, truth.open)"}
         target = self.devices.get(device)
         if target is None:
             return {"ok": False, "error": f"unknown device {device!r} (devices: {sorted(self.devices)})"}
@@ -188,6 +193,17 @@ class TwinServer:
             return {"ok": True, "result": getattr(target, op)(**args)}
         except Exception as exc:  # bad arguments, out-of-range ports: the caller gets the message
             return {"ok": False, "error": f"{op} on {device!r} failed: {type(exc).__name__}: {exc}"}
+
+    def _open_truth(self, path: Any) -> dict[str, Any]:
+        if not isinstance(path, str) or not path:
+            return {"ok": False, "error": f"truth.open needs a file path, got {path!r}"}
+        if self.truth is None:
+            return {"ok": False, "error": "truth.open: this twin keeps no ground truth (start it with a truth_log)"}
+        try:
+            self.truth.reopen(path)
+        except OSError as exc:
+            return {"ok": False, "error": f"truth.open: cannot open {path}: {exc}"}
+        return {"ok": True, "result": None}
 
     def dispatch_at(self, request: dict[str, Any]) -> dict[str, Any]:
         """A timed request: its op runs at request["at_ns"] (see Timed requests above); never raises."""

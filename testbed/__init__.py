@@ -52,6 +52,9 @@ _PUBLIC = {
     "load_playbook": "testbed.config",
     "make_plan": "testbed.plan",
     "PlanError": "testbed.plan",
+    # a warm session on a lab (IPython, Jupyter) and the runs it makes
+    "Lab": "testbed.lab",
+    "Run": "testbed.runner.run",
     # results
     "Op": "testbed.events",
     "Event": "testbed.events",

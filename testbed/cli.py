@@ -138,45 +138,35 @@ def cmd_plan(args, console: Console) -> int:
 
 
 def cmd_run(args, console: Console) -> int:
+    from testbed.lab import Lab, refuse_on_a_lab
     from testbed.report import print_summary
-    from testbed.runner.run import RunOptions, run_plan
 
-    inventory_file, plan = _load_plan(args)
+    inventory_file, plan = _load_plan(args)  # a mistake in the files is reported before anything starts
     if not args.emulate:
         if plan.inventory.emulated_only:
             raise UserError(
                 f"{inventory_file} describes an emulated lab (emulated_only: true); add --emulate, or "
                 "pass --inventory with your lab's inventory"
             )
-        not_on_a_lab = _faults_not_on_a_lab(plan)
-        if not_on_a_lab:
-            raise UserError(
-                "; ".join(f"{kind}: {why}" for kind, why in sorted(not_on_a_lab.items()))
-                + ". Run with --emulate, where the twin applies them"
-            )
+        refuse_on_a_lab(plan, confirmed=True)  # fault kinds only the twin can apply
         if plan.writes and not args.yes:
             _confirm(plan)
-    options = RunOptions(
-        playbook_file=args.playbook,
-        inventory_file=inventory_file,
-        results_root=Path(args.results),
+    lab = Lab(
+        inventory_file,
         emulate=args.emulate,
         ray_address=args.ray_address,
+        results=args.results,
+        console=console,
+        loaded=plan.inventory,
     )
-    outcome = run_plan(plan, options, console)
-    print_summary(console, outcome.summary)
-    if outcome.error:
-        Console(stderr=True).print(f"[red]{outcome.status}:[/] {escape(outcome.error)}", soft_wrap=True, markup=True)
-    console.print(f"results: {outcome.run_dir}", soft_wrap=True, markup=False, highlight=False)
-    return EXIT_OK if outcome.status == "ok" else EXIT_EXPERIMENT_FAILED
-
-
-def _faults_not_on_a_lab(plan) -> dict[str, str]:
-    """The plan's fault kinds that cannot be injected on a real lab, and why (each kind says: testbed/faults)."""
-    from testbed.faults import FAULT_KINDS
-
-    kinds = {s.kind for s in plan.all_steps() if getattr(s, "faults", 0) and hasattr(s, "kind")}
-    return {k: FAULT_KINDS.get(k).lab_support for k in kinds if FAULT_KINDS.get(k).lab_support is not None}
+    with lab:  # one run in a session of its own: `testbed run` is a thin user of testbed.Lab
+        run = lab.run(plan, playbook_file=args.playbook, yes=True)
+        # The table and the folder before Ray and the twin shut down: what the user waited for.
+        print_summary(console, run.summary)
+        if run.error:
+            Console(stderr=True).print(f"[red]{run.status}:[/] {escape(run.error)}", soft_wrap=True, markup=True)
+        console.print(f"results: {run.run_dir}", soft_wrap=True, markup=False, highlight=False)
+    return EXIT_OK if run.status == "ok" else EXIT_EXPERIMENT_FAILED
 
 
 def _confirm(plan) -> None:

@@ -128,6 +128,10 @@ class TwinHandle:
         except TriggerMissed:
             return False
 
+    def open_truth(self, path: Path) -> None:
+        """The ground truth goes to `path` from now on (the next run of a warm session, in its own folder)."""
+        self.control.call(None, "truth.open", path=str(Path(path).resolve()))
+
     def transfer_power(self, device: str) -> list[list[float]]:
         """A chip's power transfer matrix |T[out][in]|^2 (for crosstalk, which a lab cannot measure)."""
         return self.control.call(device, "transfer_power")

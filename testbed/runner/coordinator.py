@@ -170,7 +170,8 @@ class Coordinator:
 
     def actor_pids(self) -> dict[str, int]:
         """Each actor's worker process now; kept, to tell a restarted actor from the one before."""
-        self._pids = {name: self.dispatcher.call(name, "where").result()["pid"] for name in self.dispatcher.names()}
+        calls = {name: self.dispatcher.call(name, "where") for name in self.dispatcher.names()}  # all at once
+        self._pids = {name: call.result()["pid"] for name, call in calls.items()}
         return dict(self._pids)
 
     def wait_until_alive(self, names: list[str] | None = None, timeout_s: float = RESTART_TIMEOUT_S) -> None:

@@ -1,12 +1,16 @@
-"""`testbed run`: results folder, twin (when emulating), Ray, one actor per device, the coordinator, and
-the summary at the end. Each of those is its own module; this one only puts them in order."""
+"""One run: its results folder, its record, the engine over devices already serving, and the summary at the
+end. The devices (twin, locks, hubs) come from testbed.runner.devices, brought up for this run or kept warm
+by a testbed.Lab; each piece is its own module, this one only puts them in order."""
 
 from __future__ import annotations
 
 import contextlib
+import csv
+import json
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,18 +20,17 @@ from testbed.config.inventory import Inventory
 from testbed.errors import ExperimentFailed, UserError
 from testbed.events import Op
 from testbed.families import family_of
-from testbed.interlocks import Policy
 from testbed.plan import Plan
 from testbed.progress import ProgressDisplay
 from testbed.recorder import Recorder
 from testbed.results import SummaryCollector, make_run_dir, run_info, write_json
 from testbed.runner.clocks import measure_clocks
 from testbed.runner.coordinator import Coordinator
-from testbed.runner.dispatch import ActorLost, RayDispatcher
+from testbed.runner.devices import Devices
+from testbed.runner.dispatch import ActorLost
 from testbed.runner.errors import ActorDied
-from testbed.runner.jobs import JobController, watcher
-from testbed.runner.locks import device_locks
-from testbed.runner.ray_session import local_session_dir, ray_session, runner_identity
+from testbed.runner.jobs import JobController
+from testbed.runner.ray_session import local_session_dir, runner_identity
 from testbed.truth import TRUTH_FILE, failover_accuracy
 
 
@@ -41,14 +44,57 @@ class RunOptions:
 
 
 @dataclass(frozen=True)
-class RunOutcome:
+class Run:
+    """A finished run: its folder, how it ended, its summary (summary.json) and its spans."""
+
     run_dir: Path
     status: str  # "ok", "failed", "aborted"
     summary: dict
     error: str | None = None
 
+    @property
+    def folder(self) -> Path:
+        return self.run_dir
 
-def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def spans(self) -> list[dict]:
+        """Every measured span, one row each (trials.csv: trial, sweep, step, span, duration_ms, start_utc),
+        typed: `pandas.DataFrame(run.spans)` is the table."""
+        path = self.run_dir / "trials.csv"
+        if not path.is_file():
+            return []
+        with path.open(newline="") as f:
+            return [
+                {
+                    "trial": int(row["trial"]),
+                    "sweep": json.loads(row["sweep"]) if row["sweep"] else {},
+                    "step": row["step"],
+                    "span": row["span"],
+                    "duration_ms": float(row["duration_ms"]),
+                    "start_utc": row["start_utc"],
+                }
+                for row in csv.DictReader(f)
+            ]
+
+    def events(self) -> list[dict]:
+        """The run's events (events.jsonl), one dict each (results/README.md says what they hold)."""
+        from testbed.events import read_jsonl
+
+        return read_jsonl(self.run_dir / "events.jsonl").records
+
+    def __repr__(self) -> str:
+        return f"Run({self.run_dir.name!r}, status={self.status!r})"
+
+
+# (plan, the run's ground-truth file, the run's id) -> the devices serving it, up and warm
+DevicesFor = Callable[[Plan, Path, str], Devices]
+
+
+def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: DevicesFor) -> Run:
     if plan.transport_faults and not options.emulate:
         raise UserError(
             "the playbook has transport.* faults, which the twin's fault proxy applies; run it with --emulate "
@@ -71,52 +117,40 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
     collector = SummaryCollector()
     recorder = Recorder(run_dir, run_id, observers=[collector])
     status, error = "failed", None
-    # Where the run's first seconds go (run.json "startup_s"; bench/startup.py reads it).
-    startup: dict[str, float] = {}
-    mark = time.monotonic()
-
-    def phase(name: str) -> None:
-        nonlocal mark
-        now = time.monotonic()
-        startup[name] = round(now - mark, 4)
-        mark = now
-
+    # Where the run's first seconds go (run.json "startup_s"; bench/RESULTS.md's start-up rows read it).
+    started = time.monotonic()
     try:
         with contextlib.ExitStack() as stack:
-            inventory, twin = plan.inventory, None
-            if options.emulate:
-                from testbed.twin import start_twin  # the only way a run reaches the emulators
-
-                inventory, twin = stack.enter_context(start_twin(plan, run_dir / TRUTH_FILE, console))
+            devices = devices_for(plan, run_dir / TRUTH_FILE, run_id)
+            startup = dict(devices.startup_s) if devices.runs == 0 else {"devices_reused": True}
+            mark = time.monotonic()
+            inventory, twin, dispatcher = devices.inventory, devices.twin, devices.dispatcher
+            if twin is not None:
+                if devices.runs > 0:  # a warm twin: this run's ground truth in this run's folder, counters anew
+                    twin.open_truth(run_dir / TRUTH_FILE)
+                    twin.call(None, "dataplane.reset")
                 info["twin"] = twin.endpoints
                 info["twin_pid"] = twin.pid  # heal looks for it in /proc: did the twin die with the run?
                 info["twin_clock"] = twin.clock()
                 stack.callback(_record_dataplane, twin, info)  # runs before the twin stops, on every path
-                phase("twin")
-            stack.enter_context(
-                device_locks({d: inventory.devices[d].transport.address() for d in plan.devices}, run_id)
-            )
-            # Ray is shut down after the actors are stopped and their drivers closed (callbacks run last-in first-out).
-            ray = stack.enter_context(ray_session(options.ray_address))
-            phase("ray")
-            stack.enter_context(_sigterm_as_interrupt())  # after ray.init, which installs its own handler
+            devices.runs += 1
+            stack.enter_context(_sigterm_as_interrupt())
+            ray = dispatcher.ray
             info["ray"] = {"session_dir": local_session_dir(ray) if options.ray_address is None else None}
-            write_json(run_dir / "run.json", info)
-            actors, notes = _start_actors(ray, plan, inventory, emulate=options.emulate)
-            dispatcher = RayDispatcher(ray, actors)
-            stack.callback(_stop_actors, ray, dispatcher)
-            for note in notes:
+            for note in devices.notes:
                 console.print(f"[dim]{note}[/]")
-            info["placement"] = measure_clocks(dispatcher, list(actors))
-            phase("actors")  # the hubs started, every driver built, each device's clock offset measured
+            info["placement"] = measure_clocks(dispatcher, dispatcher.names())
             truth = twin.transfer_power if twin is not None else None
             coordinator = Coordinator(plan, dispatcher, recorder, artifacts=run_dir, twin=twin, ground_truth=truth)
             if plan.playbook.job is not None:
                 coordinator.jobs = _job_controller(plan, inventory, coordinator, twin, options.emulate)
             stack.callback(coordinator.close)
+            startup["clocks"] = round(time.monotonic() - mark, 4)
+            mark = time.monotonic()
             info["devices"] = coordinator.identify()
             info["actors"] = {name: {"pid": pid} for name, pid in coordinator.actor_pids().items()}
-            phase("identify")  # the first command to each device: connections made here
+            startup["identify"] = round(time.monotonic() - mark, 4)  # the first command to each device
+            startup["to_first_command"] = round(time.monotonic() - started, 4)
             info["startup_s"] = startup
             # What the run found, and the ports it may change: `testbed heal` restores these after a crash.
             recorder.emit("mark", Op.FABRIC_INITIAL, data=_initial_fabric(plan, info["devices"]))
@@ -146,7 +180,7 @@ def run_plan(plan: Plan, options: RunOptions, console: Console) -> RunOutcome:
         info["status"] = status
         info["error"] = error
         write_json(run_dir / "run.json", info)
-    return RunOutcome(run_dir, status, summary, error)
+    return Run(run_dir, status, summary, error)
 
 
 def _execute(plan: Plan, coordinator: Coordinator, recorder: Recorder) -> tuple[str, str | None]:
@@ -252,7 +286,7 @@ def _initial_fabric(plan: Plan, identified: dict[str, dict]) -> dict:
 
 
 def _job_controller(plan: Plan, inv: Inventory, coordinator: Coordinator, twin, emulate: bool):
-    """The job's ranks, watched over the watcher connections _start_actors opened with the devices (so a hub
+    """The job's ranks, watched over the watcher connections start_hubs opened with the devices (so a hub
     that restarts brings them back)."""
 
     def address_of(host: str) -> str:
@@ -276,65 +310,3 @@ def _record_dataplane(twin, info: dict) -> None:
     (bytes relayed, connections refused or cut because a path was dark)."""
     with contextlib.suppress(Exception):  # a twin that already died has nothing more to tell
         info["twin_dataplane"] = twin.call(None, "dataplane.state")["totals"]
-
-
-def _start_actors(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict, list[str]]:
-    """A hub actor per node (testbed/runner/hub.py) serving the plan's devices, and one of its own for each
-    device marked `isolated` or of a family that wants its own process (the switches). Returns {device or
-    watcher name: its hub's handle} and notes on pins."""
-    from testbed.runner.device_actor import MAX_RESTARTS
-    from testbed.runner.hub import DeviceHub, DeviceSpec
-    from testbed.runner.placement import actor_options
-
-    # Every pin and transport is resolved before the first hub starts: a mistake leaves nothing running.
-    placed = {name: actor_options(ray, name, inv.devices[name].node, emulate=emulate) for name in plan.devices}
-    # Every write passes the inventory's interlocks in the hub itself, whatever the planner checked: a
-    # switch's circuits are only known at run time (another group's circuit may hold a port a change needs).
-    specs = {}
-    for name in plan.devices:
-        dev = inv.devices[name]
-        specs[name] = DeviceSpec(name, dev.driver, dev.transport.settings(), policy(inv, name), dev.kind)
-    job = plan.playbook.job
-    if job is not None:
-        # The job's hosts and the spares a failover may move a rank to: each gets a second connection that
-        # follows a rank's log (two threads, so the engine can wait for it to be watching).
-        spares = job.spares if job.spares is not None else inv.spares
-        for host in [d for d in plan.devices if d in job.ranks or d in spares]:
-            dev = inv.devices[host]
-            specs[watcher(host)] = DeviceSpec(watcher(host), dev.driver, dev.transport.settings(), None, dev.kind, 2)
-    groups: dict[object, list[DeviceSpec]] = {}
-    for spec in specs.values():
-        where = placed[spec.device][0].get("scheduling_strategy")
-        dev = inv.devices[spec.device]
-        alone = dev.isolated or family_of(dev).own_process
-        key = ("alone", spec.device) if alone else getattr(where, "node_id", None)
-        groups.setdefault(key, []).append(spec)
-    remote_cls = ray.remote(DeviceHub)
-    hubs: dict[str, object] = {}
-    for group in groups.values():
-        options = placed[group[0].device][0]
-        hub = remote_cls.options(**options, max_restarts=MAX_RESTARTS).remote(group)
-        hubs.update(dict.fromkeys((spec.name for spec in group), hub))
-    return hubs, [note for _, note in placed.values() if note]
-
-
-def policy(inv: Inventory, name: str) -> Policy | None:
-    """The interlocks the device's actor enforces on every write (its family's; None: nothing to guard)."""
-    dev = inv.devices[name]
-    return family_of(dev).policy(name, dev)
-
-
-def _stop_actors(ray, dispatcher: RayDispatcher) -> None:
-    """Close every device's driver (all at once, 5 s in all: a device still busy is not waited for), then stop
-    the hubs."""
-    closing = []
-    for name in dispatcher.names():
-        with contextlib.suppress(Exception):  # a hub already gone
-            closing.append(dispatcher.call(name, "close"))
-    deadline = time.monotonic() + 5.0
-    for pending in closing:
-        with contextlib.suppress(Exception):
-            pending.result(timeout=max(0.0, deadline - time.monotonic()))
-    for hub in dispatcher.hub_handles():
-        with contextlib.suppress(Exception):
-            ray.kill(hub)

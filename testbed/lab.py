@@ -1,0 +1,183 @@
+"""A warm session on a lab, for IPython and Jupyter (the convention of bluesky's RunEngine and QCoDeS's
+Station): Ray, the twin and the device hubs stay up between runs, so the second run's first command goes out
+in well under a second instead of after the seconds a cold start takes.
+
+    import testbed
+    with testbed.Lab("playbooks/inventory/emulated-rack.yaml", emulate=True) as lab:
+        run = lab.run("playbooks/ocs-reconfig.yaml", trials=3)
+        run.summary["spans"]["reconfig.total"]["p50_ms"]
+        pandas.DataFrame(run.spans)                   # one row per measured span
+        again = lab.run("playbooks/ocs-reconfig.yaml")  # same devices: nothing restarts
+
+Every run is a run as `testbed run` makes it (`testbed run` is this class, used for one run): its own results
+folder, events, audit, summary, `testbed check` and `testbed heal`. What stays between runs:
+
+- Ray: started on a thread of its own when the Lab is made, so the first run's twin comes up meanwhile;
+- the devices (twin, locks, hubs with their drivers connected), while the next run needs the same ones
+  (the same devices, and for the twin the same seed and fault proxy); otherwise they are stopped and the
+  run brings up its own. The lab's state carries over, as on a lab: the circuits a run leaves stay;
+- the device locks: held from the run that brought the devices up until they are stopped, so no other run
+  can drive a device this session holds a connection to. Close the Lab (or leave the `with` block) to let
+  others have them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from testbed.config.inventory import Inventory
+from testbed.errors import UserError
+from testbed.runner.ray_session import RayStart
+
+DEFAULT_INVENTORY = "playbooks/inventory/emulated-rack.yaml"
+
+
+class Lab:
+    """A session on the lab an inventory describes (its emulated twin with emulate=True).
+
+    inventory: the inventory file; emulate: run on the twin (nothing real is opened); ray_address: join that
+    Ray cluster instead of starting a local instance; results: the folder runs are written under; console:
+    where progress goes (a quiet one: rich.console.Console(quiet=True)); loaded: that file's inventory,
+    already loaded (it is not read again).
+    """
+
+    def __init__(
+        self,
+        inventory: str | Path = DEFAULT_INVENTORY,
+        *,
+        emulate: bool = False,
+        ray_address: str | None = None,
+        results: str | Path = "results",
+        console: Console | None = None,
+        loaded: Inventory | None = None,
+    ) -> None:
+        from testbed.config import load_inventory
+
+        self.inventory_file = str(inventory)
+        self.inventory = loaded if loaded is not None else load_inventory(self.inventory_file).model
+        self.emulate = emulate
+        self.ray_address = ray_address
+        self.results = Path(results)
+        self.console = console if console is not None else Console(highlight=False)
+        if self.inventory.emulated_only and not emulate:
+            raise UserError(
+                f"{self.inventory_file} describes an emulated lab (emulated_only: true); use emulate=True "
+                "(--emulate), or your lab's inventory"
+            )
+        self._ray = RayStart(ray_address)  # starts now, on its own thread
+        self._devices = None  # testbed.runner.devices.Devices, while they serve
+        self._closed = False
+
+    # -- runs -----------------------------------------------------------------------------------------
+
+    def plan(self, playbook: str | Path, *, trials: int | None = None, seed: int | None = None):
+        """The plan `run` would execute (testbed.plan.Plan; `testbed plan` prints the same)."""
+        from testbed.config import load_playbook
+        from testbed.plan import make_plan
+
+        model = load_playbook(str(playbook), self.inventory).model
+        return make_plan(model, self.inventory, trials=trials, seed=seed)
+
+    def run(
+        self,
+        playbook,
+        *,
+        trials: int | None = None,
+        seed: int | None = None,
+        yes: bool = False,
+        playbook_file: str | None = None,
+    ):
+        """Run a playbook (a file, or a Plan from `plan`) and return its testbed.runner.run.Run: `.folder`,
+        `.status`, `.summary`, `.spans` (rows for pandas), `.events()`. On a real lab a run that writes to
+        devices needs yes=True (the CLI asks, or takes --yes); playbook_file names a Plan's file in run.json."""
+        from testbed.plan import Plan
+        from testbed.runner.run import RunOptions, execute_run
+
+        if self._closed:
+            raise UserError("this Lab is closed; make a new one")
+        if isinstance(playbook, Plan):
+            plan, playbook_file = playbook, playbook_file or playbook.playbook.name
+        else:
+            plan, playbook_file = self.plan(playbook, trials=trials, seed=seed), str(playbook)
+        if not self.emulate:
+            refuse_on_a_lab(plan, confirmed=yes)
+        options = RunOptions(playbook_file, self.inventory_file, self.results, self.emulate, self.ray_address)
+        return execute_run(plan, options, self.console, self._devices_for)
+
+    def _devices_for(self, plan, truth_log: Path, run_id: str):
+        from testbed.runner.devices import bring_up, devices_key
+
+        current = self._devices
+        if current is not None and current.key == devices_key(plan, self.emulate) and _still_up(current):
+            return current
+        self._stop_devices()
+        self._devices = bring_up(
+            plan, self._ray, emulate=self.emulate, truth_log=truth_log, owner=run_id, console=self.console
+        )
+        return self._devices
+
+    # -- the session ----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the devices (drivers closed, locks released, twin stopped) and the Ray this Lab started."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._stop_devices()
+        finally:
+            self._ray.shutdown()
+
+    def _stop_devices(self) -> None:
+        devices, self._devices = self._devices, None
+        if devices is not None:
+            devices.close()
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("devices up" if self._devices is not None else "no devices up")
+        mode = "emulated" if self.emulate else "lab"
+        return f"Lab({self.inventory_file!r}, {mode}, {state})"
+
+
+def run_plan(plan, options, console: Console):
+    """One run on devices brought up for it alone (what `testbed run` does) -> testbed.runner.run.Run. The
+    caller has confirmed any write to a real lab. `options` is a testbed.runner.run.RunOptions."""
+    with Lab(
+        options.inventory_file,
+        emulate=options.emulate,
+        ray_address=options.ray_address,
+        results=options.results_root,
+        console=console,
+        loaded=plan.inventory,
+    ) as lab:
+        return lab.run(plan, playbook_file=options.playbook_file, yes=True)
+
+
+def _still_up(devices) -> bool:
+    """A twin that died (killed, crashed) is not reused: the run brings up a new one."""
+    twin = devices.twin
+    return twin is None or twin.process.process.poll() is None
+
+
+def refuse_on_a_lab(plan, *, confirmed: bool) -> None:
+    """What a run on a real lab refuses before anything starts."""
+    from testbed.faults import FAULT_KINDS
+
+    kinds = {s.kind for s in plan.all_steps() if getattr(s, "faults", 0) and hasattr(s, "kind")}
+    not_on_a_lab = {k: FAULT_KINDS.get(k).lab_support for k in kinds if FAULT_KINDS.get(k).lab_support is not None}
+    if not_on_a_lab:
+        raise UserError(
+            "; ".join(f"{kind}: {why}" for kind, why in sorted(not_on_a_lab.items()))
+            + ". Run with --emulate, where the twin applies them"
+        )
+    if plan.writes and not confirmed:
+        targets = ", ".join(f"{d} ({a})" for d, a in plan.addresses().items() if d in plan.writes)
+        raise UserError(f"this run writes to real devices: {targets}; pass yes=True (--yes) to confirm")
