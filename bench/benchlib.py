@@ -188,3 +188,172 @@ class ActorMemory:
             "devices": devices,
             "pss_mib_per_device": sum(pss) / devices if pss and devices else None,
         }
+
+
+# --- a whole process tree, sampled from outside (a `testbed run` started as a subprocess) ---------------
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name (which may hold spaces): field 3 (state) is [0], ppid [1],
+    utime [11], stime [12]."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
+def process_tree(root: int) -> dict[int, int]:
+    """{pid: parent pid} of `root` and all its living descendants (zombies left out), from one pass over /proc;
+    a parent comes before its children."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields is None or fields[0] == "Z":
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    tree = {root: 0} if _stat_fields(root) is not None else {}
+    todo = [root] if tree else []
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, []):
+            tree[child] = pid
+            todo.append(child)
+    return tree
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time the process has used so far."""
+    fields = _stat_fields(pid)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+class TreeMemory:
+    """Samples the memory (Pss from smaps_rollup, VmRSS) of a process and all its descendants every `every_s`
+    seconds while it runs, from another process: the way to see what a command such as `testbed run` costs
+    as a whole (its Ray instance's processes and the twin are its descendants).
+
+    `classify(pid, command_line)` puts each process in a group (e.g. "controller", "twin", "ray"); a process
+    whose parent is in a group of `inherit` is put in its parent's group (the twin's job processes count as
+    the twin). Kept: the sample with the largest total PSS (its groups' sums), the largest total RSS, each
+    group's largest PSS and RSS sums, each process's largest reading with its group and command line, and
+    each process's last CPU time (user + system; a process that ends between two samples loses what it used
+    after the last one). Use as a context manager around the wait for the command."""
+
+    def __init__(self, root: int, classify, inherit: tuple[str, ...] = (), every_s: float = 0.5) -> None:
+        self.root = root
+        self.classify = classify
+        self.inherit = inherit
+        self.every_s = every_s
+        self.samples = 0
+        self.peak_pss: dict = {"pss_kib": 0}
+        self.peak_rss: dict = {"rss_kib": 0}
+        self.group_peaks: dict[str, dict] = {}
+        self.procs: dict[int, dict] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="tree-memory", daemon=True)
+
+    def sample(self) -> None:
+        tree = process_tree(self.root)
+        total = {"pss_kib": 0, "rss_kib": 0, "processes": 0, "groups": {}}
+        groups: dict[int, str] = {}
+        for pid, parent in tree.items():  # parents first: a child sees its parent's group
+            command = command_line(pid)
+            # classified afresh every time: a Ray worker's title changes once it hosts an actor
+            inherited = groups.get(parent)
+            group = groups[pid] = inherited if inherited in self.inherit else self.classify(pid, command)
+            mem = memory_kib(pid)
+            if not mem or mem.get("rss_kib") is None or mem.get("pss_kib") is None:
+                continue  # gone meanwhile, or a kernel thread
+            g = total["groups"].setdefault(group, {"pss_kib": 0, "rss_kib": 0, "processes": 0})
+            for d in (total, g):
+                d["pss_kib"] += mem["pss_kib"]
+                d["rss_kib"] += mem["rss_kib"]
+                d["processes"] += 1
+            proc = self.procs.setdefault(pid, dict(mem))
+            proc["pss_kib"] = max(proc["pss_kib"], mem["pss_kib"])
+            proc["rss_kib"] = max(proc["rss_kib"], mem["rss_kib"])
+            proc["group"], proc["command"] = group, command[:120]  # the last seen
+            cpu = cpu_seconds(pid)
+            if cpu is not None:
+                proc["cpu_s"] = cpu
+        self.samples += 1
+        if total["pss_kib"] > self.peak_pss["pss_kib"]:
+            self.peak_pss = total
+        if total["rss_kib"] > self.peak_rss["rss_kib"]:
+            self.peak_rss = total
+        for name, g in total["groups"].items():
+            peak = self.group_peaks.setdefault(name, {"pss_kib": 0, "rss_kib": 0, "processes": 0})
+            for key in peak:
+                peak[key] = max(peak[key], g[key])
+
+    def _loop(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def cpu_by_group(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for proc in self.procs.values():
+            out[proc["group"]] = out.get(proc["group"], 0.0) + proc.get("cpu_s", 0.0)
+        return out
+
+    def processes(self) -> list[dict]:
+        """Every process seen, largest PSS first: its group, command line (as last seen), peak PSS and RSS in
+        MiB and CPU seconds."""
+        out = [
+            {
+                "pid": pid,
+                "group": p["group"],
+                "command": p["command"],
+                "pss_mib": round(p["pss_kib"] / 1024, 1),
+                "rss_mib": round(p["rss_kib"] / 1024, 1),
+                "cpu_s": round(p.get("cpu_s", 0.0), 2),
+            }
+            for pid, p in self.procs.items()
+        ]
+        return sorted(out, key=lambda p: -p["pss_mib"])
+
+    def summary(self) -> dict:
+        """Peaks in MiB: the whole tree's PSS and RSS (at their largest samples), each group's largest sums,
+        and the CPU seconds each group used."""
+
+        def mib(d: dict) -> dict:
+            out = {"pss_mib": d.get("pss_kib", 0) / 1024, "rss_mib": d.get("rss_kib", 0) / 1024}
+            if "processes" in d:
+                out["processes"] = d["processes"]
+            return out
+
+        return {
+            "samples": self.samples,
+            "every_s": self.every_s,
+            "peak_pss": {
+                **mib(self.peak_pss),
+                "groups": {k: mib(v) for k, v in self.peak_pss.get("groups", {}).items()},
+            },
+            "peak_rss": {
+                **mib(self.peak_rss),
+                "groups": {k: mib(v) for k, v in self.peak_rss.get("groups", {}).items()},
+            },
+            "group_peaks": {k: mib(v) for k, v in self.group_peaks.items()},
+            "cpu_s": {k: round(v, 2) for k, v in self.cpu_by_group().items()},
+        }

@@ -1,6 +1,6 @@
 """Run every benchmark and write bench/RESULTS.md (raw figures in bench/out/*.json, git-ignored).
 
-    python bench/run_all.py            # the full run (about 16 minutes on a 2-core machine)
+    python bench/run_all.py            # the full run (about 19 minutes on a 2-core machine)
     python bench/run_all.py --quick    # a small smoke configuration (a few minutes)
 
 Every figure is a ratio against a baseline measured in the same run, in alternating rounds, because
@@ -21,7 +21,9 @@ from pathlib import Path
 
 import failover
 import health_fanout
+import numpy as np
 import ocs_overhead
+import opus_runs
 import opus_scale
 import switch_protocols
 from benchlib import OUT, REPO, machine, write_out
@@ -33,6 +35,7 @@ FULL = {
     # 34 failovers a round: the accuracy's p99 is taken over 102 of them, not read off the maximum of 30.
     "failover": {"trials": 34, "restarts": 10, "rounds": 3},
     "opus_scale": {"trials": 10, "rounds": 3, "hosts": 256},
+    "opus_runs": {"rounds": 2, "trials": 5},
     "switch_protocols": {"reconfigs": 90, "trials": 10, "rounds": 2},
 }
 QUICK = {
@@ -40,6 +43,7 @@ QUICK = {
     "health_fanout": {"hosts": 8, "rounds": 1, "checks": 2},
     "failover": {"trials": 2, "restarts": 2, "rounds": 1},
     "opus_scale": {"trials": 2, "rounds": 1, "hosts": 256},
+    "opus_runs": {"rounds": 1, "trials": 1},
     "switch_protocols": {"reconfigs": 30, "trials": 2, "rounds": 1},
 }
 MODULES = {
@@ -47,6 +51,7 @@ MODULES = {
     "health_fanout": health_fanout,
     "failover": failover,
     "opus_scale": opus_scale,
+    "opus_runs": opus_runs,
     "switch_protocols": switch_protocols,
 }
 
@@ -323,6 +328,80 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
         else:
             failed("opus_scale", "Opus scale", "<= 1.5x")
 
+    r = results.get("opus_runs")
+    if r is not None:
+        if r["ok"]:
+            f = r["figures"]
+
+            def tree(peak: dict) -> str:
+                g = peak["groups"]
+                parts = ", ".join(f"{k} {g[k]['pss_mib']:.0f}" for k in ("controller", "ray", "twin") if k in g)
+                return f"{peak['pss_mib']:.0f} MiB PSS ({parts})"
+
+            def startup(s: dict | None) -> str:
+                keys = ("twin", "ray", "hubs", "identify")
+                return ", ".join(f"{k} {s[k]:.1f} s" for k in keys if s and k in s) or "n/a"
+
+            h, fo = f["health"], f["failover"]
+            out.append(
+                (
+                    f"Opus runs ({f['hosts']} hosts x 8 GPUs): `{h['command'].split(' --results')[0]}`, cold, "
+                    "command start to exit",
+                    f"{_s(h['wall_s']['p50'], 1)} (max {_s(h['wall_s']['max'], 1)}, n={h['wall_s']['n']}); "
+                    f"start-up {startup(h['startup_s'])}; health step p50 {_ms(h['health_step_ms'].get('p50'), 0)}",
+                    "",
+                    "",
+                    "completes (report)",
+                    "yes",
+                )
+            )
+            ft = fo["failover_total_p50_ms"]
+            out.append(
+                (
+                    f"Opus runs: `{fo['command'].split(' --results')[0]}` (8 ranks), cold",
+                    f"{_s(fo['wall_s']['p50'], 1)} (max {_s(fo['wall_s']['max'], 1)}, n={fo['wall_s']['n']}); "
+                    f"failover.total p50 {_ms(ft.get('p50'), 0)} (a run's p50, median over runs)",
+                    "",
+                    "",
+                    "completes (report)",
+                    "yes",
+                )
+            )
+            out.append(
+                (
+                    "Opus runs: peak memory of the whole process tree (testbed, Ray, hubs, twin; every "
+                    f"{f['sample_every_s']:g} s)",
+                    f"health {tree(h['peak_pss'])}, RSS sum {h['peak_rss']['rss_mib']:.0f} MiB; failover "
+                    f"{tree(fo['peak_pss'])}, RSS sum {fo['peak_rss']['rss_mib']:.0f} MiB",
+                    "",
+                    "",
+                    "(report)",
+                    "n/a",
+                )
+            )
+            c = f["controller_memory"]
+            full = float(np.median([x["pss_mib"] for x in c["full_controller"]]))
+            base = float(np.median([x["pss_mib"] for x in c["base_controller"]]))
+            hubs = max(x["processes"] for x in c["full_controller"]) - 1
+            per = c["pss_mib_per_device"]
+            out.append(
+                (
+                    f"Opus runs: controller memory per device ({c['full_devices']} devices driven: health of every "
+                    "host, a permutation on every rail)",
+                    f"{per['p50']:.2f} MiB PSS per device (n={per['n']}): (testbed + {hubs} hub processes "
+                    f"{full:.0f} MiB - base {base:.0f} MiB) / {c['full_devices']}; the twin "
+                    f"{np.median([x['pss_mib'] for x in c['full_twin']]):.0f} MiB PSS, not counted (medians of "
+                    f"{per['n']} pairs of runs)",
+                    f"base: the same on 1 host + 1 switch, {base:.0f} MiB PSS (twin "
+                    f"{np.median([x['pss_mib'] for x in c['base_twin']]):.0f} MiB)",
+                    "",
+                    "<= 5 MiB per device",
+                    _yes(per["max"] <= 5.0),
+                )
+            )
+        else:
+            failed("opus_runs", "Opus runs: gpu-health and gpu-failover at 2048 GPUs, memory", "completes")
+
     r = results.get("switch_protocols")
     if r is not None:
         if r["ok"]:
@@ -430,6 +509,18 @@ an empty twin's, per device; a host's marginal cost from 256 hosts minus 128. Ac
 pages split among sharers) of each `ray::DeviceHub` process of this run, sampled every second, and their PSS
 divided by the devices they serve (the 8 switches here, each in a hub of its own; the 64 hosts in the fan-out run,
 all in one hub).""",
+    "opus_runs": """**Opus runs** (`bench/opus_runs.py`). The 2048-GPU inventory
+`playbooks/inventory/opus-2048.yaml` through the real CLI: each run is `testbed run ... --inventory
+playbooks/inventory/opus-2048.yaml --emulate` started as a subprocess (cold: its own Ray instance, twin and hubs),
+timed from starting the command to its exit. Per round, one after the other: `playbooks/gpu-health.yaml --trials 1`
+(all 256 hosts; start-up phases from run.json `startup_s`, identify = connecting to every host); the 8-rank failover
+`playbooks/opus-failover.yaml` (h001..h008 on a 2 x 4 torus, rail 0 along rows and rail 1 along columns; spares
+h249..h256); and two runs of a generated playbook (hosts.health, then a 256-circuit permutation by fabric.apply,
+two trials, then fabric.clear) on all 264 devices and on 1 host + 1 switch. Memory: the command's process tree
+sampled every 0.5 s, Pss (/proc/PID/smaps_rollup) and VmRSS summed per sample; the peak is the largest sum.
+Controller = the `testbed` process + the `ray::DeviceHub` workers (one for all the hosts, one per switch); twin =
+`python -m emulators serve` and its children (the job's ranks); Ray = the rest (GCS, raylet, agents, idle
+workers). Per device = (controller PSS peak with 264 devices - with 2) / 264.""",
     "switch_protocols": """**OCS protocols** (`bench/switch_protocols.py`). The same emulated 32x32 switch behind
 each of its four drivers, chosen by the inventory: `emulated-rack.yaml` (`polatis-scpi`), `emulated-rack-netconf.yaml`
 (`polatis-netconf`: ncclient over SSH), `emulated-rack-tl1.yaml` (`polatis-tl1`) and `emulated-rack-calient.yaml`

@@ -148,6 +148,28 @@ def test_changed_host_key_is_refused(settings, tmp_path):
     assert "does not match" in err.value.message and "ssh-keygen -f" in err.value.hint
 
 
+def test_a_known_hosts_file_is_read_again_once_it_changes(settings, tmp_path):
+    # The driver parses a known_hosts file once for all its connections (drivers/ssh.py _known_hosts); a file
+    # fixed after a refusal (the key added, as the hint says) is read again, and a hashed entry
+    # (`ssh-keygen -H`) still matches.
+    import paramiko
+
+    from emulators.gpuhost.keys import new_ed25519
+
+    name = f"[127.0.0.1]:{settings.port}"
+    real = paramiko.HostKeys(settings.known_hosts).lookup(name)["ssh-ed25519"]
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"{name} ssh-ed25519 {new_ed25519()[0].get_base64()}\n")
+    drv = make_driver("ssh", "gpu01", dataclasses.replace(settings, known_hosts=str(kh)))
+    with pytest.raises(DeviceConnectionError) as err:
+        drv.identify()
+    assert "does not match" in err.value.message
+    hashed = paramiko.HostKeys.hash_host(name)
+    kh.write_text(f"{hashed} ssh-ed25519 {real.get_base64()}\nother.example ssh-ed25519 {real.get_base64()}\n")
+    assert drv.identify().serial == "gpu01"
+    drv.close()
+
+
 def test_powered_off_host_is_a_connection_error_then_the_driver_reconnects(driver, gpu_host):
     driver.identify()
     gpu_host.power_off()
