@@ -1,3 +1,3 @@
-from testbed.cli import main
+from testbed.cli import entry
 
-raise SystemExit(main())
+entry()

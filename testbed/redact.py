@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 # Keys whose values are secrets wherever they appear in recorded data.
@@ -31,11 +32,15 @@ def redact_text(text: str) -> str:
     return text
 
 
+@functools.lru_cache(maxsize=4096)
+def _secret_key(key: str) -> bool:
+    # Records repeat a few keys thousands of times (a GPU's fields, an audit record's): one search per key.
+    return SECRET_KEYS.search(key) is not None
+
+
 def redact(value):
     if isinstance(value, dict):
-        return {
-            k: ("***" if isinstance(k, str) and SECRET_KEYS.search(k) and v else redact(v)) for k, v in value.items()
-        }
+        return {k: ("***" if isinstance(k, str) and v and _secret_key(k) else redact(v)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
     if isinstance(value, str):

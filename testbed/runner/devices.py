@@ -79,11 +79,19 @@ def bring_up(plan: Plan, ray_start, *, emulate: bool, truth_log: Path, owner: st
         hubs, notes = start_hubs(ray, plan, inventory, emulate=emulate)
         dispatcher = RayDispatcher(ray, hubs)
         stack.callback(stop_hubs, ray, dispatcher)
-        phase("hubs")
+        _wait_until_up(dispatcher)
+        phase("hubs")  # their processes started, every driver built
     except BaseException:
         stack.close()
         raise
     return Devices(devices_key(plan, emulate), inventory, dispatcher, twin, notes, startup, _stack=stack)
+
+
+def _wait_until_up(dispatcher: RayDispatcher) -> None:
+    """One call to each hub, all at once: it answers once its process is up and its drivers are built."""
+    first = {id(hub): name for name, hub in reversed(dispatcher.hubs.items())}
+    for pending in [dispatcher.call(name, "where") for name in first.values()]:
+        pending.result()
 
 
 def start_hubs(ray, plan: Plan, inv: Inventory, emulate: bool) -> tuple[dict, list[str]]:
