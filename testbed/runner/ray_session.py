@@ -93,7 +93,10 @@ class RayStart:
 
 def _init(address: str | None):
     """(the ray module, whether this call started or joined it)."""
-    if address is None:
+    if address is None or _loopback(address):
+        # A cluster on this machine's loopback (`ray start --head --node-ip-address=127.0.0.1`): without
+        # single-machine mode Ray rewrites 127.0.0.1 to the machine's outward address, where nothing listens,
+        # and retries for minutes.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
@@ -121,9 +124,15 @@ def _init(address: str | None):
         where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
         raise UserError(
             f"cannot start or join {where}: {exc}\n  try: check the address (ray status on the "
-            "head node prints it) or omit --ray-address to run locally"
+            "head node prints it); a cluster with token authentication wants RAY_AUTH_MODE=token in the "
+            "environment; or omit --ray-address to run locally"
         ) from None
     return ray, True
+
+
+def _loopback(address: str) -> bool:
+    host = address.split("://")[-1].rpartition(":")[0] or address
+    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
 
 
 @contextlib.contextmanager
