@@ -102,3 +102,52 @@ def test_a_step_on_one_switch_batches_into_one_program(tmp_path):
     assert dispatcher.calls == [("ocs1", "run_program")]  # three reconfigurations, one round trip
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["data"]["ms"] > 20 for e in events if e["op"] == "reconfig.ack"] == [True, True, True]
+
+
+def _environ(pid: int) -> dict[str, str]:
+    """A running rank's environment, as the kernel holds it (the emulated hosts run ranks on this machine)."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+
+
+def test_ranks_get_pytorchs_rendezvous_and_it_moves_with_rank_0(tmp_path):
+    """MASTER_ADDR / MASTER_PORT name rank 0's host (torch.distributed's env:// contract), with
+    LOCAL_WORLD_SIZE; when rank 0 is the one lost, the relaunched job is told the spare's."""
+    base = load_inventory(REPO / "playbooks/inventory/emulated-rack.yaml").model
+    data = load_playbook(REPO / "playbooks/gpu-failover.yaml", base).model.model_dump(mode="json", exclude_unset=True)
+    data["steps"][1]["fault"]["target"] = "rank:0"
+    playbook = load_playbook(_write(tmp_path / "rank0.yaml", data), base).model
+    plan = make_plan(playbook, base, trials=1)
+    job_start, failover, job_stop = plan.trials[0].steps
+    with start_twin(plan, None) as (inventory, twin):
+        coordinator, dispatcher, recorder = engine_for(plan, inventory, twin, tmp_path)
+        jobs = coordinator.jobs
+        try:
+            coordinator.execute_steps([job_start])
+            before = {rank: _environ(handle["pid"]) for rank, handle in jobs.handles.items()}
+            coordinator.execute_steps([failover])
+            after = {rank: _environ(handle["pid"]) for rank, handle in jobs.handles.items()}
+            spare = jobs.ranks[0].host
+            coordinator.execute_steps([job_stop])
+        finally:
+            coordinator.close()
+            dispatcher.close()
+            recorder.close()
+    assert spare in ("gpu09", "gpu10")  # rank 0 was failed over
+    for env, master in ((before, "gpu01"), (after, spare)):
+        assert sorted(env) == [0, 1, 2, 3]
+        assert {e["TESTBED_MASTER_HOST"] for e in env.values()} == {master}
+        assert {e["MASTER_ADDR"] for e in env.values()} == {"127.0.0.1"}  # every emulated host is this machine
+        assert len({e["MASTER_PORT"] for e in env.values()}) == 1
+        assert all(e["WORLD_SIZE"] == "4" and e["LOCAL_WORLD_SIZE"] == "1" for e in env.values())
+        assert [e["RANK"] for _, e in sorted(env.items())] == ["0", "1", "2", "3"]
+        # the rendezvous port is none of the ranks' own listening ports
+        own = {e["TESTBED_PEERS"].split(",")[int(e["RANK"])].rpartition(":")[2] for e in env.values()}
+        assert env[0]["MASTER_PORT"] not in own
+
+
+def _write(path: Path, data: dict) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -86,8 +86,10 @@ class JobFabric(Strict):
 class Job(Strict):
     """A command started on GPU hosts, one rank per entry of `ranks` (a host may hold several ranks).
 
-    Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, TESTBED_PEERS (host:port of every rank, rank r listening
-    on port + r), TESTBED_CHECKPOINT_DIR and CUDA_VISIBLE_DEVICES in its environment.
+    Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (PyTorch's
+    env:// rendezvous: rank 0's host, port + world size; after a failover of rank 0, the spare's),
+    TESTBED_MASTER_HOST (that host's inventory name), TESTBED_PEERS (host:port of every rank, rank r
+    listening on port + r), TESTBED_CHECKPOINT_DIR and CUDA_VISIBLE_DEVICES in its environment.
     """
 
     command: list[str] = Field(

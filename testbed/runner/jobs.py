@@ -123,9 +123,13 @@ class JobController:
         with every rank, and the job's failures reach it too (its peers' deaths end it). Watching every
         rank's ready line made those results, and Ray's traffic for them, arrive just as the first step
         did, and delayed seeing it by milliseconds (the twin's ground truth showed both biases)."""
-        self.ports = self._listen_ports()
+        *self.ports, master_port = self._listen_ports()  # one port per rank, and rank 0's rendezvous port
         direct = [f"{self.address_of(r.host)}:{self.ports[r.index]}" for r in self.ranks]
         self.launches += 1
+        # PyTorch's contract (torch.distributed's env:// rendezvous): rank 0's host serves the rendezvous, so
+        # after a failover of rank 0 it is the spare's address the ranks are given.
+        master = self.ranks[0].host
+        per_host = {host: sum(1 for r in self.ranks if r.host == host) for host in self.assignment}
         programs: dict[str, list] = {}
         for r in self.ranks:
             env = {
@@ -133,6 +137,10 @@ class JobController:
                 "RANK": str(r.index),
                 "WORLD_SIZE": str(len(self.ranks)),
                 "LOCAL_RANK": str(r.local),
+                "LOCAL_WORLD_SIZE": str(per_host[r.host]),
+                "MASTER_ADDR": self.address_of(master),
+                "MASTER_PORT": str(master_port),
+                "TESTBED_MASTER_HOST": master,
                 "TESTBED_PEERS": ",".join(self._peers_of(r, direct)),
                 "TESTBED_CHECKPOINT_DIR": self.job.checkpoint_dir,
             }
@@ -167,13 +175,14 @@ class JobController:
         return started, watched
 
     def _listen_ports(self) -> list[int]:
-        """Where each rank listens. On a lab, the playbook's port + rank on each host. In the twin every rank
-        runs on this machine, so each launch takes free ports: a rank left over from an earlier run (its
-        twin killed) cannot make this launch fail to bind. They are taken below the kernel's ephemeral range:
+        """Where each rank listens, then rank 0's rendezvous port (MASTER_PORT). On a lab, the playbook's port +
+        rank on each host, and port + world size. In the twin every rank runs on this machine, so each launch
+        takes free ports: a rank left over from an earlier run (its twin killed) cannot make this launch fail
+        to bind. They are taken below the kernel's ephemeral range:
         a port from bind(0) is free only until the probe closes, and the twin's relays, which bind(0) too,
         could take it first (a rank's neighbour would then be a relay back to itself)."""
         if self.link is None:
-            return [self.job.port + r.index for r in self.ranks]
+            return [self.job.port + r.index for r in self.ranks] + [self.job.port + len(self.ranks)]
         low = _ephemeral_low()
         candidates = list(range(max(1024, low - 12000), low))
         self._rng.shuffle(candidates)
@@ -185,9 +194,9 @@ class JobController:
                 except OSError:
                     continue
             chosen.append(port)
-            if len(chosen) == len(self.ranks):
+            if len(chosen) == len(self.ranks) + 1:
                 return chosen
-        raise StepFailed(f"no {len(self.ranks)} free ports below {low} on 127.0.0.1 for the emulated ranks")
+        raise StepFailed(f"no {len(self.ranks) + 1} free ports below {low} on 127.0.0.1 for the emulated ranks")
 
     def _peers_of(self, r: Rank, direct: list[str]) -> list[str]:
         """Rank r's view of every rank's address. Through the twin's data plane, the neighbour it connects to
