@@ -190,7 +190,7 @@ def with_testbed(inventory: Path, results: Path, checks: int, sample_memory: boo
         "cold_without_twin_s": cold - startup.get("twin", 0.0),
         "whole_s": whole,
         "startup_s": startup,
-        "actor_memory": memory.summary(devices=hosts_in(inventory)),
+        "actor_memory": memory.summary(devices=len(load_inventory(inventory).model.devices)),
     }
 
 
@@ -206,10 +206,6 @@ def warm_session(inventory: Path, results: Path) -> float:
         if not run.ok:
             raise RunFailed(f"lab.run {run.folder.name}: {run.error}")
         return (_health_walls(run.folder / "events.jsonl")[0][1] - called) / 1e9
-
-
-def hosts_in(inventory: Path) -> int:
-    return sum(1 for line in inventory.read_text().splitlines() if "kind: gpu_host" in line)
 
 
 class RunFailed(RuntimeError):

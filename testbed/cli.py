@@ -103,15 +103,17 @@ def cmd_validate(args, console: Console) -> int:
     from testbed.errors import ConfigError
 
     problems: list[str] = []
-    inventory = None
+    inventories: dict[str, object] = {}  # each inventory loaded once, whatever number of playbooks use it
     for path in args.files:
         try:
             kind = detect_kind(path)
             if kind == "inventory":
                 detail = load_inventory(path).summary()  # what its ranges and patterns expanded to
             else:
-                if inventory is None:
-                    inventory = load_inventory(args.inventory or default_inventory(path)).model
+                file = args.inventory or default_inventory(path)
+                if file not in inventories:
+                    inventories[file] = load_inventory(file).model
+                inventory = inventories[file]
                 load_playbook(path, inventory)
                 detail = f"playbook, against inventory {inventory.name}"
             console.print(f"[green]ok[/] {escape(path)} ({escape(detail)})")
@@ -125,7 +127,14 @@ def cmd_validate(args, console: Console) -> int:
 
 
 def default_inventory(playbook: str | None = None) -> str:
-    """playbooks/inventory/emulated-rack.yaml from the working directory, else next to the playbook."""
+    """The inventory the playbook names (`inventory:`), else playbooks/inventory/emulated-rack.yaml from the
+    working directory, else next to the playbook."""
+    if playbook is not None:
+        from testbed.config import declared_inventory
+
+        declared = declared_inventory(playbook)
+        if declared is not None:
+            return declared
     if Path(DEFAULT_INVENTORY).is_file() or playbook is None:
         return DEFAULT_INVENTORY
     beside = Path(playbook).parent / "inventory" / Path(DEFAULT_INVENTORY).name
@@ -156,12 +165,7 @@ def cmd_run(args, console: Console) -> int:
 
     inventory_file, plan = _load_plan(args)  # a mistake in the files is reported before anything starts
     if not args.emulate:
-        if plan.inventory.emulated_only:
-            raise UserError(
-                f"{inventory_file} describes an emulated lab (emulated_only: true); add --emulate, or "
-                "pass --inventory with your lab's inventory"
-            )
-        refuse_on_a_lab(plan, confirmed=True)  # fault kinds only the twin can apply
+        refuse_on_a_lab(plan, inventory_file, confirmed=True)  # all but the writes, which are asked about next
         if plan.writes and not args.yes:
             _confirm(plan)
     lab = Lab(

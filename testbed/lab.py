@@ -61,11 +61,8 @@ class Lab:
         self.ray_address = ray_address
         self.results = Path(results)
         self.console = console if console is not None else Console(highlight=False)
-        if self.inventory.emulated_only and not emulate:
-            raise UserError(
-                f"{self.inventory_file} describes an emulated lab (emulated_only: true); use emulate=True "
-                "(--emulate), or your lab's inventory"
-            )
+        if not emulate:
+            _require_a_lab(self.inventory, self.inventory_file)
         self._ray = RayStart(ray_address)  # starts now, on its own thread
         self._devices = None  # testbed.runner.devices.Devices, while they serve
         self._closed = False
@@ -102,7 +99,7 @@ class Lab:
         else:
             plan, playbook_file = self.plan(playbook, trials=trials, seed=seed), str(playbook)
         if not self.emulate:
-            refuse_on_a_lab(plan, confirmed=yes)
+            refuse_on_a_lab(plan, self.inventory_file, confirmed=yes)
         options = RunOptions(playbook_file, self.inventory_file, self.results, self.emulate, self.ray_address)
         return execute_run(plan, options, self.console, self._devices_for)
 
@@ -167,10 +164,20 @@ def _still_up(devices) -> bool:
     return twin is None or twin.process.process.poll() is None
 
 
-def refuse_on_a_lab(plan, *, confirmed: bool) -> None:
-    """What a run on a real lab refuses before anything starts."""
+def _require_a_lab(inventory: Inventory, inventory_file: str) -> None:
+    if inventory.emulated_only:
+        raise UserError(
+            f"{inventory_file} describes an emulated lab (emulated_only: true); run with --emulate (emulate=True), "
+            "or pass your lab's inventory"
+        )
+
+
+def refuse_on_a_lab(plan, inventory_file: str, *, confirmed: bool) -> None:
+    """What a run on a real lab refuses before anything starts: an emulated-only inventory, a fault kind only
+    the twin can apply (each kind says: its `lab_support`), a write nobody confirmed."""
     from testbed.faults import FAULT_KINDS
 
+    _require_a_lab(plan.inventory, inventory_file)
     kinds = {s.kind for s in plan.all_steps() if getattr(s, "faults", 0) and hasattr(s, "kind")}
     not_on_a_lab = {k: FAULT_KINDS.get(k).lab_support for k in kinds if FAULT_KINDS.get(k).lab_support is not None}
     if not_on_a_lab:

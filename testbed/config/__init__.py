@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["Inventory", "Loaded", "Playbook", "detect_kind", "load_inventory", "load_playbook"]
+__all__ = ["Inventory", "Loaded", "Playbook", "declared_inventory", "detect_kind", "load_inventory", "load_playbook"]
 
 
 def __getattr__(name: str):

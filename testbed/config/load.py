@@ -11,7 +11,15 @@ from testbed.config.playbook import Playbook
 from testbed.config.yamlfile import LocatedData, load_yaml, validate
 from testbed.errors import ConfigError, ConfigProblem
 
-__all__ = ["Inventory", "Playbook", "load_inventory", "load_playbook", "detect_kind", "Loaded"]
+__all__ = [
+    "Inventory",
+    "Playbook",
+    "load_inventory",
+    "load_playbook",
+    "detect_kind",
+    "declared_inventory",
+    "Loaded",
+]
 
 
 class Loaded:
@@ -55,6 +63,19 @@ def load_playbook(path: str | Path, inventory: Inventory | None = None) -> Loade
     pb = validate(Playbook, located)
     _raise(located, check_playbook(pb, inventory))
     return Loaded(pb, located)
+
+
+def declared_inventory(playbook: str | Path) -> str | None:
+    """The inventory a playbook names (`inventory:`, relative to its file), None if it names none. Read before
+    the playbook is validated (that needs the inventory): a file that does not exist is reported at its key."""
+    located = load_yaml(playbook)
+    name = located.data.get("inventory") if isinstance(located.data, dict) else None
+    if not isinstance(name, str):
+        return None  # absent, or not a string: validating the playbook says so at its line
+    path = Path(playbook).parent / name
+    if not path.is_file():
+        _raise(located, [(("inventory",), f"no such file: {path} (the path is relative to the playbook)")])
+    return str(path)
 
 
 def detect_kind(path: str | Path) -> str:

@@ -134,6 +134,11 @@ class Workload(Strict):
 class Playbook(Strict):
     name: Name
     description: str = ""
+    inventory: str | None = Field(
+        None,
+        description="the inventory this playbook is written for, relative to the playbook's file: the commands "
+        "use it when no --inventory is given (default: playbooks/inventory/emulated-rack.yaml)",
+    )
     trials: int = Field(10, ge=1, le=1_000_000)
     seed: int = 0
     on_failure: Literal["abort", "continue"] = Field(

@@ -95,11 +95,8 @@ DevicesFor = Callable[[Plan, Path, str], Devices]
 
 
 def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: DevicesFor) -> Run:
-    if plan.transport_faults and not options.emulate:
-        raise UserError(
-            "the playbook has transport.* faults, which the twin's fault proxy applies; run it with --emulate "
-            "(on a lab, break the network with your own tools, e.g. tc netem on the control host)"
-        )
+    """One run of `plan` on the devices `devices_for` gives it. A run on a lab has passed
+    testbed.lab.refuse_on_a_lab (testbed.Lab.run calls it)."""
     run_id, run_dir = make_run_dir(options.results_root, plan.playbook.name)
     info = run_info(
         run_id,
