@@ -47,6 +47,10 @@ BOOT_LINES = (
     "nvidia: loading out-of-tree module taints kernel.",
     "nvidia-nvlink: Nvlink Core is being initialized, major device number 236",
 )
+# Tools every emulated host has installed besides the inventory's job programs, as a lab's hosts have testbed
+# installed for its workload: the straggler agent a lab's host.straggle starts over SSH (docs/faults.md).
+HOST_TOOLS = frozenset({"testbed-straggle"})
+
 GPU_MEMORY_PER_JOB_MIB = 30_000
 JOB_NICE = 10  # see GpuHostEngine.spawn
 
@@ -137,7 +141,7 @@ class GpuHostEngine:
             return [j for j in self.jobs.values() if j.alive and _proc_state(j.pid) not in (None, "Z")]
 
     def program_path(self, name: str) -> str | None:
-        if name not in self.spec.jobs:
+        if name not in self.spec.jobs and name not in HOST_TOOLS:
             return None
         search = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)])
         return shutil.which(name, path=search)

@@ -3,8 +3,8 @@
 In the twin each is what the hardware would do (a GPU falls off the emulated bus, the host powers off), fired
 as a timed trigger. On a lab, process faults are signals over SSH to the rank's process group (the midpoint
 of the `kill` is the injection time, marked by the host's actor); gpu.fail kills the rank and marks its GPU
-failed in the run's events, as published testbeds simulate it; power and stragglers need a BMC and a
-duty-cycle agent, which a lab does not have yet.
+failed in the run's events, as published testbeds simulate it. Power (testbed/faults/power.py) and
+stragglers (testbed/faults/straggle.py) have files of their own.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from testbed.faults.base import (
     Injected,
     RankTarget,
     fire_in_twin,
-    twin_control,
 )
 
 
@@ -108,54 +107,4 @@ class ProcessHang:
         return f"SIGCONT to pid {fault.job['pid']}'s process group on {host}"
 
 
-@dataclass(frozen=True)
-class HostPowerOff:
-    """The host loses power (its GPUs and processes with it); healed by powering it on."""
-
-    name: str = "host.power_off"
-    target: str = "rank"
-    lab_support: str | None = "a lab needs a BMC to power a host off and on"
-    marks_failed_on_lab: bool = False
-
-    def inject(self, env: FaultEnv, target: RankTarget) -> Injected:
-        return fire_in_twin(env.twin, self.name, target.host, "power_off", {})
-
-    def heal(self, env: FaultEnv, target: RankTarget) -> None:
-        env.twin.call(target.host, "power_on")
-
-    def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
-        host = fault.data.get("host") or fault.device
-        twin_control(lab, fault).call(host, "power_on")
-        return f"twin control power_on on {host}"
-
-
-@dataclass(frozen=True)
-class HostStraggle:
-    """The rank is stopped for `duty` of every `period_s` (StragglAR's persistent straggler)."""
-
-    name: str = "host.straggle"
-    target: str = "rank"
-    lab_support: str | None = "a lab needs a duty-cycle agent on the host to make a straggler"
-    marks_failed_on_lab: bool = False
-
-    def describe(self, params: dict) -> str:
-        return f", stopped {params.get('duty', 0.5):g} of every {params.get('period_s', 0.2) * 1000:g} ms"
-
-    def inject(self, env: FaultEnv, target: RankTarget) -> Injected:
-        # The playbook's duty is the fraction stopped; the twin's is the fraction running.
-        duty, period_s = target.params.get("duty", 0.5), target.params.get("period_s", 0.2)
-        args = {"pid": target.job.get("pid"), "duty": 1 - duty, "period_ms": period_s * 1000}
-        return fire_in_twin(env.twin, self.name, target.host, "straggle", args)
-
-    def heal(self, env: FaultEnv, target: RankTarget) -> None:
-        env.twin.call(target.host, "stop_straggle", pid=target.job.get("pid"))
-
-    def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
-        host = fault.data.get("host") or fault.device
-        pid = (fault.job or {}).get("pid")
-        args = {"pid": pid} if pid is not None else {}
-        twin_control(lab, fault).call(host, "stop_straggle", **args)
-        return f"twin control stop_straggle on {host} {args or ''}".rstrip()
-
-
-RANK_FAULTS = (GpuFail(), ProcessKill(), ProcessHang(), HostPowerOff(), HostStraggle())
+RANK_FAULTS = (GpuFail(), ProcessKill(), ProcessHang())
