@@ -40,10 +40,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results", help="folder for run folders (default ./results)")
     p.add_argument("--ray-address", help="join this Ray cluster instead of starting a private local one")
     p.add_argument("--yes", action="store_true", help="do not ask before the first write to a real device")
+    p.add_argument(
+        "--wait", action="store_true", help="on a lab: wait for devices others hold (testbed lease list) to be free"
+    )
 
     p = sub.add_parser("emulate", help="run the emulated twin of an inventory until Ctrl-C")
     p.add_argument("inventory", nargs="?", default=DEFAULT_INVENTORY)
     p.add_argument("--seed", type=int, default=0)
+
+    p = sub.add_parser("lease", help="reserve a lab's devices, list who holds what, release (docs/leases.md)")
+    lease = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = lease.add_parser("acquire", help="reserve devices for a time: testbed lease acquire ocs1 --for 2h")
+    q.add_argument("targets", nargs="+", metavar="TARGET", help="device, range gpu[01:04], pattern gpu*, kind, all")
+    q.add_argument("--for", dest="duration", required=True, help="how long: 2h, 90m, 1h30m, 45s")
+    q.add_argument("--note", help="why, for the others (shown by testbed lease list)")
+    q.add_argument("--wait", action="store_true", help="wait until the devices are free instead of refusing")
+    q = lease.add_parser("list", help="every lease: device, holder user@host, since, until, note")
+    q = lease.add_parser("release", help="release your reservations (on TARGETs, or all of them)")
+    q.add_argument("targets", nargs="*", metavar="TARGET")
+    q.add_argument("--id", nargs="+", help="release these leases (ids from testbed lease list)")
+    q.add_argument("--force", action="store_true", help="with --id: release another user's lease too")
+    for q in lease.choices.values():
+        q.add_argument("--inventory", help="the lab's inventory (default: as for testbed run)")
+        q.add_argument("--ray-address", help="the lab's Ray cluster, whose keeper holds the leases of every host")
 
     p = sub.add_parser("report", help="print the tables of a run and write its figures (PNG) next to the results")
     p.add_argument("run_dir")
@@ -175,6 +194,7 @@ def cmd_run(args, console: Console) -> int:
         results=args.results,
         console=console,
         loaded=plan.inventory,
+        wait_for_leases=args.wait,
     )
     with lab:  # one run in a session of its own: `testbed run` is a thin user of testbed.Lab
         run = lab.run(plan, playbook_file=args.playbook, yes=True)
@@ -193,6 +213,12 @@ def _confirm(plan) -> None:
     answer = input(f"This run writes to real devices: {targets}. Continue? [y/N] ")
     if answer.strip().lower() not in ("y", "yes"):
         raise UserError("not confirmed; nothing was written")
+
+
+def cmd_lease(args, console: Console) -> int:
+    from testbed.leases.commands import cmd_lease
+
+    return cmd_lease(args, console)
 
 
 def cmd_emulate(args, console: Console) -> int:
@@ -266,6 +292,7 @@ COMMANDS = {
     "plan": cmd_plan,
     "run": cmd_run,
     "emulate": cmd_emulate,
+    "lease": cmd_lease,
     "report": cmd_report,
     "compare": cmd_compare,
     "check": cmd_check,

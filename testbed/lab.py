@@ -40,7 +40,8 @@ class Lab:
     inventory: the inventory file; emulate: run on the twin (nothing real is opened); ray_address: join that
     Ray cluster instead of starting a local instance; results: the folder runs are written under; console:
     where progress goes (a quiet one: rich.console.Console(quiet=True)); loaded: that file's inventory,
-    already loaded (it is not read again).
+    already loaded (it is not read again); wait_for_leases: on a lab, wait for devices other users or runs hold
+    (docs/leases.md) instead of refusing the run.
     """
 
     def __init__(
@@ -52,12 +53,14 @@ class Lab:
         results: str | Path = "results",
         console: Console | None = None,
         loaded: Inventory | None = None,
+        wait_for_leases: bool = False,
     ) -> None:
         from testbed.config import load_inventory
 
         self.inventory_file = str(inventory)
         self.inventory = loaded if loaded is not None else load_inventory(self.inventory_file).model
         self.emulate = emulate
+        self.wait_for_leases = wait_for_leases
         self.ray_address = ray_address
         self.results = Path(results)
         self.console = console if console is not None else Console(highlight=False)
@@ -111,7 +114,13 @@ class Lab:
             return current
         self._stop_devices()
         self._devices = bring_up(
-            plan, self._ray, emulate=self.emulate, truth_log=truth_log, owner=run_id, console=self.console
+            plan,
+            self._ray,
+            emulate=self.emulate,
+            truth_log=truth_log,
+            owner=run_id,
+            console=self.console,
+            wait_for_leases=self.wait_for_leases,
         )
         return self._devices
 
@@ -154,6 +163,7 @@ def run_plan(plan, options, console: Console):
         results=options.results_root,
         console=console,
         loaded=plan.inventory,
+        wait_for_leases=options.wait_for_leases,
     ) as lab:
         return lab.run(plan, playbook_file=options.playbook_file, yes=True)
 

@@ -62,6 +62,11 @@ def print_plan(console: Console, plan: Plan, inventory_file: str) -> None:
         _steps(root.add(escape(which + (f" with {label}" if label else ""))), steps, plan)
     console.print(root)
     console.print(f"{len(plan.trials)} trials; interlocks checked; no device was contacted.")
+    if not plan.inventory.emulated_only:
+        console.print(
+            f"On the lab (without --emulate) the run first takes a lease on these {len(plan.devices)} devices, "
+            "refused if another user or run holds one (--wait to wait; docs/leases.md); with --emulate, none."
+        )
 
 
 def _devices(node: Tree, plan: Plan) -> None:

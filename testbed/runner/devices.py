@@ -51,9 +51,19 @@ class Devices:
         self._stack.close()
 
 
-def bring_up(plan: Plan, ray_start, *, emulate: bool, truth_log: Path, owner: str, console: Console) -> Devices:
+def bring_up(
+    plan: Plan,
+    ray_start,
+    *,
+    emulate: bool,
+    truth_log: Path,
+    owner: str,
+    console: Console,
+    wait_for_leases: bool = False,
+) -> Devices:
     """The twin first (while Ray may still be starting on its thread), then the locks, then Ray, then a hub
-    per node with every driver built. `ray_start` is a testbed.runner.ray_session.RayStart."""
+    per node with every driver built. On a lab: Ray, the lab's leases (waited for with wait_for_leases), the
+    locks, the hubs. `ray_start` is a testbed.runner.ray_session.RayStart."""
     startup: dict[str, float] = {}
     mark = time.monotonic()
 
@@ -71,11 +81,20 @@ def bring_up(plan: Plan, ray_start, *, emulate: bool, truth_log: Path, owner: st
 
             inventory, twin = stack.enter_context(start_twin(plan, truth_log, console))
             phase("twin")
+        addresses = {d: inventory.devices[d].transport.address() for d in plan.devices}
+        if not emulate:
+            ray = ray_start.get()
+            phase("ray")
+            # The lab's leases before this machine's locks: a device another user or run holds is refused (or
+            # waited for) naming who holds it and until when. Held, like the locks, while the hubs serve.
+            stack.enter_context(_leases(ray_start, ray, addresses, owner, wait_for_leases, console))
+            phase("leases")
         # Held while the hubs hold connections, not only while a run drives: a warm session's serial
         # port or instrument session stays open between its runs.
-        stack.enter_context(device_locks({d: inventory.devices[d].transport.address() for d in plan.devices}, owner))
-        ray = ray_start.get()
-        phase("ray")  # what was left of Ray's start once the twin was up
+        stack.enter_context(device_locks(addresses, owner))
+        if emulate:
+            ray = ray_start.get()
+            phase("ray")  # what was left of Ray's start once the twin was up
         hubs, notes = start_hubs(ray, plan, inventory, emulate=emulate)
         dispatcher = RayDispatcher(ray, hubs)
         stack.callback(stop_hubs, ray, dispatcher)
@@ -85,6 +104,20 @@ def bring_up(plan: Plan, ray_start, *, emulate: bool, truth_log: Path, owner: st
         stack.close()
         raise
     return Devices(devices_key(plan, emulate), inventory, dispatcher, twin, notes, startup, _stack=stack)
+
+
+def _leases(ray_start, ray, addresses: dict[str, str], run_id: str, wait: bool, console: Console):
+    """The run's leases: from the cluster's keeper when the run joined a cluster, else this machine's file."""
+    from testbed.leases import held, lease_store, me
+
+    store = lease_store(ray if ray_start.address is not None else None)
+
+    def waiting(blocking) -> None:
+        console.print("waiting for the lab's leases (Ctrl-C to give up):", style="yellow")
+        for lease in blocking:
+            console.print(f"  {lease.describe()}", markup=False, soft_wrap=True)
+
+    return held(store, addresses, me(run_id), wait=wait, on_wait=waiting)
 
 
 def _wait_until_up(dispatcher: RayDispatcher) -> None:

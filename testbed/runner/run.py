@@ -41,6 +41,7 @@ class RunOptions:
     results_root: Path
     emulate: bool = False
     ray_address: str | None = None
+    wait_for_leases: bool = False  # on a lab: wait for leased devices instead of refusing
 
 
 @dataclass(frozen=True)
