@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 
 from testbed.capabilities import GpuInfo, GpuProcess, Identity, JobHandle, JobStatus, WatchEvent
 
-from .errors import DeviceCommandError, DeviceError, DeviceProtocolError
+from .errors import DeviceCommandError, DeviceError, DeviceProtocolError, DeviceTimeout
 from .ssh import ExecResult, SshTransport
 
 GPU_QUERY = "index,name,uuid,pci.bus_id,memory.total,memory.used,utilization.gpu,temperature.gpu,power.draw"
@@ -44,6 +44,10 @@ PS_STAT = re.compile(r"^[DIPRSTtWXZ][<NLsl+]*$")  # `ps -o stat=`: a state lette
 NUMBER = re.compile(r"^[0-9]{1,18}$")
 XID = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
 SMI_FORMAT_HINT = "this nvidia-smi prints a format the driver does not know; report it with the output"
+STRAGGLE_AGENT = "testbed-straggle"  # host.straggle's duty-cycle agent, installed with testbed (docs/faults.md)
+INSTALL_AGENT = (
+    "host.straggle needs testbed installed on the host: it provides testbed-straggle, as it does testbed-train"
+)
 
 
 def _bus_key(bus_id: str) -> str:
@@ -294,6 +298,142 @@ class GpuHostSsh:
         stat = self.exec(f"ps -o stat= -p {int(pid)}", check=False).stdout.strip()
         return bool(stat) and stat[0] not in "ZX"
 
+    # --- the straggler agent (host.straggle on a lab; testbed/workload/straggle.py) ------------
+
+    def start_straggle(
+        self, job: JobHandle, duty: float, period_ms: float, *, timeout_s: float = 30.0, heartbeat_s: float = 0.02
+    ) -> tuple[int, int, str]:
+        """Start the host's duty-cycle agent on the job's process group: stopped `duty` of every `period_ms`.
+
+            setsid testbed-straggle --pid PID --duty D --period-ms M > LOG 2>&1 < /dev/null & echo $!
+
+        It runs in a session of its own, outlives this SSH channel, and times the cycle on the host. Its
+        log is `straggle-PID.log` in the job's folder. Waits (following the log) for the agent's start line,
+        which it prints once it has stopped the group the first time. Returns (the agent's pid, the moment
+        that line arrived here in monotonic ns, the log)."""
+        if not 0.0 < float(duty) < 1.0 or not 0.0 < float(period_ms) < float("inf"):
+            raise ValueError(f"need 0 < duty < 1 and period_ms > 0, got duty={duty!r}, period_ms={period_ms!r}")
+        log = straggle_log(job)
+        args = ["--pid", str(int(job.pid)), "--duty", repr(float(duty)), "--period-ms", repr(float(period_ms))]
+        line = " ".join(
+            ["setsid", STRAGGLE_AGENT, *args, ">", shlex.quote(log), "2>&1", "<", "/dev/null", "&", "echo", "$!"]
+        )
+        r = self.exec(line, check=False)
+        pid_text = r.stdout.strip()
+        if r.status != 0 or not NUMBER.match(pid_text) or int(pid_text) <= 1:
+            raise self._error(
+                DeviceCommandError,
+                f"the straggler agent for pid {job.pid} did not start (exit status {r.status}): "
+                f"{(r.stderr or r.stdout).strip()[:300]}",
+                sent=line,
+                received=r.stdout + r.stderr,
+                hint=INSTALL_AGENT,
+            )
+        agent = int(pid_text)
+        handle = JobHandle(self.device, f"straggle-{job.pid}", agent, log, job.workdir)
+        deadline = time.monotonic() + timeout_s
+        seen: list[str] = []
+        why: DeviceError | None = None
+        watch = self.watch(handle, heartbeat_s=heartbeat_s, progress=None, lines=None)
+        try:
+            for ev in watch:
+                if ev.line is not None:
+                    if ev.line.startswith(f"{STRAGGLE_AGENT} {agent} started"):
+                        return agent, ev.monotonic_ns, log
+                    seen = [*seen[-4:], ev.line]
+                if ev.kind == "exited":
+                    raise self._error(
+                        DeviceCommandError,
+                        f"the straggler agent for pid {job.pid} (agent pid {agent}) exited before it started: "
+                        f"{(seen or ['no output'])[-1][:300]}",
+                        sent=line,
+                        received="\n".join(seen),
+                        hint=f"read its log {log} on the host; " + INSTALL_AGENT,
+                    )
+                if time.monotonic() >= deadline:
+                    why = self._error(
+                        DeviceTimeout,
+                        f"the straggler agent for pid {job.pid} (agent pid {agent}) printed no start line within "
+                        f"{timeout_s:g} s; it was sent SIGTERM",
+                        sent=line,
+                        received="\n".join(seen),
+                        hint=f"read its log {log} on the host",
+                    )
+                    break
+        except DeviceError as exc:  # it exited, or the watch failed (the connection dropped): not injected
+            why = exc
+        finally:
+            watch.close()
+        if why is None:
+            raise AssertionError("unreachable: a watch ends with an exited event")
+        # Not injected, so no agent is left running either (it continues the group as it ends), if the host
+        # can still be told.
+        try:
+            self.exec(f"kill -TERM {agent}", check=False)
+        except DeviceError:
+            pass
+        raise why
+
+    def straggle_agents(self, pid: int) -> list[int]:
+        """The pids of the duty-cycle agents this host runs on pid's group (found by their command line; the
+        `[t]` keeps the shell running pgrep from matching its own command line)."""
+        pattern = f"[t]estbed-straggle --pid {int(pid)}( |$)"
+        r = self.exec(f"pgrep -f {shlex.quote(pattern)}", check=False)
+        found = r.stdout.split()
+        if r.status not in (0, 1) or not all(NUMBER.match(p) for p in found):
+            raise self._error(
+                DeviceProtocolError,
+                f"cannot list the straggler agents of pid {pid} (pgrep exit status {r.status})",
+                sent=r.command,
+                received=r.stdout + r.stderr,
+                hint="the host needs procps' pgrep (-f matches the whole command line)",
+            )
+        return sorted(int(p) for p in found)
+
+    def stop_straggle(
+        self, job: JobHandle, agent: int | None = None, *, grace_s: float = 5.0, poll_s: float = 0.02
+    ) -> dict:
+        """End the duty cycle on the job's process group: SIGTERM to every agent the host runs on it (the one
+        started, `agent`, is only signalled if pgrep still lists it: its pid may be another process's by
+        now), SIGKILL to any left after grace_s, then, once they are gone, SIGCONT to the group whatever they
+        did (an agent that was SIGKILLed leaves it stopped).
+
+        Returns {"agents": [{"pid", "result": "terminated" | "killed"}], "agent": what became of `agent`
+        ("not running" if pgrep did not list it; None if not given),
+        "left_stopped": whether the group's leader was still stopped once the agents were gone,
+        "rank": "continued" or "not running"}."""
+        agents = self.straggle_agents(job.pid)
+        ended: dict[int, str] = {}
+        if agents:
+            self.exec("kill -TERM " + " ".join(str(a) for a in agents), check=False)
+            deadline = time.monotonic() + grace_s
+            alive = self._living(agents)
+            while alive and time.monotonic() < deadline:
+                time.sleep(poll_s)
+                alive = self._living(alive)
+            if alive:
+                self.exec("kill -KILL " + " ".join(str(a) for a in alive), check=False)
+            ended = {a: "killed" if a in alive else "terminated" for a in agents}
+        stat = self.exec(f"ps -o stat= -p {int(job.pid)}", check=False).stdout.strip()
+        if not stat or stat[0] in "ZX":
+            rank, left_stopped = "not running", False
+        else:
+            left_stopped = stat[0] in "Tt"
+            r = self.exec(f"kill -CONT -- -{int(job.pid)}", check=False)
+            rank = "continued" if r.status == 0 else "not running"  # it exited between the look and the signal
+        return {
+            "agents": [{"pid": a, "result": how} for a, how in ended.items()],
+            "agent": None if agent is None else ended.get(int(agent), "not running"),
+            "left_stopped": left_stopped,
+            "rank": rank,
+        }
+
+    def _living(self, pids: list[int]) -> list[int]:
+        """Those of pids that are processes still running (a zombie is not)."""
+        r = self.exec(f"ps -o pid=,stat= -p {','.join(str(int(p)) for p in pids)}", check=False)
+        rows = [line.split() for line in r.stdout.splitlines() if line.strip()]
+        return sorted(int(row[0]) for row in rows if len(row) == 2 and NUMBER.match(row[0]) and row[1][0] not in "ZX")
+
     # --- watching a job and probing health ---------------------------------------------------
 
     def watch(
@@ -385,6 +525,12 @@ class GpuHostSsh:
             "error": error,
             "kernel_log_error": kernel_error,
         }
+
+
+def straggle_log(job: JobHandle) -> str:
+    """Where the straggler agent of a job writes: the job's folder, or the login directory without one."""
+    name = f"straggle-{int(job.pid)}.log"
+    return f"{job.workdir.rstrip('/')}/{name}" if job.workdir else name
 
 
 def _line_event(raw: bytes, rx: re.Pattern | None, ns: int) -> WatchEvent:

@@ -58,6 +58,10 @@ class OcsDevice:
             return getattr(self.engine, op)
         raise AttributeError(op)
 
+    def attach_truth(self, truth) -> None:
+        """Log the ports taken out of service and back in the twin's ground truth (emulators/truth.py)."""
+        self.engine.truth = truth
+
     @staticmethod
     def replay_session(spec: OcsSpec, circuits: dict | None):
         """A fresh engine in the state a run found the switch in, behind the front end the run's driver spoke

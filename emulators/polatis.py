@@ -67,6 +67,8 @@ class PolatisEngine(ScpiEngine):
         # Light arriving on an ingress port over a trunk from another switch, read live (set by the twin,
         # emulators/dataplane/paths.py couple_trunk_light): port -> f(now) -> dBm, or None when dark.
         self.input_feeds: dict[int, Callable[[float], float | None]] = {}
+        # The twin's ground truth (emulators/truth.py), when it keeps one: ports taken out of service and back.
+        self.truth: Any = None
         self._register_commands()
         self.reset()
 
@@ -164,7 +166,7 @@ class PolatisEngine(ScpiEngine):
     def reset_device(self, now: float) -> None:
         # *RST: "reset the instrument and disconnect all connections"; a failed port stays failed.
         self._apply({}, now)
-        self.enabled = {p: True for p in self._all_ports()}
+        self._enable([p for p in self._all_ports() if not self.enabled[p]], True, "scpi *RST")
 
     # ---- the switch model, for the other front ends (TL1, NETCONF: emulators/frontends.py) -------
     # One switch, several management interfaces, as a real switch has: every front end changes the same
@@ -199,13 +201,21 @@ class PolatisEngine(ScpiEngine):
             raise SwitchRefused(f"port {bad[0]} is not in 1..{2 * self.size}")
         self._apply({i: e for i, e in self.conn.items() if i not in ports and e not in ports}, now)
 
-    def set_ports_enabled(self, ports, enabled: bool) -> None:
+    def set_ports_enabled(self, ports, enabled: bool, via: str = "") -> None:
+        """Take ports out of service (no light through them; their circuits stay) or back, all or none."""
         ports = [int(p) for p in ports]
         bad = sorted(p for p in ports if not 1 <= p <= 2 * self.size)
         if bad:
             raise SwitchRefused(f"port {bad[0]} is not in 1..{2 * self.size}")
+        self._enable(ports, enabled, via)
+
+    def _enable(self, ports: list[int], enabled: bool, via: str) -> None:
+        """Set the ports' administrative state; the ground truth logs the moment, as the switch applied it."""
         for p in ports:
             self.enabled[p] = enabled
+        if ports and self.truth is not None:
+            state = "enabled" if enabled else "disabled"
+            self.truth.record("port", switch=self.spec.name, ports=sorted(set(ports)), state=state, via=via)
 
     def _check_pairs(self, pairs: list[tuple[int, int]]) -> None:
         n = self.size
@@ -330,8 +340,8 @@ class PolatisEngine(ScpiEngine):
         return f'"{answer}"' if self.quote_port_reply else answer
 
     def _set_enabled(self, call: Call, enabled: bool) -> None:
-        for p in self._ports(call.args[0], 1, 2 * self.size):
-            self.enabled[p] = enabled
+        # A port out of range refuses the whole command (-222) before any port changes.
+        self._enable(self._ports(call.args[0], 1, 2 * self.size), enabled, "scpi")
 
     def _port_states(self, call: Call) -> str:
         ports = self._ports(call.args[0], 1, 2 * self.size)

@@ -26,6 +26,10 @@ the serial-line faults). Control ops, all on the device's name:
     proxy.state         {name, listen, upstream, enabled, toxics, seed, connections}
     proxy.connections   recent connections with the toxics applied to each (for repeatability checks)
 
+The same proxies are served over Toxiproxy's HTTP API too (emulators/proxy/http.py, one server for the
+twin), announced with each proxied device as "proxy_api" (http://127.0.0.1:PORT) and "proxy" (its name
+there): a lab's Toxiproxy as `testbed emulate --fault-proxy` shows it.
+
 Without the field the twin opens no proxy and the proxy.* ops answer an error.
 
 Timed requests: a request with "at_ns" runs its op at that moment of the twin's CLOCK_MONOTONIC (the
@@ -46,6 +50,11 @@ Twin-wide control ops ("device": null):
     dataplane.path   src_host, src_port, dst_host, dst_port -> {lit, forward: {lit, why}, backward: ...}
     dataplane.state  {now, check_interval_ms, fibres, relays: [...], totals, events}
     dataplane.reset  every relay closed (open connections reset), counters cleared
+
+BMCs: every GPU host also has a BMC speaking Redfish on HTTPS (emulators/redfish), announced with the host's
+endpoints as "redfish" (https://127.0.0.1:PORT), "redfish_ca" (the certificate to verify it with) and
+"redfish_user" (its password is emulators.frontends.TWIN_PASSWORD). Its ComputerSystem.Reset ForceOff / On
+are the host's power_off / power_on. The BMCs are not behind the fault proxy.
 
 Other twin-wide ops: ping; clock (the twin's CLOCK_MONOTONIC); endpoints; truth.open path (the ground
 truth goes on in another file: a warm session's twin outlives its runs, each keeps its own).
@@ -72,7 +81,7 @@ from emulators.control import TwinControl
 from emulators.dataplane import DataPlane
 from emulators.devices import EmulatedDevice, build_device
 from emulators.endpoints import precise_event_loop
-from emulators.proxy import FaultProxy
+from emulators.proxy import FaultProxy, ProxyServer
 from emulators.realtime import run_at
 from emulators.spec import TwinSpec
 from emulators.truth import GroundTruth
@@ -113,6 +122,8 @@ class TwinServer:
                 device.attach_truth(self.truth)
         self._control: asyncio.Server | None = None
         self.endpoints: Endpoints | None = None
+        self.bmcs: Any = None  # emulators.redfish.RedfishServer, when the twin has GPU hosts
+        self.proxy_api: ProxyServer | None = None  # Toxiproxy's HTTP API over self.proxies, with the fault proxy
 
     async def start(self) -> Endpoints:
         loop = asyncio.get_running_loop()
@@ -126,7 +137,24 @@ class TwinServer:
             elif self.fault_proxy and "ssh" in endpoints:
                 endpoints = await self._put_proxy_in_front_of_ssh(name, device, endpoints)
             self.endpoints.devices[name] = endpoints
+        if self.proxies:
+            await self._serve_proxy_api()
+        self._start_bmcs()
         return self.endpoints
+
+    def _start_bmcs(self) -> None:
+        """Every emulated GPU host gets a BMC speaking Redfish over HTTPS (emulators/redfish), all served by
+        one thread: its ForceOff / On are the host's own power_off / power_on."""
+        hosts = {n: d for n, d in self.devices.items() if d.kind == "gpu_host" and hasattr(d, "engine")}
+        if not hosts:
+            return
+        from emulators.frontends import TWIN_PASSWORD
+        from emulators.redfish import TWIN_BMC_USER, RedfishServer
+
+        self.bmcs = RedfishServer()
+        for name, host in hosts.items():
+            self.endpoints.devices[name].update(self.bmcs.add(name, host.engine, TWIN_BMC_USER, TWIN_PASSWORD))
+        self.bmcs.start()
 
     async def _put_proxy_in_front(self, name: str, endpoints: dict[str, str]) -> dict[str, str]:
         direct = endpoints["tcp"]
@@ -139,6 +167,16 @@ class TwinServer:
             out["visa"] = f"TCPIP0::{host}::{proxy.listen[1]}::SOCKET"
         return out
 
+    async def _serve_proxy_api(self) -> None:
+        """Toxiproxy's HTTP API over the twin's own proxies (one server, the same FaultProxy objects the
+        proxy.* ops drive), announced with each proxied device as "proxy_api" (http://127.0.0.1:PORT) and
+        "proxy" (its name there): what a lab's inventory names in `fault_proxy:` (testbed emulate --fault-proxy)."""
+        self.proxy_api = ProxyServer("127.0.0.1", 0)
+        self.proxy_api.proxies = self.proxies  # shared: a toxic added either way is on the same proxy
+        address = await self.proxy_api.start()
+        for name in self.proxies:
+            self.endpoints.devices[name].update({"proxy_api": f"http://{address}", "proxy": name})
+
     async def _put_proxy_in_front_of_ssh(self, name: str, host: Any, endpoints: dict[str, str]) -> dict[str, str]:
         direct = endpoints["ssh"]
         address, _, port = direct.rpartition(":")
@@ -150,7 +188,11 @@ class TwinServer:
         return {**endpoints, "ssh": proxied, "ssh_direct": direct}
 
     async def close(self) -> None:
+        if self.bmcs is not None:
+            self.bmcs.close()
         await self.dataplane.close()
+        if self.proxy_api is not None:
+            await self.proxy_api.close()  # its clients cut, and the proxies (the dict is shared) closed
         for proxy in self.proxies.values():
             await proxy.close()
         for device in self.devices.values():

@@ -54,6 +54,22 @@ class CircuitSwitch(Protocol):
     def port_states(self, ports: Iterable[int]) -> Mapping[int, str]: ...
 
 
+@runtime_checkable
+class PortControl(Protocol):
+    """A switch whose ports can be taken out of service and back (the `link.down` fault kind): a disabled
+    port carries no light, whatever circuit it is part of; its circuits stay.
+
+    `set_port_enabled(ports, False)` disables (Polatis SCPI `PORT:DIS`, TL1 `OPR-PORT-SHUTTER`, Calient
+    `ED-PORT ...:INAS|OUTAS=OOS`, NETCONF `port-set-state/port-disab`), True enables again; it is a write
+    (the interlocks check its ports). `port_states` reads "E" (enabled), "D" (disabled) or "F" (failed).
+    Every CircuitSwitch driver of this project has both; a driver without them makes link.down refuse,
+    naming the driver."""
+
+    def set_port_enabled(self, ports: Iterable[int], enabled: bool) -> None: ...
+
+    def port_states(self, ports: Iterable[int]) -> Mapping[int, str]: ...
+
+
 @dataclass(frozen=True)
 class GpuInfo:
     """One GPU as nvidia-smi reports it. A lost GPU ("Unable to determine the device handle") has

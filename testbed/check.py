@@ -8,8 +8,10 @@
   Where a switch was read back mid-history (`fabric.observed`: after its actor was restarted, or by
   `testbed heal` after the runner died), the reading must equal the replay up to it, unless calls on that
   switch whose bytes were lost with a process (`info` with audit_lost) explain the difference within the
-  ports the run may change; the replay then goes on from the reading;
-- no command wrote to a port the inventory reserves or does not allow, or to a read-only device.
+  ports the run may change; the replay then goes on from the reading. The fabric is the circuits: taking
+  ports out of service and back (link.down) changes none; a port left out of service is an unhealed fault;
+- no command wrote to a port the inventory reserves or does not allow, or to a read-only device (a port
+  disable or enable is a write naming its ports).
 """
 
 from __future__ import annotations

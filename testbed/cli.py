@@ -47,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("emulate", help="run the emulated twin of an inventory until Ctrl-C")
     p.add_argument("inventory", nargs="?", default=DEFAULT_INVENTORY)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--fault-proxy",
+        action="store_true",
+        help="a Toxiproxy-compatible proxy in front of every TCP endpoint; prints each device's fault_proxy: line",
+    )
 
     p = sub.add_parser("lease", help="reserve a lab's devices, list who holds what, release (docs/leases.md)")
     lease = p.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -224,7 +229,7 @@ def cmd_lease(args, console: Console) -> int:
 def cmd_emulate(args, console: Console) -> int:
     from testbed.emulate_cmd import serve_twin
 
-    return serve_twin(args.inventory, args.seed, console)
+    return serve_twin(args.inventory, args.seed, console, fault_proxy=args.fault_proxy)
 
 
 def cmd_report(args, console: Console) -> int:

@@ -30,6 +30,9 @@ class ActiveFault:
     data: dict
     job: dict | None  # the rank's job handle when the history tells it
     certain: bool  # False: its injection's outcome is unknown (the runner died during it)
+    # The device procedures the injection ran and their results ({"op", "device", "value"}), e.g. the pid of
+    # the straggler agent gpu.straggle_start started on a lab.
+    calls: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -65,8 +68,8 @@ def find(events: list[dict]) -> Findings:
                 injecting[name] = e
             elif e["type"] in ("ok", "info"):
                 start = injecting.pop(name, e)
-                job = _job_of(events, start, i)
-                active[name] = ActiveFault(name, data.get("kind", "?"), e.get("device"), data, job, e["type"] == "ok")
+                job, calls, certain = _job_of(events, start, i), _calls_in(events, start, i), e["type"] == "ok"
+                active[name] = ActiveFault(name, data.get("kind", "?"), e.get("device"), data, job, certain, calls)
             elif e["type"] == "fail":
                 injecting.pop(name, None)
         elif e["op"] == Op.FAULT_HEAL and e["type"] == "ok":
@@ -85,9 +88,9 @@ def find(events: list[dict]) -> Findings:
         elif e["op"] == Op.HEAL_LAB_GONE:  # an earlier heal found the twin gone, and its jobs with it
             jobs.clear()
     for name, e in injecting.items():  # the runner died during the injection: it may have happened
-        active[name] = ActiveFault(
-            name, e["data"].get("kind", "?"), e.get("device"), e["data"], _job_of(events, e, len(events)), False
-        )
+        job = _job_of(events, e, len(events))
+        calls = _calls_in(events, e, len(events))
+        active[name] = ActiveFault(name, e["data"].get("kind", "?"), e.get("device"), e["data"], job, False, calls)
     initial, managed = _initial_fabric(events)
     return Findings(
         last_seq=max((e["seq"] for e in events), default=0),
@@ -125,6 +128,16 @@ def _job_of(events: list[dict], inject: dict, end: int) -> dict | None:
     if data.get("pid"):
         return {"host": data.get("host"), "name": "", "pid": data["pid"], "log": "", "workdir": ""}
     return None
+
+
+def _calls_in(events: list[dict], inject: dict, end: int) -> list[dict]:
+    """The procedures that succeeded inside an injection (from its invoke to events[end]), with their results."""
+    start = next(i for i, e in enumerate(events) if e is inject)
+    return [
+        {"op": e["op"], "device": e.get("device"), "value": (e.get("data") or {}).get("value")}
+        for e in events[start:end]
+        if e["type"] == "ok" and e.get("step") == inject.get("step") and e["op"] != Op.FAULT_INJECT
+    ]
 
 
 def _initial_fabric(events: list[dict]) -> tuple[dict[str, dict[int, int]], dict[str, list[int] | None]]:

@@ -29,6 +29,14 @@ def endpoint_lines(ep: dict, user: str = "admin") -> list[str]:
             f"ssh: ssh -F /dev/null -p {port} -i {ep['key_file']} -o UserKnownHostsFile={ep['known_hosts']} "
             f"-o StrictHostKeyChecking=yes {ep['user']}@{host} nvidia-smi"
         )
+    if "redfish" in ep:
+        bmc, ca, who = ep["redfish"], ep["redfish_ca"], ep.get("redfish_user", "admin")
+        lines.append(
+            f"redfish: python3 -c \"import redfish; c = redfish.redfish_client(base_url='{bmc}', username='{who}', "
+            f"password='{TWIN_PASSWORD}', cafile='{ca}', max_retry=0); c.login(auth='session'); "
+            "print(c.get('/redfish/v1/Systems/1').dict['PowerState']); c.logout()\""
+        )
+        lines.append(f"redfish (curl): curl -sS --cacert {ca} -u {who}:{TWIN_PASSWORD} {bmc}/redfish/v1/Systems/1")
     if "tcp" in ep:
         lines.append(f"tcp: {ep['tcp']}")
     if "tl1" in ep:
@@ -59,18 +67,33 @@ def _host_key_b64(known_hosts: str, host: str) -> str:
     return "(not in known_hosts)"
 
 
-def serve_twin(inventory_file: str, seed: int, console: Console) -> int:
+def fault_proxy_lines(ep: dict) -> list[str]:
+    """With --fault-proxy: the proxy in front of the device (its listen address is the one printed above, the
+    address a lab's inventory gives the device) and the `fault_proxy:` line of its inventory entry, as pasted."""
+    if "proxy_api" not in ep:
+        return []
+    role = "tcp" if "tcp_direct" in ep else "ssh"
+    return [
+        f"fault proxy: listens on {ep[role]} (the device's address in a lab inventory), in front of "
+        f"{ep[role + '_direct']}",
+        f'fault_proxy: {{api: "{ep["proxy_api"]}", proxy: {ep["proxy"]}}}',
+    ]
+
+
+def serve_twin(inventory_file: str, seed: int, console: Console, fault_proxy: bool = False) -> int:
     from emulators.twin import TwinProcess
 
     inv = load_inventory(inventory_file).model
     spec = twin_spec(inv, seed)
+    spec.fault_proxy = fault_proxy  # a lab's Toxiproxy, as the twin's proxy with its HTTP API (emulators/twin.py)
     with TwinProcess(spec) as twin:
         endpoints = twin.endpoints.to_json()
         # Plain lines, not a table: endpoints are for copying into other tools and must never wrap.
         console.print(f"emulated twin of {inv.name} ({inventory_file})", style="bold")
         for name, ep in endpoints["devices"].items():
             console.print(f"{name} ({ep['kind']})", style="bold", highlight=False)
-            for line in endpoint_lines(ep, getattr(inv.devices[name].transport, "user", "admin")):
+            user = getattr(inv.devices[name].transport, "user", "admin")
+            for line in [*endpoint_lines(ep, user), *fault_proxy_lines(ep)]:
                 console.print(f"  {line}", soft_wrap=True, markup=False, highlight=False)
         skipped = [n for n, d in inv.devices.items() if d.kind not in emulated_kinds()]
         if skipped:

@@ -8,6 +8,8 @@ What "restore the lab" means, and so what heal does, in this order:
   is SIGCONT to the rank's process group; process.kill, and gpu.fail on a lab, leave nothing to undo but
   the rank's job (the rank was killed; the GPU was only marked failed in the run's events); the twin's own
   faults go through its control API (recover_gpu, power_on, stop_straggle, and proxy.reset for transport.*);
+  on a lab, transport.* removes the run's toxic (or enables the proxy) through the device's Toxiproxy API;
+  link.down enables the switch ports the run disabled, through the switch's own procedure;
 - every rank the run started and did not see stop is stopped (SIGTERM, SIGCONT, SIGKILL after a grace);
 - every switch returns to the circuits it held before the run (the `fabric.initial` mark), on the ports
   the run may change (its configurations and its job's fabric) and nowhere else. Not the state its history
@@ -221,6 +223,7 @@ def _heal(run: RunFolder, found: Findings, recorder: Recorder, lab: Lab | None, 
         _stop_jobs(lab, found, report)
         _restore_fabric(lab, run.path, found, report)
     _end_ray_leftovers(run.info, recorder, report)
+    _release_leases(run, report)
     recorder.emit(
         "mark", Op.RUN_HEALED, data={"ok": not report.problems, "problems": report.problems, "done": report.done}
     )
@@ -395,6 +398,33 @@ def _restore_fabric(lab: Lab, run_dir: Path, found: Findings, report: HealReport
         except Exception as exc:
             report.problems.append(f"{switch}: {exc}")
     lab.recorder.emit("mark", Op.FABRIC_FINAL, data={"circuits": final, "healed": True})
+
+
+def _release_leases(run: RunFolder, report: HealReport) -> None:
+    """The dead run's leases on the lab (docs/leases.md): they would lapse within a minute by themselves; heal
+    gives the devices back now, as the run would have at its end. Emulated runs took none."""
+    info = run.info
+    if info.get("emulate", True):
+        return
+    from testbed.leases import lease_store
+
+    ray_start = None
+    try:
+        if info.get("ray_address"):
+            from testbed.runner.ray_session import RayStart
+
+            ray_start = RayStart(info["ray_address"], background=False)
+        store = lease_store(ray_start.get() if ray_start is not None else None)
+        ids = [lease.id for lease in store.list() if lease.holder.run == run.run_id]
+        released = store.release(ids=ids) if ids else []
+    except UserError as exc:
+        report.notes.append(f"the run's leases were not released ({exc}); they lapse by themselves within a minute")
+        return
+    finally:
+        if ray_start is not None:
+            ray_start.shutdown()
+    if released:
+        report.done.append(f"released the run's leases on {', '.join(lease.device for lease in released)}")
 
 
 def _end_ray_leftovers(info: dict, recorder: Recorder, report: HealReport) -> None:

@@ -52,6 +52,11 @@ class GuardedSwitch:
         self._switch = switch
         self._policy = policy
 
+    @property
+    def wrapped(self):
+        """The driver it guards (to name it in an error; its writes go through the guard)."""
+        return self._switch
+
     def __getattr__(self, name: str):
         attr = getattr(self._switch, name)
         if name not in SWITCH_WRITES:

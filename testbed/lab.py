@@ -184,17 +184,46 @@ def _require_a_lab(inventory: Inventory, inventory_file: str) -> None:
 
 def refuse_on_a_lab(plan, inventory_file: str, *, confirmed: bool) -> None:
     """What a run on a real lab refuses before anything starts: an emulated-only inventory, a fault kind only
-    the twin can apply (each kind says: its `lab_support`), a write nobody confirmed."""
+    the twin can apply (each kind says: its `lab_support`) or that the devices it may hit cannot take (a kind
+    with `lab_refusal(inventory, devices)`: host.power_off on a host without a BMC), a write nobody confirmed."""
     from testbed.faults import FAULT_KINDS
 
     _require_a_lab(plan.inventory, inventory_file)
     kinds = {s.kind for s in plan.all_steps() if getattr(s, "faults", 0) and hasattr(s, "kind")}
     not_on_a_lab = {k: FAULT_KINDS.get(k).lab_support for k in kinds if FAULT_KINDS.get(k).lab_support is not None}
+    for kind in sorted(kinds - set(not_on_a_lab)):
+        refusal = getattr(FAULT_KINDS.get(kind), "lab_refusal", None)
+        why = refusal(plan.inventory, _fault_targets(plan, kind)) if refusal is not None else None
+        if why is not None:
+            not_on_a_lab[kind] = why
     if not_on_a_lab:
+        kinds_by_why: dict[str, list[str]] = {}  # kinds refused for one reason (transport.*) said once
+        for kind, why in sorted(not_on_a_lab.items()):
+            kinds_by_why.setdefault(why, []).append(kind)
         raise UserError(
-            "; ".join(f"{kind}: {why}" for kind, why in sorted(not_on_a_lab.items()))
+            "; ".join(f"{', '.join(kinds)}: {why}" for why, kinds in kinds_by_why.items())
             + ". Run with --emulate, where the twin applies them"
         )
     if plan.writes and not confirmed:
         targets = ", ".join(f"{d} ({a})" for d, a in plan.addresses().items() if d in plan.writes)
         raise UserError(f"this run writes to real devices: {targets}; pass yes=True (--yes) to confirm")
+
+
+def _fault_targets(plan, kind: str) -> list[str]:
+    """The devices the plan's faults of `kind` may hit: the device a connection fault names, the host of a
+    rank fault's rank and, when the plan has a failover (which moves a rank to a spare), the spares."""
+    from testbed.faults import FAULT_KINDS
+    from testbed.steps.failover import FailoverStep
+
+    job, steps = plan.playbook.job, plan.all_steps()
+    out = []
+    for s in steps:
+        if getattr(s, "kind", None) != kind or not getattr(s, "faults", 0):
+            continue
+        if getattr(s, "device", None) is not None:
+            out.append(s.device)
+        elif job is not None and 0 <= getattr(s, "rank", -1) < len(job.ranks):
+            out.append(job.ranks[s.rank])
+    if job is not None and FAULT_KINDS.get(kind).target == "rank" and any(isinstance(s, FailoverStep) for s in steps):
+        out.extend(plan.spares)
+    return list(dict.fromkeys(out))

@@ -35,7 +35,9 @@ def redact_text(text: str) -> str:
 @functools.lru_cache(maxsize=4096)
 def _secret_key(key: str) -> bool:
     # Records repeat a few keys thousands of times (a GPU's fields, an audit record's): one search per key.
-    return SECRET_KEYS.search(key) is not None
+    # A key ending in _env (password_env) holds the name of the variable, not the secret: masking it would
+    # leave run.json's inventory unable to say where `testbed heal` finds the password.
+    return SECRET_KEYS.search(key) is not None and not key.lower().endswith("_env")
 
 
 def redact(value):

@@ -50,6 +50,10 @@ BOOT_LINES = (
 # Tools every emulated host has installed besides the inventory's job programs, as a lab's hosts have testbed
 # installed for its workload: the straggler agent a lab's host.straggle starts over SSH (docs/faults.md).
 HOST_TOOLS = frozenset({"testbed-straggle"})
+# Launchers every emulated host has, as a lab's hosts have PyTorch: `torchrun` runs the stand-in
+# emulators/gpuhost/torchrun.py (python -m), told the host's job programs, the only ones it will start. Its
+# workers are the job's ranks, in its process group: a launcher holds the GPUs it was given, as a job does.
+LAUNCHERS = {"torchrun": "emulators.gpuhost.torchrun"}
 
 GPU_MEMORY_PER_JOB_MIB = 30_000
 JOB_NICE = 10  # see GpuHostEngine.spawn
@@ -141,6 +145,8 @@ class GpuHostEngine:
             return [j for j in self.jobs.values() if j.alive and _proc_state(j.pid) not in (None, "Z")]
 
     def program_path(self, name: str) -> str | None:
+        if name in LAUNCHERS:
+            return sys.executable
         if name not in self.spec.jobs and name not in HOST_TOOLS:
             return None
         search = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)])
@@ -177,12 +183,17 @@ class GpuHostEngine:
 
         Output redirected to a log file goes through a pipe the host copies into the file, line by line:
         the host then knows when each line was written (ground truth) and wakes `tail -F` readers at once."""
-        gpus = _visible(env.get("CUDA_VISIBLE_DEVICES"), len(self.gpus))
+        # A host tool (the straggler agent) is no CUDA program: it holds no GPU, and a lost GPU or driver
+        # leaves it running.
+        tool = argv[0] in HOST_TOOLS
+        gpus = [] if tool else _visible(env.get("CUDA_VISIBLE_DEVICES"), len(self.gpus))
         sink = os.dup(stdout.fileno()) if log is not None and hasattr(stdout, "fileno") else None
         with self._lock:
             try:
+                if argv[0] in LAUNCHERS:
+                    env = {**env, "TESTBED_EMULATED_PROGRAMS": ",".join(self.spec.jobs)}
                 proc = subprocess.Popen(  # argv[0] is an allowlisted program; never a shell
-                    [executable, *argv[1:]],
+                    [executable, *(["-m", LAUNCHERS[argv[0]]] if argv[0] in LAUNCHERS else []), *argv[1:]],
                     cwd=cwd,
                     env=env,
                     stdin=stdin,
@@ -202,7 +213,7 @@ class GpuHostEngine:
             # priority keeps a CPU-hungry job from delaying them, as it could not on a lab.
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, proc.pid, JOB_NICE)
-            broken = not self.driver_loaded or any(self.gpus[g].lost for g in gpus)
+            broken = not tool and (not self.driver_loaded or any(self.gpus[g].lost for g in gpus))
         self.record_truth("spawn", pid=proc.pid, job=job.name, argv=list(argv))
         if sink is not None:
             pipe, proc.stdout = proc.stdout, None  # the copier's alone: a foreground pump reads stderr only

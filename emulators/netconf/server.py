@@ -733,8 +733,8 @@ class ServerSession:
         def apply() -> None:
             self._check_lock()
             try:
-                self.server.engine.set_ports_enabled(enab, True)
-                self.server.engine.set_ports_enabled(disab, False)
+                self.server.engine.set_ports_enabled(enab, True, "netconf port-set-state")
+                self.server.engine.set_ports_enabled(disab, False, "netconf port-set-state")
             except SwitchRefused as exc:
                 raise RpcError("operation-failed", f"the switch refused: {exc}") from None
 

@@ -314,7 +314,7 @@ class PolatisTl1Frontend(Tl1Frontend):
         return [g.quoted(f"{i},{e}") for i, e in sorted(self.engine.circuits().items()) if i in wanted or e in wanted]
 
     def _shutter(self, command: Command, enabled: bool) -> list[str]:
-        self.engine.set_ports_enabled(self._ports(command.aid, empty_is_all=False), enabled)
+        self.engine.set_ports_enabled(self._ports(command.aid, empty_is_all=False), enabled, f"tl1 {command.verb}")
         return []
 
     def _rtrv_shutter(self, session: Tl1Session, command: Command, now: float) -> list[str]:
@@ -565,7 +565,7 @@ class CalientTl1Frontend(Tl1Frontend):
                 raise Tl1Error("IDNV", f"{key}={g.clip(value)}: IS (in service) or OOS (out of service)")
         for key, value in settings.items():
             offset = 0 if key == "INAS" else self.size
-            self.engine.set_ports_enabled([offset + k for k in ports], value.upper() == "IS")
+            self.engine.set_ports_enabled([offset + k for k in ports], value.upper() == "IS", "tl1 ED-PORT")
         return []
 
     def _rtrv_ne(self, session: Tl1Session, command: Command, now: float) -> list[str]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import typing
 from typing import Annotated, Union
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from testbed.config.common import Strict
 from testbed.config.switch_transports import NetconfTransport, Tl1Transport
@@ -24,6 +25,33 @@ for _model in (VisaTransport, SerialTransport, SshTransport, Tl1Transport, Netco
 Transport = Annotated[Union[tuple(TRANSPORTS)], Field(discriminator="type")]  # noqa: UP007 (built at run time)
 
 
+class FaultProxyConfig(Strict):
+    """The lab's Toxiproxy (Shopify's) in front of this device's TCP port: where its HTTP API is and the
+    proxy's name there. The device's own transport address is then the proxy's listen address, as the lab wired
+    it. A lab run applies the transport.* faults on this device through that API (docs/faults.md)."""
+
+    api: str = Field(description="the Toxiproxy HTTP API: http://HOST:PORT (Toxiproxy listens on 8474 by default)")
+    proxy: str = Field(min_length=1, description="the name of the proxy in front of this device on that server")
+    timeout_ms: int = Field(5000, gt=0, le=600_000, description="per API request")
+
+    @field_validator("api")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        parts = urlsplit(value)
+        if parts.scheme.lower() not in ("http", "https") or "://" not in value:
+            raise ValueError(
+                f"{value!r}: the Toxiproxy API is an http:// or https:// address, e.g. http://127.0.0.1:8474"
+            )
+        try:
+            parts.port  # noqa: B018 (parsing it is the check)
+        except ValueError:
+            raise ValueError(f"{value!r}: the port is not a number from 1 to 65535") from None
+        if not parts.hostname or parts.query or parts.fragment or parts.username or parts.password:
+            raise ValueError(f"{value!r} is not http[s]://HOST[:PORT][/PATH] (no user, no query)")
+        return value
+
+
 class DeviceConfig(Strict):
     kind: str
     driver: str = Field(description="driver name, e.g. 'polatis-scpi'")
@@ -34,6 +62,11 @@ class DeviceConfig(Strict):
         False,
         description="serve the device from a process of its own, not its node's shared hub: a driver that "
         "might crash its process (a vendor library) then takes no other device down with it",
+    )
+    fault_proxy: FaultProxyConfig | None = Field(
+        None,
+        description="the lab's Toxiproxy in front of this device's TCP port ({api: http://HOST:8474, proxy: NAME}): "
+        "a lab run applies transport.* faults on the device through it; the transport's address is the proxy's",
     )
     description: str = ""
 

@@ -3,14 +3,18 @@ registered fault kinds (testbed.faults), so a kind added by another package is v
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
-from testbed.config.common import Name, Strict, sweepable
+from testbed.config.common import Name, PortList, Strict, sweepable
 from testbed.faults import FAULT_KINDS, TransportFault
 
 FaultKindName = Literal[tuple(FAULT_KINDS.names())]
+HOST_PORT = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*:[A-Za-z][A-Za-z0-9_.-]*$")
+# Checked by Fault._host_ports (one message naming the value, not one per branch of the union); editors get the pattern.
+HostPort = Annotated[str, WithJsonSchema({"type": "string", "pattern": HOST_PORT.pattern})]
 
 
 class Fault(Strict):
@@ -26,7 +30,17 @@ class Fault(Strict):
         description="rank:random (drawn from the seed for each trial) or rank:N",
     )
     device: Name | list[Name] | None = Field(
-        None, description="for transport.*: the device whose connection is faulted (a list: one drawn per trial)"
+        None,
+        description="for transport.*: the device whose connection is faulted (a list: one drawn per trial); for "
+        "link.down with `ports`: the switch whose ports are disabled",
+    )
+    link: HostPort | list[HostPort] | None = Field(
+        None,
+        description="for link.down: the host port (host:port) whose fibre's two switch ports (the ingress it "
+        "transmits into, the egress it receives from) are disabled (a list: one drawn per trial)",
+    )
+    ports: PortList | None = Field(
+        None, description="for link.down, with `device`: the switch's ports to disable, e.g. [5, 37]"
     )
     attributes: dict[str, float] = Field(
         default_factory=dict,
@@ -43,6 +57,14 @@ class Fault(Strict):
     )
     period_ms: float = Field(200, gt=0, description="for host.straggle: length of one stop/run cycle")
 
+    @field_validator("link")
+    @classmethod
+    def _host_ports(cls, link):
+        for item in link if isinstance(link, list) else [link] if link is not None else []:
+            if not HOST_PORT.match(item):
+                raise ValueError(f"{item!r} is not a host port such as gpu01:p0 (host:port, as in the fibre map)")
+        return link
+
     def kinds(self) -> list[str]:
         return self.kind if isinstance(self.kind, list) else [self.kind]
 
@@ -52,10 +74,13 @@ class Fault(Strict):
         if not kinds:
             raise ValueError("kind: give a fault kind, or a non-empty list to draw from")
         on_connections = [FAULT_KINDS.get(k) for k in kinds if FAULT_KINDS.get(k).target == "connection"]
+        self._port_fields(kinds)
         if on_connections and self.device is None:
             raise ValueError(f"{on_connections[0].name} needs `device`: the device whose connection is faulted")
-        if len(on_connections) < len(kinds) and (self.device is not None or self.attributes):
-            raise ValueError("`device` and `attributes` are for transport.* faults only")
+        if len(on_connections) < len(kinds) and (self.attributes or (self.device is not None and self.ports is None)):
+            raise ValueError(
+                "`device` and `attributes` are for transport.* faults only (and `device` with `ports` for link.down)"
+            )
         if self.device == []:
             raise ValueError("device: give a device, or a non-empty list to draw from")
         # With several kinds to draw from, each drawn kind takes the attributes it has; an attribute none of
@@ -68,3 +93,30 @@ class Fault(Strict):
                 f"(it has: {', '.join(sorted(allowed)) or 'none'})"
             )
         return self
+
+    def _port_fields(self, kinds: list[str]) -> None:
+        """`link`, or `device` with `ports`, for the kinds that disable switch ports (link.down), and only for them."""
+        on_ports = [k for k in kinds if FAULT_KINDS.get(k).target == "ports"]
+        if not on_ports:
+            if self.link is not None or self.ports is not None:
+                raise ValueError("`link` and `ports` are for link.down only")
+            return
+        if self.link == []:
+            raise ValueError("link: give a host port, or a non-empty list to draw from")
+        if self.link is None and self.ports is None:
+            raise ValueError(
+                f"{on_ports[0]} needs `link` (the host port whose fibre goes dark, e.g. gpu01:p0) or `device` "
+                "and `ports` (the switch's ports to disable)"
+            )
+        if self.link is not None and (self.ports is not None or self.device is not None):
+            raise ValueError(f"{on_ports[0]}: give `link`, or `device` and `ports`, not both")
+        if self.ports is not None:
+            if len(on_ports) < len(kinds):
+                raise ValueError(
+                    "`device` and `ports` name link.down's switch ports: to draw link.down among other kinds, "
+                    "name its `link` instead"
+                )
+            if not isinstance(self.device, str):
+                raise ValueError(f"{on_ports[0]} with `ports` needs `device`: the one switch whose ports they are")
+            if not self.ports:
+                raise ValueError("ports: give at least one port")

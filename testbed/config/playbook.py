@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from testbed.config.common import LINK_PATTERN, PARAM_REF, Link, Name, Strict, param_name
 from testbed.steps import step_union
@@ -90,6 +91,8 @@ class Job(Strict):
     env:// rendezvous: rank 0's host, port + world size; after a failover of rank 0, the spare's),
     TESTBED_MASTER_HOST (that host's inventory name), TESTBED_PEERS (host:port of every rank, rank r
     listening on port + r), TESTBED_CHECKPOINT_DIR and CUDA_VISIBLE_DEVICES in its environment.
+    With `launcher: torchrun`, one torchrun per host starts that host's ranks and sets PyTorch's variables
+    itself (docs/jobs.md).
     """
 
     command: list[str] = Field(
@@ -103,6 +106,39 @@ class Job(Strict):
     port: int = Field(29500, ge=1024, le=65000)
     fabric: JobFabric | None = Field(None, description="set up by job.start and rewired by failover")
     spares: list[Name] | None = Field(None, description="hosts a failover may use; default the inventory's spares")
+    launcher: Literal["direct", "torchrun"] = Field(
+        "direct",
+        description="direct: testbed starts every rank itself; torchrun: one torchrun per host starts that host's "
+        "ranks (a host's ranks consecutive in `ranks`, as many on every host; docs/jobs.md)",
+    )
+
+    @model_validator(mode="after")
+    def _torchrun_layout(self):
+        """torchrun numbers a node's workers one after another, and runs --nproc-per-node of them on every node."""
+        if self.launcher != "torchrun":
+            return self
+        where, problem = None, None
+        counts: dict[str, int] = {}
+        for i, host in enumerate(self.ranks):
+            if host in counts and self.ranks[i - 1] != host:
+                where = ("ranks", i)
+                problem = (
+                    f"with launcher: torchrun a host's ranks must be consecutive (torchrun numbers a node's ranks "
+                    f"one after another): {host} holds rank {i} after {self.ranks[i - 1]} holds rank {i - 1}"
+                )
+                break
+            counts[host] = counts.get(host, 0) + 1
+        if problem is None and len(set(counts.values())) > 1:
+            where = ("ranks",)
+            per_host = ", ".join(f"{host} {n}" for host, n in counts.items())
+            problem = (
+                "with launcher: torchrun every host runs as many ranks (torchrun's --nproc-per-node): "
+                f"ranks per host here: {per_host}"
+            )
+        if problem is None:
+            return self
+        error = PydanticCustomError("value_error", "{problem}", {"problem": problem})
+        raise ValidationError.from_exception_data("Job", [InitErrorDetails(type=error, loc=where, input=self.ranks)])
 
     @field_validator("progress")
     @classmethod

@@ -11,6 +11,7 @@ subclass with `type: Literal["..."]`); the registry is testbed.config.device.TRA
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
 from pydantic import Field
@@ -112,7 +113,8 @@ class SshTransport(TransportConfig):
             host=self.host,
             port=self.port,
             user=self.user,
-            key_file=self.key_file,
+            # `~/.ssh/...` as users write it; expanded where the settings are made, for the lab account
+            key_file=os.path.expanduser(self.key_file) if self.key_file else None,
             known_hosts=self.known_hosts,
             timeout_s=self.timeout_ms / 1000,
         )

@@ -152,6 +152,8 @@ class Fault(TypedDict):
     toxic: NotRequired[str]
     stream: NotRequired[str]
     attributes: NotRequired[dict]
+    ports: NotRequired[list]
+    link: NotRequired[str]
     watching: NotRequired[bool]
     injected_ns: NotRequired[int]
     job: NotRequired[dict]
@@ -304,8 +306,9 @@ SCHEMA: dict[str, EventSpec] = {
             Op.FAULT_INJECTED,
             "mark",
             Fault,
-            "failover milestone: the moment the fault took effect (a timed trigger in the twin; the midpoint "
-            "of the signal's call on a lab, marked by gpu.kill_job)",
+            "failover milestone: the moment the fault took effect (a timed trigger in the twin; on a lab, "
+            "marked by the device's procedure: the midpoint of the signal's call (gpu.kill_job), of the BMC's "
+            "reset or the switch's port disable, the straggler agent's start line (docs/faults.md))",
             True,
         ),
         _spec(Op.FAULT_DESCRIBED, "mark", Fault, "the fault a device mark `fault_injected` belongs to", True),

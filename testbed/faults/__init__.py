@@ -4,6 +4,7 @@ its own under the `testbed.faults` entry-point group."""
 from __future__ import annotations
 
 from testbed.faults.base import FaultEnv, FaultFailed, FaultKind, Injected, RankTarget
+from testbed.faults.link import LINK_FAULTS
 from testbed.faults.power import POWER_FAULTS
 from testbed.faults.rank import RANK_FAULTS
 from testbed.faults.straggle import STRAGGLE_FAULTS
@@ -11,7 +12,7 @@ from testbed.faults.transport import TRANSPORT_FAULTS, ConnectionTarget, Transpo
 from testbed.registry import Registry
 
 FAULT_KINDS: Registry[FaultKind] = Registry("fault kind", "testbed.faults", lambda kind: kind.name)
-for _kind in (*RANK_FAULTS, *POWER_FAULTS, *STRAGGLE_FAULTS, *TRANSPORT_FAULTS):
+for _kind in (*RANK_FAULTS, *POWER_FAULTS, *STRAGGLE_FAULTS, *TRANSPORT_FAULTS, *LINK_FAULTS):
     FAULT_KINDS.register(_kind, builtin=True)
 
 

@@ -60,17 +60,20 @@ class Twin(Protocol):
 
 @dataclass
 class FaultEnv:
-    """What a fault kind may use during a run: the twin (None on a lab) and the device procedures
-    (`call(device, procedure, kwargs)` returns the procedure's result, marks included; raises on failure)."""
+    """What a fault kind may use during a run: the twin (None on a lab), the device procedures
+    (`call(device, procedure, kwargs)` returns the procedure's result, marks included; raises on failure) and
+    the run's inventory (what a kind needs of a device besides its driver, e.g. a host's BMC)."""
 
     twin: Twin | None
     call: Callable[[str, str, dict], Any]
+    inventory: Any = None
 
 
 class HealLab(Protocol):
     """What `testbed heal` offers a kind: the dead run's devices and, if the twin outlived it, its control."""
 
     control: Any  # the twin's control (call(device, op, **args)), or None on a lab
+    inventory: Any  # the dead run's inventory (testbed.config.inventory.Inventory), or None
 
     def call(self, device: str, procedure: str, kwargs: dict, step: str) -> Any: ...
 
@@ -83,6 +86,7 @@ class DeadFault(Protocol):
     device: str | None
     data: dict
     job: dict | None
+    calls: list  # the device calls that succeeded inside its injection, with their results (e.g. an agent's pid)
 
 
 class FaultKind(Protocol):

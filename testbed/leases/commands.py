@@ -16,7 +16,6 @@ import re
 import time
 
 from rich.console import Console
-from rich.table import Table
 
 from testbed.errors import EXIT_OK, UserError
 
@@ -137,19 +136,24 @@ def _lab_inventory(args):
 
 
 def _print_leases(console: Console, leases, where: str, title: str = "leases") -> None:
-    def when(t: float) -> str:
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
-
-    table = Table(title=f"{title} ({where})", title_justify="left")
-    for column in ("device", "address", "holder", "kind", "since", "until", "note", "id"):
-        table.add_column(column, overflow="fold")
-    for lease in sorted(leases, key=lambda lease: (lease.device, lease.since)):
-        kind = lease.kind if lease.holder.run is None else f"run {lease.holder.run}"
-        holder = f"{lease.holder} (pid {lease.holder.pid})"
-        table.add_row(
-            lease.device, lease.address, holder, kind, when(lease.since), when(lease.until), lease.note, lease.id
-        )
+    """One line per lease (a table would wrap every cell on an 80-column terminal):
+    ocs1  reserved by alice@ctrl-a pid 4242  11-23 21:00:00 -> 11-23 23:00:00  id 3f2a9c01b7e4  "sweep"  (address)"""
     if not leases:
-        console.print(f"no leases ({where})", markup=False)
+        console.print(f"no leases ({where})", markup=False, soft_wrap=True)
         return
-    console.print(table)
+    console.print(f"{title} ({where}):", markup=False, soft_wrap=True)
+
+    def when(t: float) -> str:
+        return time.strftime("%m-%d %H:%M:%S", time.localtime(t))
+
+    width = max(len(lease.device) for lease in leases)
+    for lease in sorted(leases, key=lambda lease: (lease.device, lease.since)):
+        what = "reserved" if lease.holder.run is None else f"run {lease.holder.run}"
+        note = f'  "{lease.note}"' if lease.note else ""
+        console.print(
+            f"  {lease.device:<{width}}  {what} by {lease.holder} pid {lease.holder.pid}  "
+            f"{when(lease.since)} -> {when(lease.until)}  id {lease.id}{note}  ({lease.address})",
+            markup=False,
+            soft_wrap=True,
+            highlight=False,
+        )

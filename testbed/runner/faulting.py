@@ -19,12 +19,12 @@ from testbed.runner.errors import StepFailed
 
 
 def fault_env(engine, label: str) -> FaultEnv:
-    """What a fault kind may use in this run: the twin (None on a lab) and the device procedures."""
+    """What a fault kind may use in this run: the twin (None on a lab), the device procedures, the inventory."""
 
     def call(device: str, procedure: str, kwargs: dict):
         return engine.call({device: (procedure, kwargs)}, label)[device]
 
-    return FaultEnv(engine.twin, call)
+    return FaultEnv(engine.twin, call, getattr(getattr(engine, "plan", None), "inventory", None))
 
 
 def inject(engine, kind: str, target, label: str, device: str, data: dict) -> Injected:

@@ -1,16 +1,18 @@
 """The job on the GPU hosts, as the engine runs it: its ranks and their hosts (the assignment a failover
 changes), launching and stopping them, the fabric that connects them, and the watchers that see them fail.
 
-Ranks are started and stopped through each host's actor. Detection runs on a second actor per host (its own
-SSH connection, two threads) so that watching never blocks the host's actor: every rank is watched from before
-the fault is injected until the failure is seen. Faults are injected and healed by their kind
-(testbed/faults), recorded by testbed/runner/faulting.py. The steps that use a job (job.*, fault.*, failover)
-are in testbed/steps.
+Ranks are started and stopped through each host's actor: each rank by testbed itself (`launcher: direct`), or
+one torchrun per host that starts the host's ranks (`launcher: torchrun`, docs/jobs.md). Detection runs on a
+second actor per host (its own SSH connection, two threads) so that watching never blocks the host's actor:
+every rank is watched from before the fault is injected until the failure is seen. Faults are injected and
+healed by their kind (testbed/faults), recorded by testbed/runner/faulting.py. The steps that use a job (job.*,
+fault.*, failover) are in testbed/steps.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -81,6 +83,7 @@ class JobController:
         self.failovers = 0
         self.launches = 0  # each launch names its ranks' jobs afresh: a log read from its start is this launch's
         self.handles: dict[int, dict] = {}  # rank -> job handle (pid, log) while running
+        self.launchers: dict[str, dict] = {}  # host -> its torchrun's job handle (launcher: torchrun)
         self.assign(list(job.ranks))
 
     def assign(self, hosts: list[str]) -> None:
@@ -130,6 +133,8 @@ class JobController:
         # after a failover of rank 0 it is the spare's address the ranks are given.
         master = self.ranks[0].host
         per_host = {host: sum(1 for r in self.ranks if r.host == host) for host in self.assignment}
+        if self.job.launcher == "torchrun":
+            return self._launch_torchrun(label, watch, timeout_s, master, master_port, direct, per_host)
         programs: dict[str, list] = {}
         for r in self.ranks:
             env = {
@@ -173,6 +178,91 @@ class JobController:
                 watched = results[len(on_host)]
         raise_failures(list(started.values()))  # the watch's failure is the caller's to raise, after its marks
         return started, watched
+
+    def _launch_torchrun(
+        self,
+        label: str,
+        watch: int | None,
+        timeout_s: float,
+        master: str,
+        master_port: int,
+        direct: list[str],
+        per_host: dict[str, int],
+    ) -> tuple[dict[int, object], object | None]:
+        """launch() with `launcher: torchrun`: one torchrun per host, all at once. Node i is the i-th host in
+        rank order, so rank 0's host is node 0 and hosts the rendezvous (torchrun's static backend: node ranks
+        are the --node-rank given, the store is node 0's at the endpoint, and MASTER_ADDR / MASTER_PORT are
+        that endpoint). Every launch has a rendezvous id of its own. The ranks get torchrun's variables from
+        torchrun, and testbed's (TESTBED_PEERS, ...) through torchrun's environment, which its workers inherit.
+
+        A rank is watched through its host's torchrun (the process the host started, which exits when a worker
+        fails and whose process group a fault or a stop signals) and the rank's own output: the launcher's
+        log when the host runs one rank, whose output is torchrun's, else the file the rank writes itself
+        (TESTBED_RANK_LOG; testbed-train does)."""
+        nodes = list(dict.fromkeys(r.host for r in self.ranks))
+        nproc = per_host[master]  # the same on every host (the playbook's check)
+        if watch is not None and nproc > 1:
+            raise StepFailed(
+                f"{label}: watching a rank's relaunch under torchrun needs one rank per host (here {nproc})"
+            )
+        endpoint = f"{self.address_of(master)}:{master_port}"
+        rdzv_id = f"{re.sub(r'[^A-Za-z0-9_.-]', '-', str(self.c.recorder.run_id))}-{self.launches}"
+        programs: dict[str, list] = {}
+        for i, host in enumerate(nodes):
+            env = {
+                **self.job.env,
+                "TESTBED_MASTER_HOST": master,
+                "TESTBED_PEERS": ",".join(self._host_peers(host, direct)),
+                "TESTBED_CHECKPOINT_DIR": self.job.checkpoint_dir,
+            }
+            if nproc > 1:
+                env["TESTBED_RANK_LOG"] = f"rank{{rank}}.{self.launches}.log"  # in its workdir
+            command = [
+                "torchrun",
+                *("--nnodes", str(len(nodes)), "--node-rank", str(i), "--nproc-per-node", str(nproc)),
+                *("--rdzv-backend", "static", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id),
+                *("--max-restarts", "0", "--no-python"),
+                *self.job.command,
+            ]
+            name = f"node{i}.{self.launches}"
+            args = {"command": command, "name": name, "gpus": list(range(nproc)), "env": env}
+            # a node slot keeps its directory across launches (a spare takes the slot of the host it replaces)
+            programs[host] = [(label, "gpu.start_job", {**args, "workdir": f"testbed-jobs/node{i}"})]
+            if watch is not None and host == self.ranks[watch].host:
+                wait = {"job": name, "progress": self.job.progress, "ready": READY}
+                wait.update(min_step=0, max_s=timeout_s, mark=Op.FIRST_STEP)
+                programs[host].append((label, "gpu.wait_step", wait))
+        started, watched = {}, None
+        for host, results in self.c.dispatch(programs).items():
+            launched = results[0]
+            if launched is not None and launched.status == "ok":
+                self.launchers[host] = launched.value
+            for r in self.ranks:
+                if r.host == host:
+                    started[r.index] = launched
+                    if host in self.launchers:
+                        self.handles[r.index] = self._rank_handle(r, self.launchers[host], nproc)
+            if watch is not None and host == self.ranks[watch].host:
+                watched = results[1]
+        raise_failures(list({id(v): v for v in started.values()}.values()))  # each launcher's once
+        return started, watched
+
+    def _rank_handle(self, r: Rank, launcher: dict, nproc: int) -> dict:
+        if nproc == 1:
+            return dict(launcher)
+        log = f"{launcher['workdir']}/rank{r.index}.{self.launches}.log"
+        return {**launcher, "name": f"rank{r.index}.{self.launches}", "log": log}
+
+    def _host_peers(self, host: str, direct: list[str]) -> list[str]:
+        """TESTBED_PEERS for every rank on `host` at once (torchrun gives its workers one environment): each
+        of its ranks' own view merged. A rank uses only its own entry and its neighbour's, and the neighbour
+        it reaches through a relay runs on another host, so the views do not conflict."""
+        peers = list(direct)
+        for r in self.ranks:
+            if r.host == host:
+                nxt = (r.index + 1) % len(self.ranks)
+                peers[nxt] = self._peers_of(r, direct)[nxt]
+        return peers
 
     def _listen_ports(self) -> list[int]:
         """Where each rank listens, then rank 0's rendezvous port (MASTER_PORT). On a lab, the playbook's port +
@@ -235,13 +325,18 @@ class JobController:
         return out
 
     def stop(self, label: str = "stop job") -> None:
-        if not self.handles:
+        if not self.handles and not self.launchers:
             return
         programs: dict[str, list] = {}
-        for r in self.ranks:
-            if r.index in self.handles:
-                programs.setdefault(r.host, []).append((label, "gpu.stop_job", {"job": self.handles[r.index]}))
+        if self.job.launcher == "torchrun":  # each host's torchrun, which stops its workers (SIGTERM)
+            for host, handle in self.launchers.items():
+                programs[host] = [(label, "gpu.stop_job", {"job": handle})]
+        else:
+            for r in self.ranks:
+                if r.index in self.handles:
+                    programs.setdefault(r.host, []).append((label, "gpu.stop_job", {"job": self.handles[r.index]}))
         self.handles.clear()
+        self.launchers.clear()
         for results in self.c.dispatch(programs).values():
             raise_failures(results)
 

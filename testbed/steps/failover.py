@@ -7,7 +7,12 @@ job_relaunched -> job_ready -> first_step (a step after the checkpoint, on the s
 
 As soon as a watcher sees the failure, the spare is chosen for the rank it saw fail and the fabric is rewired
 through it, while the surviving ranks are torn down: both must be done before the relaunch, and neither waits
-for the other.
+for the other. The spare takes the place of the failed rank's host (every rank it held).
+
+With `launcher: torchrun` the relaunch is every host's torchrun stopped and started again over the new hosts,
+with a new rendezvous id; the rendezvous (and MASTER_ADDR) is rank 0's host, the spare when rank 0's host was
+the one lost. The milestones are the same: a rank is watched through its host's torchrun and its own output,
+and the spare's launch is followed from its start to its rank's ready line and first step.
 """
 
 from __future__ import annotations
@@ -68,7 +73,14 @@ class FailoverStep(FaultDetectStep):
         branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure)}.*)")
         self.describe_detection(branch, plan)
         branch.add(escape(f"choose a spare ({', '.join(plan.spares) or 'none'}), rewire the job fabric through it"))
-        branch.add("relaunch every rank from the last checkpoint; wait for the spare's first step")
+        if plan.playbook.job.launcher == "torchrun":
+            branch.add(
+                "stop torchrun on every host and start it again with the spare (a new rendezvous id; the "
+                "rendezvous moves with rank 0); ranks resume from the last checkpoint; wait for the spare's "
+                "first step"
+            )
+        else:
+            branch.add("relaunch every rank from the last checkpoint; wait for the spare's first step")
         branch.add(escape(f"heal {self.kind}"))
 
 
@@ -96,8 +108,7 @@ def _failover(engine, jobs, step: FailoverStep) -> dict[str, int]:
         jobs.failovers += 1
         jobs.spare_use[spare] = jobs.spare_use.get(spare, 0) + 1
         chosen[Op.SPARE_SELECTED] = mark(Op.SPARE_SELECTED, {"failed": failed.host, "spare": spare, "rank": rank})
-        hosts = list(jobs.assignment)
-        hosts[rank] = spare
+        hosts = [spare if host == failed.host else host for host in jobs.assignment]
         chosen.update(rank=rank, spare=spare, hosts=hosts)
         chosen["fabric"] = engine.pool.submit(jobs.apply_fabric, step.label, hosts)
 

@@ -2,7 +2,8 @@
 after (the job's own reaction is what the playbook measures, e.g. a straggler's cost per iteration).
 
 A fault on a rank hits the job's rank (drawn from the seed for rank:random); a fault on a connection
-(transport.*) breaks the link between the framework and a device through the twin's fault proxy."""
+(transport.*) breaks the link between the framework and a device through the twin's fault proxy; a fault on
+ports (link.down) takes a switch's ports out of service through the switch's own procedures."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from testbed.config.fault import Fault
+from testbed.families import family_of
 from testbed.faults import FAULT_KINDS, ConnectionTarget, RankTarget
+from testbed.faults.link import DISABLE, ENABLE, PortTarget, interlock_problems, link_ports, port_problems
 from testbed.runner import faulting
 from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
 from testbed.steps.job_start import needs_job
@@ -36,7 +39,50 @@ def check_fault(step, ctx: CheckContext) -> list[Problem]:
             problems.append(
                 (("fault", "target"), f"rank {rank} does not exist: the job has {world} ranks (0..{world - 1})")
             )
+    if ctx.inventory is not None and any(FAULT_KINDS.get(k).target == "ports" for k in step.fault.kinds()):
+        problems += _port_target_problems(step.fault, ctx.inventory)
     return problems
+
+
+def _operation(dev, name: str) -> str | None:
+    return family_of(dev).operation(name)
+
+
+def _port_target_problems(fault, inventory) -> list[Problem]:
+    """link.down's link (each one of a list) has a fibre, on a switch whose family can disable its ports."""
+    if fault.ports is not None:
+        key = ("fault", "ports") if fault.device in inventory.devices else ("fault", "device")
+        return [(key, m) for m in port_problems(inventory, fault.device, fault.ports, _operation)]
+    links = fault.link if isinstance(fault.link, list) else [fault.link]
+    problems = []
+    for j, link in enumerate(links):
+        key = ("fault", "link", j) if isinstance(fault.link, list) else ("fault", "link")
+        try:
+            switch, ports = link_ports(inventory, link)
+        except LookupError as exc:
+            problems.append((key, str(exc)))
+            continue
+        problems += [(key, f"{link}: {m}") for m in port_problems(inventory, switch, list(ports), _operation)]
+    return problems
+
+
+def plan_port_target(kind: str, fault, ctx: PlanContext) -> PortTarget:
+    """The switch ports a link.down disables this trial (its link drawn from a list), refused by the
+    inventory's interlocks as the planner refuses any write (the switch's actor checks them again)."""
+    link = ctx.draw(fault.link) if fault.link is not None else None
+    try:
+        switch, ports = link_ports(ctx.inventory, link) if link is not None else (fault.device, fault.ports)
+    except LookupError as exc:
+        raise PlanError(f"fault.inject: {kind}: {exc}") from None
+    ports = tuple(sorted(set(ports)))
+    problems = port_problems(ctx.inventory, switch, list(ports), _operation)
+    if problems:
+        raise PlanError(f"fault.inject: {kind}: {'; '.join(problems)}")
+    problems = interlock_problems(ctx.inventory, switch, list(ports))
+    if problems:
+        raise PlanError("interlock: " + "; ".join(problems))
+    dev = ctx.inventory.devices[switch]
+    return PortTarget(switch, ports, link, _operation(dev, DISABLE), _operation(dev, ENABLE))
 
 
 class FaultInject(StepModel):
@@ -54,6 +100,10 @@ class FaultInject(StepModel):
         f = self.fault
         kind = ctx.draw(f.kind)
         timing = {"when_s": self.when_ms / 1000, "duration_s": self.duration_ms / 1000}
+        if FAULT_KINDS.get(kind).target == "ports":
+            target = plan_port_target(kind, f, ctx)
+            label = self.name or f"{kind} on {target.name}"
+            return (FaultInjectStep(label, kind, -1, 0, 0.0, 0.0, ports=target, **timing),)
         if FAULT_KINDS.get(kind).target == "connection":
             device = ctx.draw(f.device)
             if device not in ctx.inventory.devices:
@@ -86,14 +136,29 @@ class FaultInjectStep(Planned):
     device: str | None = None  # a fault on a connection: the device behind the twin's fault proxy
     attributes: tuple[tuple[str, float], ...] = ()  # a fault on a connection: the toxic's attributes
     stream: str = "downstream"
+    ports: PortTarget | None = None  # a fault on switch ports (link.down): which, and the family's procedures
     faults: ClassVar[int] = 1
 
     def execute(self, engine) -> None:
         with engine.fault_budget.hold(self.label):
             if self.device is not None:
                 self._on_connection(engine)
+            elif self.ports is not None:
+                self._on_ports(engine)
             else:
                 self._on_rank(engine)
+
+    def _on_ports(self, engine) -> None:
+        target = self.ports
+        data = {
+            "fault": f"{self.kind}@{target.name}",
+            "kind": self.kind,
+            "device": target.device,
+            "ports": list(target.ports),
+            **({"link": target.link} if target.link else {}),
+            "duration_s": self.duration_s,
+        }
+        self._hold(engine, target, target.device, data)
 
     def _on_connection(self, engine) -> None:
         toxic = f"{self.kind.removeprefix('transport.')}-{engine.next_fault_number()}"
@@ -131,6 +196,8 @@ class FaultInjectStep(Planned):
     def devices(self, plan) -> Touches:
         if self.device is not None:
             return Touches(reads=frozenset({self.device}))
+        if self.ports is not None:
+            return Touches(writes=frozenset({self.ports.device}))
         return Touches(writes=frozenset({plan.playbook.job.ranks[self.rank]}))
 
     def describe(self, node, plan) -> None:
@@ -141,6 +208,13 @@ class FaultInjectStep(Planned):
                 f"{self.kind} on {self.device}'s connection ({self.stream}"
                 + (f"; {attributes}" if attributes else "")
                 + ")"
+            )
+        elif self.ports is not None:
+            p = self.ports
+            what = (
+                f"{self.kind}"
+                + (f" on {p.link}" if p.link else "")
+                + describe_fault(self.kind, {"device": p.device, "ports": list(p.ports)})
             )
         else:
             what = f"{self.kind} on rank {self.rank} ({plan.playbook.job.ranks[self.rank]})" + describe_fault(

@@ -53,5 +53,13 @@ class JobStartStep(Planned):
         branch = node.add(escape(f"{self.label}: {len(job.ranks)} ranks on {', '.join(dict.fromkeys(job.ranks))}"))
         if job.fabric is not None:
             branch.add("set up the job fabric first (above)")
+        if job.launcher == "torchrun":
+            hosts = list(dict.fromkeys(job.ranks))
+            branch.add(
+                escape(
+                    f"one torchrun per host ({len(hosts)} nodes x {len(job.ranks) // len(hosts)} ranks), rendezvous "
+                    f"at {hosts[0]} (node 0, rank 0's host)"
+                )
+            )
         if self.wait_steps:
             branch.add(f"wait until every rank has printed step {self.wait_steps}, within {self.timeout_s:g} s")

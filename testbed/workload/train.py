@@ -10,11 +10,19 @@ It depends on nothing in the testbed: it runs unchanged on a lab host. Configura
 command line or the environment (RANK, WORLD_SIZE, TESTBED_PEERS="host:port,host:port,...", or a
 hostfile with one host:port per line in rank order). A peer that dies or hangs makes the others exit
 with status 3 and a message naming it, after at most --timeout seconds.
+
+Started by torchrun it reads PyTorch's contract from the environment as it is (RANK, WORLD_SIZE, LOCAL_RANK;
+the ring's addresses still come from TESTBED_PEERS, which torchrun passes on to its workers). With
+--backend gloo it sums over torch.distributed instead of its own ring: the process group is set up by env://
+(MASTER_ADDR, MASTER_PORT), so any launcher of PyTorch jobs can start it; PyTorch is imported only then.
+--log FILE (TESTBED_RANK_LOG), where {rank} stands for the rank, sends the rank's output to a file of its
+own: several ranks under one launcher share its output otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import selectors
@@ -197,11 +205,46 @@ def save_checkpoint(directory: Path, rank: int, step: int, w: np.ndarray, keep: 
         old.unlink(missing_ok=True)
 
 
+class Gloo:
+    """The sum over torch.distributed's gloo backend, its process group set up by env:// (MASTER_ADDR,
+    MASTER_PORT, RANK, WORLD_SIZE: torchrun's contract). A peer that dies fails the collective."""
+
+    def __init__(self, rank: int, world: int, timeout: float) -> None:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        self.rank, self.torch, self.dist = rank, torch, dist
+        try:
+            dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout))
+        except (RuntimeError, ValueError) as exc:  # DistNetworkError / DistStoreError are RuntimeErrors
+            raise CommError(f"rank {rank}: gloo process group not set up: {exc}") from exc
+
+    def allreduce(self, vec: np.ndarray, step: int) -> np.ndarray:
+        tensor = self.torch.from_numpy(np.array(vec, dtype=np.float64))
+        try:
+            self.dist.all_reduce(tensor)
+        except RuntimeError as exc:
+            raise CommError(f"rank {self.rank}: gloo all_reduce of step {step} failed: the peer died ({exc})") from exc
+        return tensor.numpy()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # the group may be broken already: nothing left to tear down
+            self.dist.destroy_process_group()
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(prog="testbed-train", description=__doc__.split("\n\n")[0])
     p.add_argument("--rank", type=int, default=int(env.get("RANK", 0)))
     p.add_argument("--world-size", type=int, default=int(env["WORLD_SIZE"]) if "WORLD_SIZE" in env else None)
+    p.add_argument(
+        "--backend",
+        choices=("ring", "gloo"),
+        default="ring",
+        help="ring: its own TCP ring over --peers; gloo: torch.distributed, set up by env:// (needs PyTorch)",
+    )
     p.add_argument("--peers", default=env.get("TESTBED_PEERS"), help="host:port,... in rank order")
     p.add_argument("--hostfile", help="one host:port per line, in rank order")
     p.add_argument("--bind", help="address to listen on (default: this rank's host in the peer list)")
@@ -215,33 +258,70 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--init-delay", type=float, default=0.0, help="seconds of communicator initialisation")
     p.add_argument("--step-time", type=float, default=0.0, help="minimum seconds per step (models compute)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds without data from a peer before failing")
+    p.add_argument(
+        "--log",
+        default=env.get("TESTBED_RANK_LOG"),
+        help="write this rank's output to this file ({rank}: the rank) instead of stdout and stderr",
+    )
     args = p.parse_args(argv)
+    args.local_rank = env.get("LOCAL_RANK")
+    if args.backend == "gloo":
+        if args.world_size is None or not 0 <= args.rank < args.world_size:
+            p.error(f"--backend gloo needs RANK and WORLD_SIZE (rank {args.rank}, world size {args.world_size})")
+        args.peer_list = None
+        return args
     text = args.peers
     if args.hostfile:
         text = Path(args.hostfile).read_text()
     args.peer_list = parse_peers(text) if text else [("127.0.0.1", 0)]
     if args.world_size is None:
         args.world_size = len(args.peer_list)
+    if not text and args.world_size is not None and args.world_size > 1:
+        p.error(
+            f"rank {args.rank} of {args.world_size}: where do the other ranks listen? Give --peers, --hostfile or "
+            "TESTBED_PEERS (MASTER_ADDR and MASTER_PORT alone set up --backend gloo, not the ring)"
+        )
     if len(args.peer_list) != args.world_size or not 0 <= args.rank < args.world_size:
         p.error(f"rank {args.rank}, world size {args.world_size} and {len(args.peer_list)} peers do not fit")
     return args
 
 
+def _to_log(template: str, rank: int) -> None:
+    """From now on this process's stdout and stderr go to its own log file (appended to)."""
+    path = Path(template.replace("{rank}", str(rank)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rank, world = args.rank, args.world_size
+    if args.log:
+        _to_log(args.log, rank)
 
     def say(line: str) -> None:
         print(line, flush=True)
 
-    say(f"rank {rank}/{world} starting pid {os.getpid()} cuda_visible_devices={os.environ.get('CUDA_VISIBLE_DEVICES')}")
+    local = "" if args.local_rank is None else f" local_rank={args.local_rank}"
+    say(
+        f"rank {rank}/{world} starting pid {os.getpid()} "
+        f"cuda_visible_devices={os.environ.get('CUDA_VISIBLE_DEVICES')}{local}"
+    )
     if args.init_delay > 0:
         time.sleep(args.init_delay)  # models NCCL communicator set-up
     true_w = np.random.default_rng(args.seed).standard_normal(args.dim)
     w = np.zeros(args.dim)
     ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
     try:
-        ring = Ring(rank, args.peer_list, args.timeout, args.bind)
+        if args.backend == "gloo":
+            ring = Gloo(rank, world, args.timeout)
+        else:
+            ring = Ring(rank, args.peer_list, args.timeout, args.bind)
     except (CommError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_COMM

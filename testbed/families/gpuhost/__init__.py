@@ -1,12 +1,12 @@
 """The GPU host family (kind `gpu_host`): a Linux server reached over SSH, running the job's ranks; nvidia-smi,
-background jobs, signals, and the watch that sees a rank fail."""
+background jobs, signals, the watch that sees a rank fail, and its power through its BMC (Redfish)."""
 
 from __future__ import annotations
 
 from testbed.capabilities import GpuHost
 from testbed.families.base import DeviceFamily, ProcedureSpec, TwinSupport
 from testbed.families.gpuhost import procedures
-from testbed.families.gpuhost.model import GpuHostDevice, GpuHostEmulation
+from testbed.families.gpuhost.model import BmcConfig, GpuHostDevice, GpuHostEmulation
 
 
 def _twin_spec(name: str, dev: GpuHostDevice, inventory, seed: int) -> dict:
@@ -33,13 +33,17 @@ FAMILY = DeviceFamily(
         "gpu.health": ProcedureSpec(procedures.health),
         "gpu.kill_job": ProcedureSpec(procedures.kill_job, ("fault_injected", "fault_healed")),
         "gpu.resume_job": ProcedureSpec(procedures.resume_job, ("fault_healed",)),
+        "gpu.straggle_start": ProcedureSpec(procedures.straggle_start, ("fault_injected",)),
+        "gpu.straggle_stop": ProcedureSpec(procedures.straggle_stop, ("fault_healed",)),
         "gpu.watch_job": ProcedureSpec(procedures.watch_job, ("watching", "failure_detected")),
         "gpu.wait_step": ProcedureSpec(procedures.wait_step, ("job_ready", "first_step")),
         "gpu.step_times": ProcedureSpec(procedures.step_times),
+        "gpu.power_off": ProcedureSpec(procedures.power_off, ("fault_injected",)),  # through the BMC
+        "gpu.power_on": ProcedureSpec(procedures.power_on, ("fault_healed",)),
     },
     operations={"identify": "gpu.identify"},
     twin=TwinSupport(_twin_spec),
     description="a GPU server reached over SSH: nvidia-smi, jobs, signals",
 )
 
-__all__ = ["FAMILY", "GpuHostDevice", "GpuHostEmulation"]
+__all__ = ["FAMILY", "BmcConfig", "GpuHostDevice", "GpuHostEmulation"]

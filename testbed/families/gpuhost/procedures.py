@@ -93,6 +93,28 @@ def resume_job(host: GpuHost, ctx: ProcedureContext, *, job: dict) -> dict:
     return {"pid": handle.pid, "result": "continued"}
 
 
+def straggle_start(
+    host: GpuHost, ctx: ProcedureContext, *, job: dict, duty: float, period_ms: float, timeout_s: float = 30.0
+) -> dict:
+    """Inject host.straggle on a lab: start the host's duty-cycle agent (testbed-straggle), which stops the
+    job's process group for `duty` of every `period_ms`. Mark: fault_injected when the agent's start line
+    arrived (it prints it once it has stopped the group the first time). The agent's pid is in the result,
+    so a dead run's history names it for `testbed heal`."""
+    handle = _job(job)
+    agent, arrived_ns, log = host.start_straggle(handle, duty, period_ms, timeout_s=timeout_s)
+    ns = ctx.mark_at("fault_injected", arrived_ns)
+    return {"pid": handle.pid, "agent": agent, "log": log, "duty": duty, "period_ms": period_ms, "injected_ns": ns}
+
+
+def straggle_stop(host: GpuHost, ctx: ProcedureContext, *, job: dict, agent: int | None = None) -> dict:
+    """Heal host.straggle on a lab: end the job's duty-cycle agents (SIGTERM; each continues the group as it
+    ends) and SIGCONT the group once they are gone, in case one was killed outright. Mark: fault_healed."""
+    handle = _job(job)
+    done = host.stop_straggle(handle, agent)
+    ctx.mark("fault_healed")
+    return {"pid": handle.pid, **done}
+
+
 def watch_job(
     host: GpuHost,
     ctx: ProcedureContext,
@@ -265,3 +287,44 @@ def step_times(
                 hint="raise max_s, or check the progress pattern against the job's log",
             )
     return {"steps": [s for s, _ in steps], "ns": [ns for _, ns in steps]}
+
+
+# --- host power through its BMC (host.power_off on a lab) -------------------------------------------------
+
+
+def _bmc(host: GpuHost, ctx: ProcedureContext, bmc: dict):
+    """The host's BMC driver (drivers/redfish.py), its traffic in the host's audit log. Made for each call and
+    logged out at its end: a BMC has a handful of session slots, and a session held between a run's calls
+    would keep one for as long as the hub lives."""
+    from drivers.redfish import RedfishBmc, RedfishSettings
+
+    audit = getattr(getattr(host, "transport", None), "audit", None)
+    return RedfishBmc(RedfishSettings.from_dict(bmc), ctx.device, audit)
+
+
+def power_off(host: GpuHost, ctx: ProcedureContext, *, bmc: dict) -> dict:
+    """Inject host.power_off on a lab: ComputerSystem.Reset ForceOff through the host's BMC (Redfish), then
+    PowerState read back until it is Off. Mark: fault_injected at the midpoint of the reset request (the BMC
+    cut the power somewhere inside it). `bmc`: BmcConfig.call_args (the inventory's bmc: and its password)."""
+    with _bmc(host, ctx, bmc) as b:
+        done = b.power_off()
+    if not done["changed"]:
+        raise DeviceCommandError(
+            "the host is already off: its BMC reads PowerState Off before any reset",
+            device=ctx.device,
+            address=bmc.get("address", "?"),
+            received="PowerState 'Off'",
+            hint="power the host on (and start its job) before injecting host.power_off",
+        )
+    ns = ctx.mark_at("fault_injected", done["reset_ns"])
+    return {**done, "fault_injected_ns": ns}
+
+
+def power_on(host: GpuHost, ctx: ProcedureContext, *, bmc: dict) -> dict:
+    """Heal host.power_off on a lab: ComputerSystem.Reset On through the host's BMC, then PowerState read back
+    until it is On (nothing is sent when it already is). The operating system boots after that: the host's
+    SSH comes back when it has. Mark: fault_healed once PowerState reads On."""
+    with _bmc(host, ctx, bmc) as b:
+        done = b.power_on()
+    ctx.mark("fault_healed")
+    return done

@@ -1,5 +1,6 @@
-"""The optical circuit switch family (kind `ocs`): the CircuitSwitch capability, its procedures, its
-interlocks (allowed and reserved ports, read-only), its circuits as lab state, and its twin."""
+"""The optical circuit switch family (kind `ocs`): the CircuitSwitch capability (with PortControl: ports out
+of service and back, for link.down), its procedures, its interlocks (allowed and reserved ports, read-only),
+its circuits as lab state, and its twin."""
 
 from __future__ import annotations
 
@@ -79,12 +80,19 @@ FAMILY = DeviceFamily(
         "ocs.reconfigure": ProcedureSpec(procedures.reconfigure, CHANGE_MARKS),
         "ocs.clear": ProcedureSpec(procedures.clear, ("sent", "acked")),
         "ocs.connections": ProcedureSpec(procedures.connections),
+        # Ports out of service and back (link.down): the drivers' PortControl capability.
+        "ocs.disable_ports": ProcedureSpec(procedures.disable_ports, ("fault_injected",)),
+        "ocs.enable_ports": ProcedureSpec(procedures.enable_ports, ("fault_healed",)),
+        "ocs.port_states": ProcedureSpec(procedures.port_states),
     },
     operations={
         "identify": "ocs.identify",
         "reconfigure": "ocs.reconfigure",
         "clear": "ocs.clear",
         "read_fabric": "ocs.connections",
+        "disable_ports": "ocs.disable_ports",
+        "enable_ports": "ocs.enable_ports",
+        "port_states": "ocs.port_states",
     },
     policy=_policy,
     check=_check,

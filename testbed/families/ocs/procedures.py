@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from testbed.capabilities import CircuitSwitch
+import time
+
+from drivers.errors import DeviceCommandError
+from testbed.capabilities import CircuitSwitch, PortControl
 from testbed.fabric.diff import circuit_diff
 from testbed.procedures.context import ProcedureContext, forgets_on_error
 from testbed.procedures.errors import VerificationError
@@ -129,3 +132,66 @@ def clear(switch: CircuitSwitch, ctx: ProcedureContext, *, managed: list[int]) -
     ctx.mark("acked")
     ctx.cache["connections"] = {i: e for i, e in current.items() if (i, e) not in remove}
     return {"removed": len(remove)}
+
+
+# --- ports out of service and back (the link.down fault kind) ------------------------------------------
+
+
+def _port_control(switch, ctx: ProcedureContext) -> PortControl:
+    """The switch's PortControl capability, or a refusal naming its driver before anything is sent."""
+    missing = [m for m in ("set_port_enabled", "port_states") if not callable(getattr(switch, m, None))]
+    if missing:
+        driver = type(getattr(switch, "wrapped", switch)).__name__
+        raise DeviceCommandError(
+            f"its driver ({driver}) cannot take ports out of service: it has no {' / '.join(missing)} "
+            "(testbed.capabilities.PortControl)",
+            device=ctx.device,
+            address=ctx.address,
+            hint="link.down needs a driver that can disable and enable ports; use another fault kind here",
+        )
+    return switch
+
+
+def _states(switch: PortControl, ctx: ProcedureContext, ports: list[int], want: set[str], what: str) -> dict:
+    """Read the ports' states back; VerificationError unless each is one of `want`."""
+    states = {int(p): s for p, s in switch.port_states(ports).items()}
+    wrong = {p: states.get(p) for p in ports if states.get(p) not in want}
+    if wrong:
+        raise VerificationError(
+            f"after {what} port(s) {sorted(wrong)} read {', '.join(f'{p}: {s}' for p, s in sorted(wrong.items()))}"
+            f" (expected {' or '.join(sorted(want))})",
+            device=ctx.device,
+            address=ctx.address,
+            sent="port_states() (E enabled, D disabled, F failed)",
+            hint="another client may be changing the switch's ports, or a port failed",
+        )
+    return states
+
+
+def disable_ports(switch, ctx: ProcedureContext, *, ports: list[int]) -> dict:
+    """Take `ports` out of service (they carry no light; their circuits stay), then read their states back:
+    each must be disabled (or failed, dark too). Mark: fault_injected at the midpoint of the disable command
+    (the switch applies it somewhere inside that call; the midpoint is off by at most half of it)."""
+    control = _port_control(switch, ctx)
+    ports = sorted({int(p) for p in ports})
+    t0 = time.monotonic_ns()
+    control.set_port_enabled(ports, False)
+    ns = ctx.mark_at("fault_injected", (t0 + time.monotonic_ns()) // 2)
+    states = _states(control, ctx, ports, {"D", "F"}, "disabling")
+    return {"ports": ports, "states": states, "fault_injected_ns": ns}
+
+
+def enable_ports(switch, ctx: ProcedureContext, *, ports: list[int]) -> dict:
+    """Put `ports` back in service, then read their states back: each must be enabled (a failed port is not
+    repaired by enabling it, and is reported). Mark: fault_healed once the switch has taken the command."""
+    control = _port_control(switch, ctx)
+    ports = sorted({int(p) for p in ports})
+    control.set_port_enabled(ports, True)
+    ctx.mark("fault_healed")
+    states = _states(control, ctx, ports, {"E"}, "enabling")
+    return {"ports": ports, "states": states}
+
+
+def port_states(switch, ctx: ProcedureContext, *, ports: list[int]) -> dict[int, str]:
+    """Each port's state: E (enabled), D (disabled) or F (failed)."""
+    return {int(p): s for p, s in _port_control(switch, ctx).port_states(sorted({int(p) for p in ports})).items()}
