@@ -17,7 +17,8 @@ from testbed.config.playbook import Configuration, Playbook
 from testbed.fabric.circuits import PathError, links_to_circuits, parse_link
 from testbed.fabric.jobfabric import fabric_links, fabric_ports
 from testbed.fabric.topology import all_to_all_schedule
-from testbed.steps import FaultInjectStep, PlanContext, PlanError, Planned, walk
+from testbed.steps import ApplyStep, FaultInjectStep, PlanContext, PlanError, Planned, walk
+from testbed.steps.fabric_apply import apply_step
 
 Pair = tuple[int, int]
 
@@ -46,6 +47,8 @@ class Plan:
     # switch -> the circuits of the job's fabric over the playbook's ranks (what job.start sets up)
     job_circuits: dict[str, tuple[Pair, ...]] = field(default_factory=dict)
     spares: tuple[str, ...] = ()  # hosts a failover may move a rank to
+    # configuration -> how the job's fabric service applies it when a rank asks (job.fabric_service)
+    fabric_service: dict[str, ApplyStep] = field(default_factory=dict)
 
     def addresses(self) -> dict[str, str]:
         return {d: self.inventory.devices[d].transport.address() for d in self.devices}
@@ -62,7 +65,7 @@ class Plan:
     def managed(self) -> dict[str, set[int]]:
         """Every port the run may change on each switch: its configurations' and its job fabric's."""
         ports: dict[str, set[int]] = {sw: set(p) for sw, p in self.job_managed.items()}
-        for step in self.all_steps():
+        for step in [*self.all_steps(), *self.fabric_service.values()]:
             for apply in _applies(step):
                 for sw, p in apply.managed.items():
                     ports.setdefault(sw, set()).update(p)
@@ -120,6 +123,14 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
                 job_circuits = links_to_circuits(fabric_links(playbook.job.fabric, list(playbook.job.ranks)), inventory)
             except PathError as exc:
                 raise PlanError(f"job fabric: {exc}") from None
+    fabric_service = {}
+    if playbook.job is not None and playbook.job.fabric_service is not None:
+        served = playbook.job.fabric_service
+        ctx = PlanContext(playbook, inventory, points[0], random.Random(seed), circuits, managed, schedules)
+        for name in dict.fromkeys(served.configurations):
+            if name not in circuits:
+                raise PlanError(f"job.fabric_service: no configuration named {name!r}")
+            fabric_service[name] = apply_step(ctx, name, f"fabric service: {name}", served, measure=None)
     plan = Plan(
         playbook=playbook,
         inventory=inventory,
@@ -132,6 +143,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
         job_managed=job_managed,
         job_circuits=job_circuits,
         spares=spares,
+        fabric_service=fabric_service,
     )
     # What the run touches: what each step says it reads and writes, and the job's hosts and fabric.
     writes = job_hosts | set(job_managed) | {sw for conf in circuits.values() for sw in conf}

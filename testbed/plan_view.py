@@ -175,6 +175,12 @@ def _job(root: Tree, plan: Plan) -> None:
         show_circuits(fabric, plan.job_circuits)
         if f.verify_light:
             fabric.add(f"verify light above {f.min_power_dbm} dBm within {f.light_timeout_ms / 1000:g} s")
+    if plan.fabric_service:
+        served = node.add(
+            escape(f"fabric service: the ranks may ask for {', '.join(plan.fabric_service)} (TESTBED_FABRIC_SERVICE)")
+        )
+        for name, apply in plan.fabric_service.items():
+            show_circuits(served.add(escape(name)), apply.circuits)
     if plan.spares:
         node.add(escape(f"spares a failover may use: {names(plan.spares)}"))
 

@@ -146,6 +146,16 @@ def check_playbook(pb, inv: Inventory | None) -> list[Problem]:
             problems += [((*loc, *key), message) for key, message in step.check(ctx)]
     if pb.job is not None and pb.job.fabric is not None:
         problems += _check_job_fabric(pb.job.fabric, len(pb.job.ranks))
+    if pb.job is not None and pb.job.fabric_service is not None:
+        for i, name in enumerate(pb.job.fabric_service.configurations):
+            if name not in pb.configurations:
+                known = ", ".join(pb.configurations) or "none defined"
+                problems.append(
+                    (
+                        ("job", "fabric_service", "configurations", i),
+                        f"no configuration named {name!r} (configurations: {known})",
+                    )
+                )
     for key, values in pb.sweep.items():
         if not values:
             problems.append((("sweep", key), "a swept parameter needs at least one value"))

@@ -14,7 +14,17 @@ from testbed.steps import step_union
 # Every registered step kind (testbed/steps; another package's too), discriminated by `action`.
 Step = step_union()
 
-__all__ = ["LINK_PATTERN", "PARAM_REF", "Configuration", "Job", "JobFabric", "Playbook", "Step", "param_name"]
+__all__ = [
+    "LINK_PATTERN",
+    "PARAM_REF",
+    "Configuration",
+    "Job",
+    "JobFabric",
+    "JobFabricService",
+    "Playbook",
+    "Step",
+    "param_name",
+]
 
 
 class Configuration(Strict):
@@ -84,13 +94,25 @@ class JobFabric(Strict):
     )
 
 
+class JobFabricService(Strict):
+    """The fabric service a running job's ranks may ask for configurations (docs/fabric_service.md): started
+    with the job, its address and token in every rank's environment (TESTBED_FABRIC_SERVICE,
+    TESTBED_FABRIC_TOKEN), applied like fabric.apply with these light settings."""
+
+    configurations: list[Name] = Field(min_length=1, description="the playbook's configurations a rank may ask for")
+    verify_light: bool = True
+    min_power_dbm: float = Field(-20.0, description="light is verified when every new egress reads above this")
+    timeout_ms: int = Field(5000, gt=0, description="for acknowledgement and light to appear")
+
+
 class Job(Strict):
     """A command started on GPU hosts, one rank per entry of `ranks` (a host may hold several ranks).
 
     Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (PyTorch's
     env:// rendezvous: rank 0's host, port + world size; after a failover of rank 0, the spare's),
     TESTBED_MASTER_HOST (that host's inventory name), TESTBED_PEERS (host:port of every rank, rank r
-    listening on port + r), TESTBED_CHECKPOINT_DIR and CUDA_VISIBLE_DEVICES in its environment.
+    listening on port + r), TESTBED_CHECKPOINT_DIR and CUDA_VISIBLE_DEVICES in its environment (with
+    `fabric_service`, TESTBED_FABRIC_SERVICE and TESTBED_FABRIC_TOKEN too).
     With `launcher: torchrun`, one torchrun per host starts that host's ranks and sets PyTorch's variables
     itself (docs/jobs.md).
     """
@@ -106,6 +128,9 @@ class Job(Strict):
     port: int = Field(29500, ge=1024, le=65000)
     fabric: JobFabric | None = Field(None, description="set up by job.start and rewired by failover")
     spares: list[Name] | None = Field(None, description="hosts a failover may use; default the inventory's spares")
+    fabric_service: JobFabricService | None = Field(
+        None, description="serve the fabric service while the job runs: its ranks ask for configurations"
+    )
     launcher: Literal["direct", "torchrun"] = Field(
         "direct",
         description="direct: testbed starts every rank itself; torchrun: one torchrun per host starts that host's "

@@ -7,7 +7,7 @@ FIELD_DOCS: dict[str, str] = {
     "trials": "number of trials planned",
     "seed": "the run's seed",
     "failures": "failed trials and failed teardown steps",
-    "reason": "why the run was stopped",
+    "reason": "why the run was stopped, or why a fabric service connection ended",
     "error": "what went wrong, as the user sees it",
     "error_type": "the exception's class (DeviceTimeout, InterlockError, VerificationError, ActorDied ...)",
     "sweep": "the trial's sweep point {parameter: value}",
@@ -32,7 +32,8 @@ FIELD_DOCS: dict[str, str] = {
     "source": "where a figure comes from (`twin ground truth`)",
     "per_port_db": "{output port: crosstalk in dB}",
     "fault": "the fault's name, `kind@target` (fault.heal closes the fault.inject of the same name)",
-    "kind": "the fault kind (gpu.fail, process.kill, transport.latency ...), or what a detection saw",
+    "kind": "the fault kind (gpu.fail, process.kill, transport.latency ...), or what a detection saw, "
+    "or why the fabric service said no (refused, unauthorised, invalid, failed)",
     "rank": "the job rank",
     "host": "the host of the rank",
     "gpu": "the rank's GPU on its host",
@@ -78,6 +79,17 @@ FIELD_DOCS: dict[str, str] = {
     "duration_ms": "the procedure's duration in its actor",
     "audit_lost": "the bytes it exchanged were lost with a process: not in audit.jsonl",
     "invoke_seq": "heal: the seq of the invoke it closes",
+    "conn": "fabric service: the connection's number, from 1 in the order the ranks connected",
+    "peer": "fabric service: the rank's host:port as the service saw it",
+    "op": "fabric service: what the rank asked (hello, setup, prepare, release; null for an unreadable line)",
+    "t_server_ns": "fabric service: when the service read the line (its monotonic clock)",
+    "hello_rank": "fabric service: the rank a hello says it is (the token is never recorded)",
+    "config": "fabric service: the configuration a rank asked for",
+    "id": "fabric service: the request's id, the rank's own, returned in its answer",
+    "t_job_ns": "fabric service: when the rank sent the request (the rank's clock)",
+    "invalid": "fabric service: why a line the rank sent is not a request",
+    "t_received_ns": "fabric service: when the service read the request (its monotonic clock)",
+    "t_answered_ns": "fabric service: when the service sent the answer (its monotonic clock)",
 }
 
 

@@ -60,6 +60,10 @@ class Op(StrEnum):
     HEAL_LAB_GONE = "heal.lab_gone"
     RUN_HEALED = "run.healed"
     RUNNER_LEFTOVERS = "runner.leftovers"
+    FABRIC_SERVICE_CONNECT = "fabric_service.connect"
+    FABRIC_SERVICE_REQUEST = "fabric_service.request"
+    FABRIC_SERVICE_ANSWER = "fabric_service.answer"
+    FABRIC_SERVICE_DISCONNECT = "fabric_service.disconnect"
 
 
 # --- payloads ------------------------------------------------------------------------------------------
@@ -210,6 +214,49 @@ class RunnerLeftovers(TypedDict):
     still: list
 
 
+class FabricServiceConnect(TypedDict):
+    conn: int
+    peer: str
+
+
+class FabricServiceRequest(TypedDict):
+    """A line a rank sent (`invalid`: why it is not a request); `t_server_ns` on the service's monotonic clock,
+    `t_job_ns` on the rank's. `rank` is the connection's (None before its hello)."""
+
+    conn: int
+    rank: int | None
+    op: str | None
+    t_server_ns: int
+    hello_rank: NotRequired[int]
+    config: NotRequired[str]
+    id: NotRequired[Any]
+    t_job_ns: NotRequired[int | None]
+    invalid: NotRequired[str]
+
+
+class FabricServiceAnswer(TypedDict):
+    """The answer to a line, recorded before it is sent (`kind`: refused, unauthorised, invalid, failed)."""
+
+    conn: int
+    rank: int | None
+    op: str | None
+    id: Any
+    ok: bool
+    hello_rank: NotRequired[int]
+    config: NotRequired[str]
+    t_job_ns: NotRequired[int | None]
+    t_received_ns: NotRequired[int]
+    t_answered_ns: NotRequired[int]
+    error: NotRequired[str]
+    kind: NotRequired[str]
+
+
+class FabricServiceDisconnect(TypedDict):
+    conn: int
+    rank: int | None
+    reason: str
+
+
 class Measure(TypedDict):
     """A span: `ms` = (end_ns - start_ns) / 1e6, both on the clock of the machine that took them."""
 
@@ -351,6 +398,34 @@ SCHEMA: dict[str, EventSpec] = {
             Op.HEAL_LAB_GONE, "mark", HealLabGone, "the run's twin went with its runner: nothing left to heal", False
         ),
         _spec(Op.RUN_HEALED, "mark", RunHealed, "`testbed heal` is done", False),
+        _spec(
+            Op.FABRIC_SERVICE_CONNECT,
+            "mark",
+            FabricServiceConnect,
+            "a rank connected to the job's fabric service",
+            False,
+        ),
+        _spec(
+            Op.FABRIC_SERVICE_REQUEST,
+            "mark",
+            FabricServiceRequest,
+            "a rank asked the fabric service (hello, setup, prepare, release), or sent a line it could not read",
+            False,
+        ),
+        _spec(
+            Op.FABRIC_SERVICE_ANSWER,
+            "mark",
+            FabricServiceAnswer,
+            "the fabric service's answer to a rank, recorded before it is sent (a setup's once the fabric is set)",
+            False,
+        ),
+        _spec(
+            Op.FABRIC_SERVICE_DISCONNECT,
+            "mark",
+            FabricServiceDisconnect,
+            "a rank's connection to the fabric service ended, and why",
+            False,
+        ),
         _spec(Op.RUNNER_LEFTOVERS, "mark", RunnerLeftovers, "heal ended what the dead runner's Ray left behind", False),
     )
 }

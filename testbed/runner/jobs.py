@@ -27,6 +27,7 @@ from testbed.fabric.jobfabric import fabric_links, ring_link_ports
 from testbed.faults import RankTarget
 from testbed.runner import faulting
 from testbed.runner.errors import StepFailed, raise_failures
+from testbed.runner.fabric_serving import ServedFabric
 from testbed.steps.fabric_apply import ApplyStep
 
 WATCH_READY_TIMEOUT_S = 20.0
@@ -84,6 +85,7 @@ class JobController:
         self.launches = 0  # each launch names its ranks' jobs afresh: a log read from its start is this launch's
         self.handles: dict[int, dict] = {}  # rank -> job handle (pid, log) while running
         self.launchers: dict[str, dict] = {}  # host -> its torchrun's job handle (launcher: torchrun)
+        self.served = None  # the fabric service while the job runs (job.fabric_service), a ServedFabric
         self.assign(list(job.ranks))
 
     def assign(self, hosts: list[str]) -> None:
@@ -108,6 +110,9 @@ class JobController:
         self.assign(list(self.job.ranks))  # every trial starts from the playbook's assignment
         if self.job.fabric is not None:
             self.apply_fabric(step.label)
+        if self.job.fabric_service is not None:
+            self.close_service()
+            self.served = ServedFabric(self.c, self.c.plan.fabric_service)
         self.launch(step.label)
         if step.wait_steps > 0:
             self._wait(step.label, self.ranks, self.job.progress, step.wait_steps, step.timeout_s)
@@ -148,6 +153,7 @@ class JobController:
                 "TESTBED_MASTER_HOST": master,
                 "TESTBED_PEERS": ",".join(self._peers_of(r, direct)),
                 "TESTBED_CHECKPOINT_DIR": self.job.checkpoint_dir,
+                **self._service_env(),
             }
             programs.setdefault(r.host, []).append(
                 (
@@ -214,6 +220,7 @@ class JobController:
                 "TESTBED_MASTER_HOST": master,
                 "TESTBED_PEERS": ",".join(self._host_peers(host, direct)),
                 "TESTBED_CHECKPOINT_DIR": self.job.checkpoint_dir,
+                **self._service_env(),
             }
             if nproc > 1:
                 env["TESTBED_RANK_LOG"] = f"rank{{rank}}.{self.launches}.log"  # in its workdir
@@ -324,7 +331,24 @@ class JobController:
                 out[r.index] = result
         return out
 
-    def stop(self, label: str = "stop job") -> None:
+    def _service_env(self) -> dict[str, str]:
+        return self.served.env() if self.served is not None else {}
+
+    def close_service(self) -> None:
+        """End the job's fabric service (job.stop, a failed trial, the run's end); nothing if none runs."""
+        served, self.served = self.served, None
+        if served is not None:
+            served.close()
+
+    def stop(self, label: str = "stop job", *, end_service: bool = True) -> None:
+        """Stop every rank, then (unless a relaunch follows: a failover) the job's fabric service."""
+        try:
+            self._stop(label)
+        finally:
+            if end_service:
+                self.close_service()  # after the ranks: none of them sees its service go before it stops
+
+    def _stop(self, label: str) -> None:
         if not self.handles and not self.launchers:
             return
         programs: dict[str, list] = {}
@@ -470,7 +494,7 @@ class JobController:
                     on_detect(seen[done[0]])
                     break
         dispatcher.wait(list(watches.values()), timeout=limit)
-        self.stop(label=step.label)
+        self.stop(label=step.label, end_service=False)  # a failover relaunches the ranks with the same service
         detections = []
         for rank, pending_watch in watches.items():
             (result,) = pending_watch.result()  # a watcher that died raises ActorLost: the trial fails as info

@@ -239,6 +239,8 @@ def _stop_job(coordinator: Coordinator, failures: list[str], label: str = "stop 
             coordinator.jobs.stop(label=label)
         except ExperimentFailed as exc:
             failures.append(f"stopping the job: {exc}")
+    if coordinator.jobs is not None:
+        coordinator.jobs.close_service()  # a job.start that failed after starting it leaves no handles
 
 
 def _actor_death(exc: BaseException) -> str | None:

@@ -259,6 +259,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--step-time", type=float, default=0.0, help="minimum seconds per step (models compute)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds without data from a peer before failing")
     p.add_argument(
+        "--fabric-phases",
+        help="A,B,...: ask the job's fabric service (TESTBED_FABRIC_SERVICE) to set up A, then B, ... in turn, "
+        "one every --fabric-every steps (a refusal is printed and training goes on)",
+    )
+    p.add_argument("--fabric-every", type=int, default=5, help="steps per fabric phase (--fabric-phases)")
+    p.add_argument(
         "--log",
         default=env.get("TESTBED_RANK_LOG"),
         help="write this rank's output to this file ({rank}: the rank) instead of stdout and stderr",
@@ -284,6 +290,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if len(args.peer_list) != args.world_size or not 0 <= args.rank < args.world_size:
         p.error(f"rank {args.rank}, world size {args.world_size} and {len(args.peer_list)} peers do not fit")
     return args
+
+
+def _fabric_phase(fabric, rank: int, config: str):
+    """Ask the fabric service for `config` at a phase boundary; says what it answered. Returns the client."""
+    from testbed.fabric_service.client import FabricClient, FabricError  # only a phased job pays for it
+
+    if fabric is None:
+        fabric = FabricClient(rank=rank)
+    try:
+        fabric.setup(config)
+        print(f"fabric {config} ok", flush=True)
+    except FabricError as exc:
+        print(f"fabric {config} refused: {exc}", flush=True)
+    return fabric
 
 
 def _to_log(template: str, rank: int) -> None:
@@ -339,8 +359,12 @@ def main(argv: list[str] | None = None) -> int:
             w = ring.allreduce(w if rank == source else np.zeros(args.dim), 0)
             say(f"resumed from step {start} (checkpoint of rank {source})")
         say(f"ready rank {rank} world {world} step {start}")
+        phases = [p for p in (args.fabric_phases or "").split(",") if p]
+        fabric = None
         for step in range(start + 1, args.steps + 1):
             t0 = time.monotonic()
+            if phases and (step - 1) % max(1, args.fabric_every) == 0:
+                fabric = _fabric_phase(fabric, rank, phases[((step - 1) // max(1, args.fabric_every)) % len(phases)])
             x, y = shard(args.seed, rank, step, args.batch, true_w)
             err = x @ w - y
             grad = x.T @ err / args.batch
