@@ -222,13 +222,6 @@ def _check_interlocks(managed: dict[str, tuple[int, ...]], inv: Inventory) -> No
         if not isinstance(dev, SwitchConfig):
             problems.append(f"{sw} is a {dev.kind}, not a switch")
             continue
-        if dev.read_only:
-            problems.append(f"{sw} is read-only in the inventory, but the playbook sets circuits on it")
-        bad = [p for p in ports if not dev.port_allowed(p)]
-        if bad:
-            problems.append(
-                f"the playbook would touch port(s) {bad} of {sw}, which the inventory reserves or "
-                "does not allow (allowed_ports / reserved_ports)"
-            )
+        problems += dev.write_problems(sw, ports, "the playbook sets circuits on it", "the playbook", "touch")
     if problems:
         raise PlanError("interlock: " + "; ".join(problems))

@@ -80,6 +80,21 @@ class SwitchConfig(DeviceConfig):
         """Whether a run may touch this port (a family with reserved or allowed ports says more)."""
         return True
 
+    def write_problems(self, name: str, ports, doing: str, who: str, verb: str) -> list[str]:
+        """Why the inventory's interlocks refuse a write to `ports` of this switch (name: its name): read-only,
+        or ports reserved or not allowed. `doing` completes "read-only in the inventory, but ..."; `who` and
+        `verb` make "<who> would <verb> port(s) ..." (the planner's circuits, link.down's disable)."""
+        problems = []
+        if self.read_only:
+            problems.append(f"{name} is read-only in the inventory, but {doing}")
+        bad = [p for p in ports if not self.port_allowed(p)]
+        if bad:
+            problems.append(
+                f"{who} would {verb} port(s) {bad} of {name}, which the inventory reserves or does not allow "
+                "(allowed_ports / reserved_ports)"
+            )
+        return problems
+
     def port_reserved(self, port: int) -> bool:
         """Whether the port is someone else's for good (reserved), not merely outside what a run may touch."""
         return False

@@ -73,17 +73,9 @@ def port_problems(inventory: Any, device: str, ports: list[int], operation: Call
 
 def interlock_problems(inventory: Any, device: str, ports: list[int]) -> list[str]:
     """The inventory's interlocks on disabling `ports` (a write): a read-only switch, reserved ports."""
-    dev = inventory.devices[device]
-    problems = []
-    if dev.read_only:
-        problems.append(f"{device} is read-only in the inventory, but link.down would disable its ports")
-    bad = [p for p in ports if not dev.port_allowed(p)]
-    if bad:
-        problems.append(
-            f"link.down would disable port(s) {bad} of {device}, which the inventory reserves or does not allow "
-            "(allowed_ports / reserved_ports)"
-        )
-    return problems
+    return inventory.devices[device].write_problems(
+        device, ports, "link.down would disable its ports", "link.down", "disable"
+    )
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ import json
 import os
 import socket
 import time
-from pathlib import Path
 
 from testbed.leases.file_store import lease_dir
 from testbed.leases.table import Holder, Kind, Lease, LeaseTable, Refused
@@ -122,8 +121,3 @@ def _head_node_id(ray) -> str | None:
         if node.get("Alive") and "node:__internal_head__" in node.get("Resources", {}):
             return node["NodeID"]
     return None
-
-
-def keeper_file(folder: Path | None = None) -> Path:
-    """Where a keeper on this machine keeps its table."""
-    return (folder or lease_dir()) / FILE_NAME

@@ -9,6 +9,7 @@ each; `testbed heal` after a kill -9 removes the dead run's toxic through the AP
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -106,36 +107,45 @@ def hand_written_inventory(printed: str) -> str:
     return HAND_WRITTEN.format(hosts=hosts, fibres="\n".join(fibres), **values)
 
 
-@pytest.fixture(scope="module")
-def lab(repo, tmp_path_factory):
-    """`testbed emulate --fault-proxy` of the default rack: what it printed, the hand-written inventory, and
-    the OCS's proxy through the Toxiproxy API the inventory names."""
-    folder = tmp_path_factory.mktemp("our-lab")
+@contextlib.contextmanager
+def emulated_lab(repo: Path, *args: str):
+    """`testbed emulate ARGS` running for the block; yields what it printed up to "running; ..."."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed", "emulate", "--fault-proxy"],
+        [sys.executable, "-m", "testbed", "emulate", *args],
         cwd=repo,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "COLUMNS": "400"},
     )
-    lines, deadline = [], time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if line.startswith("running;"):
-            break
-    assert lines and lines[-1].startswith("running;"), "".join(lines) + (proc.stderr.read() if proc.poll() else "")
-    inventory = folder / "our-lab.yaml"
-    inventory.write_text(hand_written_inventory("".join(lines)))
-    from testbed.config import load_inventory
+    try:
+        lines, deadline = [], time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("running;"):
+                break
+        assert lines and lines[-1].startswith("running;"), "".join(lines) + (proc.stderr.read() if proc.poll() else "")
+        yield "".join(lines)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
 
-    proxy = ToxiproxyApi.of(load_inventory(inventory).model, "ocs1", "test")
-    yield "".join(lines), inventory, folder, proxy
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=30)
+
+@pytest.fixture(scope="module")
+def lab(repo, tmp_path_factory):
+    """`testbed emulate --fault-proxy` of the default rack: what it printed, the hand-written inventory, and
+    the OCS's proxy through the Toxiproxy API the inventory names."""
+    folder = tmp_path_factory.mktemp("our-lab")
+    with emulated_lab(repo, "--fault-proxy") as printed:
+        inventory = folder / "our-lab.yaml"
+        inventory.write_text(hand_written_inventory(printed))
+        from testbed.config import load_inventory
+
+        proxy = ToxiproxyApi.of(load_inventory(inventory).model, "ocs1", "test")
+        yield printed, inventory, folder, proxy
 
 
 def cli(repo: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -292,23 +302,9 @@ OPUS_HOST = """\
 
 
 def test_opus_failover_runs_on_its_part_of_the_2048_gpu_lab_and_checks(repo, tmp_path):
-    printed = subprocess.Popen(
-        [sys.executable, "-m", "testbed", "emulate", "playbooks/inventory/opus-2048.yaml"],
-        cwd=repo,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "COLUMNS": "400"},
-    )
-    try:
-        lines, deadline = [], time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            line = printed.stdout.readline()
-            if not line or line.startswith("running;"):
-                break
-            lines.append(line)
+    with emulated_lab(repo, "playbooks/inventory/opus-2048.yaml") as printed:
         device, visa, ssh = None, {}, {}
-        for line in lines:
+        for line in printed.splitlines():
             if m := re.match(r"^(\w+) \(", line):
                 device = m.group(1)
             elif m := re.search(r"pyvisa: (TCPIP0::\S+)", line):
@@ -316,7 +312,7 @@ def test_opus_failover_runs_on_its_part_of_the_2048_gpu_lab_and_checks(repo, tmp
             elif m := re.search(r"ssh: ssh .*-p (\d+) -i (\S+) -o UserKnownHostsFile=(\S+)", line):
                 ssh[device] = m.groups()
         names = [f"h{n:03d}" for n in [*range(1, 9), *range(249, 257)]]
-        assert set(names) <= set(ssh) and {"rail0", "rail1"} <= set(visa), "".join(lines[-20:])
+        assert set(names) <= set(ssh) and {"rail0", "rail1"} <= set(visa), printed[-2000:]
         hosts = "".join(
             OPUS_HOST.format(name=name, port=ssh[name][0], key=ssh[name][1], known=ssh[name][2]) for name in names
         )
@@ -332,6 +328,3 @@ def test_opus_failover_runs_on_its_part_of_the_2048_gpu_lab_and_checks(repo, tmp
         assert checked.returncode == 0, checked.stdout + checked.stderr
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["status"] == "ok" and summary["spans"]["failover.total"]["n"] == 1
-    finally:
-        printed.send_signal(signal.SIGINT)
-        printed.wait(timeout=60)
