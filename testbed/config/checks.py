@@ -168,6 +168,8 @@ def check_playbook(pb, inv: Inventory | None) -> list[Problem]:
                         f"no configuration named {phase.configuration!r}",
                     )
                 )
+        if workload.static is not None and workload.static not in pb.configurations:
+            problems.append((("workloads", wname, "static"), f"no configuration named {workload.static!r}"))
     if inv is None:
         return problems
     hosts = inv.hosts()

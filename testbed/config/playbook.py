@@ -183,6 +183,12 @@ class Phase(Strict):
     name: Name
     configuration: Name
     compute_ms: float = Field(ge=0, le=600_000, description="compute after the phase's communication")
+    bytes: int = Field(
+        1 << 20,
+        ge=8,
+        le=1 << 30,
+        description="rail.train: what each rank sends to each partner of the phase (its TP partner, its DP group)",
+    )
 
 
 class Workload(Strict):
@@ -190,6 +196,11 @@ class Workload(Strict):
 
     description: str = ""
     phases: list[Phase] = Field(min_length=1)
+    static: Name | None = Field(
+        None,
+        description="rail.train's static mode: the configuration that carries every phase's traffic at once (a rail "
+        "per phase), put in place before the job and never changed",
+    )
 
 
 class Playbook(Strict):

@@ -90,6 +90,17 @@ FIELD_DOCS: dict[str, str] = {
     "invalid": "fabric service: why a line the rank sent is not a request",
     "t_received_ns": "fabric service: when the service read the request (its monotonic clock)",
     "t_answered_ns": "fabric service: when the service sent the answer (its monotonic clock)",
+    "configurations": "fabric service: each configuration it may set, switch -> [ingress, egress] circuits",
+    "trigger": "fabric service: the request (setup or prepare) of the last rank to ask, which started the change",
+    "t_sent_ns": "fabric service: when the change's first switch command was sent (monotonic)",
+    "t_verified_ns": "fabric service: when the change's last switch acknowledged (and showed light, if verified)",
+    "t_ready_ns": "fabric service: when the configuration was ready (verified, emulated OCS delay over)",
+    "command_ms": "fabric service: framework time from the request that completed the barrier to the first command",
+    "changes": "fabric service: how many changes it made",
+    "phase": "rail.train: the workload card's phase",
+    "job_bytes": "rail.train: bytes the job's ranks wrote in the phase (headers and resends included)",
+    "plane_bytes": "rail.train: bytes the twin's data-plane relays carried for the phase (emulated runs only)",
+    "shared_with": "rail.train: other phases whose traffic crossed the same relays (compare them together)",
 }
 
 

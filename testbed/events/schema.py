@@ -64,6 +64,10 @@ class Op(StrEnum):
     FABRIC_SERVICE_REQUEST = "fabric_service.request"
     FABRIC_SERVICE_ANSWER = "fabric_service.answer"
     FABRIC_SERVICE_DISCONNECT = "fabric_service.disconnect"
+    FABRIC_SERVICE_START = "fabric_service.start"
+    FABRIC_SERVICE_CHANGE = "fabric_service.change"
+    FABRIC_SERVICE_STOP = "fabric_service.stop"
+    RAIL_BYTES = "rail.bytes"
 
 
 # --- payloads ------------------------------------------------------------------------------------------
@@ -257,6 +261,37 @@ class FabricServiceDisconnect(TypedDict):
     reason: str
 
 
+class FabricServiceStart(TypedDict):
+    configurations: dict[str, dict[str, list[list[int]]]]  # name -> switch -> [ingress, egress] circuits
+    ranks: int
+    delay_ms: float
+
+
+class FabricServiceChange(TypedDict):
+    config: str
+    trigger: str
+    rank: int | None
+    t_received_ns: int | None
+    t_sent_ns: int | None
+    t_verified_ns: int | None
+    t_ready_ns: int | None
+    delay_ms: float
+    command_ms: NotRequired[float]
+    error: NotRequired[str]
+
+
+class FabricServiceStop(TypedDict):
+    changes: int
+
+
+class RailBytes(TypedDict):
+    phase: str
+    config: str
+    job_bytes: int
+    plane_bytes: NotRequired[int]
+    shared_with: NotRequired[list]
+
+
 class Measure(TypedDict):
     """A span: `ms` = (end_ns - start_ns) / 1e6, both on the clock of the machine that took them."""
 
@@ -272,6 +307,7 @@ class Measure(TypedDict):
     detected_on_rank: NotRequired[int]
     kind: NotRequired[str | None]
     evidence: NotRequired[Any]
+    config: NotRequired[str]
 
 
 class OperationOk(TypedDict):
@@ -424,6 +460,28 @@ SCHEMA: dict[str, EventSpec] = {
             "mark",
             FabricServiceDisconnect,
             "a rank's connection to the fabric service ended, and why",
+            False,
+        ),
+        _spec(
+            Op.FABRIC_SERVICE_START,
+            "mark",
+            FabricServiceStart,
+            "the job's fabric service is up: the configurations it may set, with their circuits",
+            False,
+        ),
+        _spec(
+            Op.FABRIC_SERVICE_CHANGE,
+            "mark",
+            FabricServiceChange,
+            "the fabric service changed the fabric: its request, switch command and ready times",
+            False,
+        ),
+        _spec(Op.FABRIC_SERVICE_STOP, "mark", FabricServiceStop, "the job's fabric service is closed", False),
+        _spec(
+            Op.RAIL_BYTES,
+            "mark",
+            RailBytes,
+            "rail.train: a phase's bytes as the job sent them and as the twin's data plane carried them",
             False,
         ),
         _spec(Op.RUNNER_LEFTOVERS, "mark", RunnerLeftovers, "heal ended what the dead runner's Ray left behind", False),

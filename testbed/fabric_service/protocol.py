@@ -61,13 +61,14 @@ class Hello:
 @dataclass(frozen=True)
 class ConfigRequest:
     """setup, prepare or release of one configuration. `rank` is not on the wire: the server fills it in from the
-    connection's hello before the handler sees the request."""
+    connection's hello before the handler sees the request, with the time it read the line."""
 
     op: str
     config: str
     id: str | int
     t_job_ns: int | None = None  # the rank's clock when it sent the request (time.time_ns on its host)
     rank: int | None = None
+    t_received_ns: int | None = None  # not on the wire either: when the server read the line (monotonic)
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {"op": self.op, "config": self.config, "id": self.id}

@@ -226,7 +226,7 @@ class FabricService:
             error = f"configuration {request.config!r} is not one this playbook allows: {allows}"
             return Answer(request.id, False, t_received, error=error, kind=REFUSED)
         try:
-            self._handler(replace(request, rank=rank))
+            self._handler(replace(request, rank=rank, t_received_ns=t_received))
         except Refused as e:
             return Answer(request.id, False, t_received, error=e.reason or "refused", kind=REFUSED)
         except Exception as e:  # a handler's bug or a device's failure is the rank's answer, not the service's end

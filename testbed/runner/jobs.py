@@ -69,6 +69,7 @@ class JobController:
         managed: dict[str, tuple[int, ...]] | None = None,
         seed: int = 0,
         link: Callable[[str, str, str, str, int], str] | None = None,
+        plane: Callable[[], dict] | None = None,
     ) -> None:
         self.c = coordinator  # testbed.runner.coordinator.Coordinator; its dispatcher has a watcher per host
         self.job = job
@@ -80,12 +81,15 @@ class JobController:
         # (src host, src port, dst host, dst port, target port) -> address: the twin's data-plane relay, so
         # a rank reaches its neighbour only along circuits the switches hold (None: direct, as on a lab)
         self.link = link
+        self.plane = plane  # the twin's data plane's state (relays and their byte counts); None on a lab
         self.spare_use: dict[str, int] = {}
         self.failovers = 0
         self.launches = 0  # each launch names its ranks' jobs afresh: a log read from its start is this launch's
         self.handles: dict[int, dict] = {}  # rank -> job handle (pid, log) while running
         self.launchers: dict[str, dict] = {}  # host -> its torchrun's job handle (launcher: torchrun)
         self.served = None  # the fabric service while the job runs (job.fabric_service), a ServedFabric
+        # More of a rank's environment, computed at launch once its listen ports are known (rail.train's routes)
+        self.rank_env: Callable[[Rank], dict[str, str]] | None = None
         self.assign(list(job.ranks))
 
     def assign(self, hosts: list[str]) -> None:
@@ -112,7 +116,7 @@ class JobController:
             self.apply_fabric(step.label)
         if self.job.fabric_service is not None:
             self.close_service()
-            self.served = ServedFabric(self.c, self.c.plan.fabric_service)
+            self.served = ServedFabric(self.c, self.c.plan.fabric_service, ranks=len(self.ranks), label=step.label)
         self.launch(step.label)
         if step.wait_steps > 0:
             self._wait(step.label, self.ranks, self.job.progress, step.wait_steps, step.timeout_s)
@@ -131,6 +135,8 @@ class JobController:
         with every rank, and the job's failures reach it too (its peers' deaths end it). Watching every
         rank's ready line made those results, and Ray's traffic for them, arrive just as the first step
         did, and delayed seeing it by milliseconds (the twin's ground truth showed both biases)."""
+        if self.served is not None:
+            self.served.relaunched()
         *self.ports, master_port = self._listen_ports()  # one port per rank, and rank 0's rendezvous port
         direct = [f"{self.address_of(r.host)}:{self.ports[r.index]}" for r in self.ranks]
         self.launches += 1
@@ -154,6 +160,7 @@ class JobController:
                 "TESTBED_PEERS": ",".join(self._peers_of(r, direct)),
                 "TESTBED_CHECKPOINT_DIR": self.job.checkpoint_dir,
                 **self._service_env(),
+                **(self.rank_env(r) if self.rank_env is not None else {}),
             }
             programs.setdefault(r.host, []).append(
                 (
@@ -222,6 +229,10 @@ class JobController:
                 "TESTBED_CHECKPOINT_DIR": self.job.checkpoint_dir,
                 **self._service_env(),
             }
+            if self.rank_env is not None:  # one environment for the host's ranks: each rank's, merged
+                for r in self.ranks:
+                    if r.host == host:
+                        env.update(self.rank_env(r))
             if nproc > 1:
                 env["TESTBED_RANK_LOG"] = f"rank{{rank}}.{self.launches}.log"  # in its workdir
             command = [

@@ -302,6 +302,7 @@ def _job_controller(plan: Plan, inv: Inventory, coordinator: Coordinator, twin, 
         managed=plan.job_managed,
         seed=plan.seed,
         link=twin.dataplane_link if twin is not None else None,
+        plane=(lambda: twin.call(None, "dataplane.state")) if twin is not None else None,
     )
 
 

@@ -24,6 +24,7 @@ from testbed.steps.job_start import JobStart, JobStartStep
 from testbed.steps.job_stop import JobStop, JobStopStep
 from testbed.steps.parallel import Parallel, ParallelStep
 from testbed.steps.rail_iterate import RailIterate, RailIterateStep
+from testbed.steps.rail_train import RailTrain, RailTrainStep
 from testbed.steps.wait import Wait, WaitStep
 
 
@@ -42,6 +43,7 @@ for _kind in (
     JobMeasure,
     Failover,
     RailIterate,
+    RailTrain,
     FaultDetect,
     FaultInject,
     HostsHealth,
@@ -85,6 +87,7 @@ __all__ = [
     "PlanError",
     "Planned",
     "RailIterateStep",
+    "RailTrainStep",
     "StepModel",
     "Touches",
     "WaitStep",

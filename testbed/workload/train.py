@@ -265,6 +265,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--fabric-every", type=int, default=5, help="steps per fabric phase (--fabric-phases)")
     p.add_argument(
+        "--rail",
+        default=env.get("TESTBED_RAIL"),
+        help="run a workload card's phases instead of the training loop, each phase's bytes over its own circuits "
+        "(JSON, as testbed's rail.train step writes it into TESTBED_RAIL; testbed/workload/phased.py)",
+    )
+    p.add_argument(
         "--log",
         default=env.get("TESTBED_RANK_LOG"),
         help="write this rank's output to this file ({rank}: the rank) instead of stdout and stderr",
@@ -306,6 +312,34 @@ def _fabric_phase(fabric, rank: int, config: str):
     return fabric
 
 
+def _phased(args: argparse.Namespace, say) -> int:
+    """--rail: the workload card's phases (testbed/workload/phased.py) instead of the training loop."""
+    from testbed.workload import phased
+
+    try:
+        spec = phased.parse_spec(args.rail)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    fabric = None
+    if spec.mode != "static":
+        from testbed.fabric_service.client import FabricClient
+
+        fabric = FabricClient(rank=args.rank)
+    host, port = args.peer_list[args.rank]
+    say(f"ready rank {args.rank} world {args.world_size} step 0")
+    try:
+        phased.run(spec, args.rank, (args.bind or host, port), args.timeout, fabric, say)
+    except (phased.PhaseError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_COMM
+    finally:
+        if fabric is not None:
+            fabric.close()
+    say(f"done rank {args.rank} steps {spec.iterations}")
+    return 0
+
+
 def _to_log(template: str, rank: int) -> None:
     """From now on this process's stdout and stderr go to its own log file (appended to)."""
     path = Path(template.replace("{rank}", str(rank)))
@@ -334,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.init_delay > 0:
         time.sleep(args.init_delay)  # models NCCL communicator set-up
+    if args.rail:
+        return _phased(args, say)
     true_w = np.random.default_rng(args.seed).standard_normal(args.dim)
     w = np.zeros(args.dim)
     ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None

@@ -38,6 +38,7 @@ FAMILY = DeviceFamily(
         "gpu.watch_job": ProcedureSpec(procedures.watch_job, ("watching", "failure_detected")),
         "gpu.wait_step": ProcedureSpec(procedures.wait_step, ("job_ready", "first_step")),
         "gpu.step_times": ProcedureSpec(procedures.step_times),
+        "gpu.job_output": ProcedureSpec(procedures.job_output),
         "gpu.power_off": ProcedureSpec(procedures.power_off, ("fault_injected",)),  # through the BMC
         "gpu.power_on": ProcedureSpec(procedures.power_on, ("fault_healed",)),
     },

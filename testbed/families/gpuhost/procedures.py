@@ -289,6 +289,40 @@ def step_times(
     return {"steps": [s for s, _ in steps], "ns": [ns for _, ns in steps]}
 
 
+def job_output(
+    host: GpuHost,
+    ctx: ProcedureContext,
+    *,
+    job: dict,
+    pattern: str,
+    max_s: float = 300.0,
+    heartbeat_s: float = 0.05,
+) -> dict:
+    """Follow the job's log from its start until the job exits; returns the lines matching `pattern`, each with
+    its receive time (monotonic ns), and the log's last lines. Raises DeviceTimeout after max_s."""
+    handle = _job(job)
+    rx = re.compile(pattern)
+    start = time.monotonic_ns()
+    lines: list[list] = []
+    tail: list[str] = []
+    for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=None, lines=None):
+        if ev.line is not None:
+            tail = [*tail[-19:], ev.line]
+            if rx.search(ev.line):
+                lines.append([ev.line, ev.monotonic_ns])
+        if ev.kind == "exited":
+            return {"lines": lines, "tail": tail}
+        if (ev.monotonic_ns - start) / 1e9 >= max_s:
+            raise DeviceTimeout(
+                f"job {handle.name!r} (pid {handle.pid}) still runs after {max_s:g} s",
+                device=ctx.device,
+                address=ctx.address,
+                received=tail[-1] if tail else None,
+                hint=f"raise the step's timeout_ms, or read {handle.log} on the host",
+            )
+    raise AssertionError("unreachable: a watch ends with an exited event")
+
+
 # --- host power through its BMC (host.power_off on a lab) -------------------------------------------------
 
 

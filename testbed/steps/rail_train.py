@@ -1,0 +1,237 @@
+"""rail.train: a workload card's iterations run by the job itself, which asks the fabric service for its rails.
+
+Where rail.iterate times a card of pauses itself, here the playbook's job (testbed-train, whose phased mode is
+testbed/workload/phased.py) runs the iterations: each phase moves real bytes to the rank's partners over the
+phase's own circuits, and the rank asks the job's fabric service for them (docs/rail_train.md):
+- static: the card's `static` configuration (every phase's traffic on a rail of its own) is put in place before
+  the job and never changed; the ranks never ask;
+- on-demand: a rank asks to `setup` each phase's configuration before its traffic and waits;
+- provisioning: a rank asks to `prepare` the next phase's configuration as soon as a phase's traffic is done, so
+  the switches move behind the compute, and its `setup` waits only for the rest.
+A change takes the switches' own time plus `delay_ms` (the OCS delay, a sleep per change, as Opus's testbed).
+
+Per sweep point the step starts the job (the ranks' routes and the card in TESTBED_RAIL), waits for it to end and
+records each measured iteration's time as the job measured it (`iteration.time`), the time it spent waiting
+for the fabric (`iteration.stall`), and per phase the bytes the job sent next to the bytes the twin's data plane
+carried (`rail.bytes`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from testbed.config.common import Name, choice, sweepable
+from testbed.fabric.circuits import parse_link
+from testbed.runner.errors import StepFailed
+from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
+from testbed.steps.fabric_apply import ApplyStep, apply_step, show_circuits
+from testbed.steps.job_start import needs_job
+
+MODES = ("static", "on-demand", "provisioning")
+OUTPUT = r"^(step \d+ ms |sent |done rank |error: )"
+STEP_LINE = re.compile(r"^step (\d+) ms ([0-9.]+) stall_ms ([0-9.]+)")
+SENT_LINE = re.compile(r"^sent (\S+) (\d+) (\d+) written (\d+)$")
+
+Route = tuple[int, str, str]  # (partner rank, this rank's port, the partner's port)
+
+
+class RailTrain(StepModel):
+    """Run a workload card's iterations as the job itself (testbed-train's phased mode): real bytes per phase
+    over the phase's circuits, which the ranks ask the fabric service for (static, on-demand, provisioning)."""
+
+    action: Literal["rail.train"]
+    workload: Name
+    mode: choice(*MODES)
+    delay_ms: sweepable(0, 600_000) = 0
+    iterations: int = Field(6, ge=1, le=100_000)
+    warmup: int = Field(1, ge=0, le=1000, description="iterations run first and not measured")
+    measure: Name = "iteration"
+    job_timeout_ms: int = Field(600_000, gt=0, description="for the whole job to run its iterations")
+
+    def check(self, ctx: CheckContext) -> list[Problem]:
+        problems = needs_job(self, ctx)
+        workload = ctx.playbook.workloads.get(self.workload)
+        if workload is None:
+            known = ", ".join(ctx.playbook.workloads) or "none defined"
+            problems.append((("workload",), f"no workload named {self.workload!r} (workloads: {known})"))
+        elif self.mode == "static" and workload.static is None:
+            problems.append((("mode",), f"mode static needs `static:` in workload {self.workload!r}"))
+        job = ctx.playbook.job
+        if job is not None and len(set(job.ranks)) != len(job.ranks):
+            problems.append((("action",), "rail.train needs one rank per host (a phase's partner is a host)"))
+        if job is not None and workload is not None:
+            served = job.fabric_service.configurations if job.fabric_service is not None else []
+            missing = [p.configuration for p in workload.phases if p.configuration not in served]
+            if missing:
+                problems.append(
+                    (
+                        ("workload",),
+                        f"the ranks ask the job's fabric service for {', '.join(dict.fromkeys(missing))}: list them "
+                        "under job.fabric_service.configurations",
+                    )
+                )
+        for key in ("mode", "delay_ms"):
+            problems += ctx.sweep_ref(getattr(self, key), (key,))
+        return problems
+
+    def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
+        mode, delay = ctx.swept(self.mode), ctx.swept(self.delay_ms)
+        if mode not in MODES:
+            raise PlanError(f"rail.train: mode {self.mode} = {mode!r} is not static, on-demand or provisioning")
+        if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
+            raise PlanError(f"rail.train: delay_ms {self.delay_ms} = {delay!r} is not a duration in ms")
+        card = ctx.playbook.workloads[self.workload]
+        served = ctx.playbook.job.fabric_service  # its light settings for every change (check: it exists)
+        hosts = list(ctx.playbook.job.ranks)
+        if mode == "static" and card.static is None:
+            raise PlanError(f"rail.train: mode static needs `static:` in workload {self.workload!r}")
+        static = partners(ctx.playbook.configurations[card.static], hosts) if mode == "static" else None
+        phases = []
+        for p in card.phases:
+            routes = partners(ctx.playbook.configurations[p.configuration], hosts)
+            if not any(routes.values()):
+                raise PlanError(
+                    f"rail.train: configuration {p.configuration!r} (phase {p.name}) links none of the job's hosts "
+                    f"to another: a phase's partners come from its configuration's `links`"
+                )
+            if static is not None:
+                routes = {
+                    r: tuple(_static_route(static, r, s, p.name, card.static, hosts) for s, _, _ in rs)
+                    for r, rs in routes.items()
+                }
+            apply = apply_step(ctx, p.configuration, f"fabric service: {p.configuration}", served, measure=None)
+            phases.append(TrainPhase(p.name, p.compute_ms / 1000, p.bytes, apply, routes))
+        first_config = card.static if mode == "static" else card.phases[0].configuration
+        first = apply_step(ctx, first_config, f"{self.workload}: before the job ({first_config})", served, measure=None)
+        label = self.name or f"{self.workload} {mode} (real job), +{delay:g} ms per change"
+        step = RailTrainStep(
+            label,
+            mode,
+            float(delay) / 1000,
+            self.iterations,
+            self.warmup,
+            self.measure,
+            tuple(phases),
+            first,
+            self.job_timeout_ms / 1000,
+        )
+        return (step,)
+
+
+def partners(configuration, hosts: list[str]) -> dict[int, tuple[Route, ...]]:
+    """rank -> where it sends in this configuration: every link from its host to another rank's host."""
+    index = {h: i for i, h in enumerate(hosts)}
+    out: dict[int, list[Route]] = {i: [] for i in range(len(hosts))}
+    for text in configuration.links:
+        for (a, p), (b, q) in parse_link(text):
+            if a in index and b in index and a != b:
+                out[index[a]].append((index[b], p, q))
+    return {r: tuple(routes) for r, routes in out.items()}
+
+
+def _static_route(static: dict, rank: int, partner: int, phase: str, name: str, hosts: list[str]) -> Route:
+    for route in static[rank]:
+        if route[0] == partner:
+            return route
+    raise PlanError(
+        f"rail.train: the static configuration {name!r} has no link from {hosts[rank]} to {hosts[partner]}, "
+        f"which phase {phase} sends over"
+    )
+
+
+@dataclass(frozen=True)
+class TrainPhase:
+    name: str
+    compute_s: float
+    nbytes: int
+    apply: ApplyStep  # the configuration the phase's traffic needs (what a rank asks for)
+    routes: dict[int, tuple[Route, ...]]  # rank -> its sends (in static mode, over the static configuration)
+
+
+@dataclass(frozen=True)
+class RailTrainStep(Planned):
+    mode: str
+    delay_s: float
+    iterations: int
+    warmup: int
+    measure: str
+    phases: tuple[TrainPhase, ...]
+    first: ApplyStep  # in place before the job starts (static: for good)
+    job_timeout_s: float
+
+    def execute(self, engine) -> None:
+        from testbed.runner.rail_job import run_rail_job  # the runner's side: the job, its fabric service
+
+        run_rail_job(self, engine)
+
+    def devices(self, plan) -> Touches:
+        switches = {sw for p in self.phases for sw in p.apply.circuits} | set(self.first.circuits)
+        return Touches(writes=frozenset(switches), reads=frozenset(plan.playbook.job.ranks))
+
+    def describe(self, node, plan) -> None:
+        branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure)}.time)")
+        job = plan.playbook.job
+        hosts = job.ranks
+        branch.add(
+            escape(
+                f"start the job: {len(hosts)} ranks on {', '.join(dict.fromkeys(hosts))}: {' '.join(job.command)} "
+                f"(testbed-train's phased mode in TESTBED_RAIL); {self.warmup} warm-up + {self.iterations} measured "
+                "iterations, then wait for it to end and stop it"
+            )
+        )
+        show = branch.add(escape(f"before the job: configuration {self.first.configuration}"))
+        show_circuits(show, self.first.circuits)
+        if self.mode == "static":
+            branch.add("static: the ranks never ask; the rails stay as they are")
+        else:
+            asks = "setup before each phase's traffic"
+            if self.mode == "provisioning":
+                asks = "prepare the next phase's configuration after each phase's traffic, setup before its own"
+            branch.add(
+                escape(
+                    f"{self.mode}: the job's fabric service serves the ranks ({asks}); a change starts once all "
+                    f"{len(hosts)} ranks asked, +{self.delay_s * 1000:g} ms per change"
+                )
+            )
+        for phase in self.phases:
+            what = f"configuration {phase.apply.configuration}, {phase.nbytes} bytes to each partner, compute " + (
+                f"{phase.compute_s * 1000:g} ms"
+            )
+            sub = branch.add(escape(f"phase {phase.name}: {what}"))
+            pairs = [f"{hosts[r]}->{hosts[s]}" for r, routes in phase.routes.items() for s, _, _ in routes]
+            sub.add(escape(f"traffic: {' '.join(pairs[:12])}" + (" ..." if len(pairs) > 12 else "")))
+            if self.mode != "static":
+                show_circuits(sub, phase.apply.circuits)
+        if self.first.verify_light:
+            branch.add(
+                f"verify light above {self.first.min_power_dbm} dBm within {self.first.timeout_s:g} s per change"
+            )
+
+
+def rail_env(step: RailTrainStep, rank: int, where) -> dict[str, str]:
+    """TESTBED_RAIL for one rank: the card, its sends (`where(rank, route, phase)` -> host:port) and whom it
+    hears from."""
+    phases = []
+    for phase in step.phases:
+        phases.append(
+            {
+                "name": phase.name,
+                "config": phase.apply.configuration,
+                "compute_ms": phase.compute_s * 1000,
+                "bytes": phase.nbytes,
+                "to": [[route[0], where(rank, route, phase.name)] for route in phase.routes[rank]],
+                "from": sorted(r for r, routes in phase.routes.items() if any(s == rank for s, _, _ in routes)),
+            }
+        )
+    spec = {"mode": step.mode, "iterations": step.warmup + step.iterations, "phases": phases}
+    return {"TESTBED_RAIL": json.dumps(spec, separators=(",", ":"))}
+
+
+def no_job_running(jobs, label: str) -> None:
+    if jobs.handles:
+        raise StepFailed(f"{label}: rail.train starts the job itself; stop the running one first (job.stop)")
