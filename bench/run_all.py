@@ -19,6 +19,7 @@ import time
 import traceback
 from pathlib import Path
 
+import fabric_service
 import failover
 import health_fanout
 import numpy as np
@@ -39,6 +40,7 @@ FULL = {
     "opus_scale": {"trials": 10, "rounds": 3, "hosts": 256},
     "opus_runs": {"rounds": 2, "trials": 5},
     "switch_protocols": {"reconfigs": 90, "trials": 10, "rounds": 2},
+    "fabric_service": {"rounds": 2, "iterations": 20},
 }
 QUICK = {
     "startup": {"rounds": 1, "warm_runs": 2},
@@ -48,6 +50,7 @@ QUICK = {
     "opus_scale": {"trials": 2, "rounds": 1, "hosts": 256},
     "opus_runs": {"rounds": 1, "trials": 1},
     "switch_protocols": {"reconfigs": 30, "trials": 2, "rounds": 1},
+    "fabric_service": {"rounds": 1, "iterations": 4},
 }
 MODULES = {
     "startup": startup,
@@ -57,6 +60,7 @@ MODULES = {
     "opus_scale": opus_scale,
     "opus_runs": opus_runs,
     "switch_protocols": switch_protocols,
+    "fabric_service": fabric_service,
 }
 
 
@@ -528,6 +532,35 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
             )
         else:
             failed("switch_protocols", "OCS protocols: reconfiguration overhead and failover", "within 10 % of SCPI")
+
+    r = results.get("fabric_service")
+    if r is not None:
+        if r["ok"]:
+            f = r["figures"]
+            cmd, ans, base = f["command"], f["answer"], f["apply"]
+            out.append(
+                (
+                    "Fabric service: framework time per job request, request received -> switch command sent",
+                    f"p50 {_ms(cmd['p50'], 2)}, p99 {_ms(cmd['p99'], 2)} (n={cmd['n']} changes)",
+                    f"a fabric.apply step to the same switch, invoke recorded -> command sent: p50 "
+                    f"{_ms(base['p50'], 2)} (n={base['n']})",
+                    f"{f['ratio_command_vs_apply_p50']:.2f}x",
+                    "<= 1 ms p50",
+                    _yes(cmd["p50"] <= 1.0),
+                )
+            )
+            out.append(
+                (
+                    "Fabric service: framework time per job request, light verified -> answer sent",
+                    f"p50 {_ms(ans['p50'], 2)}, p99 {_ms(ans['p99'], 2)} (n={ans['n']} answers)",
+                    "",
+                    "",
+                    "<= 1 ms p50",
+                    _yes(ans["p50"] <= 1.0),
+                )
+            )
+        else:
+            failed("fabric_service", "Fabric service: framework time per job request", "<= 1 ms p50 each")
     return out
 
 
@@ -620,6 +653,14 @@ and most of its noise: the bootstrap interval (trials resampled) says how far no
 the diagnosis row gives the segments where the protocol matters. Each round runs, per protocol, the raw client
 then `testbed run` of ocs-reconfig, then the four failover runs; the order of the protocols turns by one each
 round.""",
+    "fabric_service": """**Fabric service** (`bench/fabric_service.py`). `testbed run --emulate` (cold, a subprocess) of
+`playbooks/rail-reconfig.yaml` cut to on-demand and provisioning at 0 ms delay (8 ranks of the real phased job,
+the rack's 25 ms OCS, jitter 0), preceded in the same run by as many plain `fabric.apply` steps of the same two
+configurations. From the run's events: request -> command, from the service reading the request that completed a
+change (the last rank's) to the switch's first command (`fabric_service.command_time`); light -> answer, per request
+that waited, from the configuration ready (light verified) to its answer sent (`fabric_service.answer_time`).
+Baseline: a fabric.apply step's path to the same switch, from its invoke recorded (just before the call leaves for
+the switch's hub) to the first command: the Ray hop and the driver, which a request takes too.""",
 }
 
 
