@@ -3,13 +3,19 @@ changes, followed to its end, and what it measured recorded next to what the twi
 
 from __future__ import annotations
 
+import json
+import re
+
 from testbed.runner.errors import StepFailed, raise_failures
 from testbed.runner.fabric_serving import ServedFabric
 
+# What the job prints (testbed/workload/phased.py) that the step reads back.
+OUTPUT = r"^(step \d+ ms |sent |done rank |error: )"
+STEP_LINE = re.compile(r"^step (\d+) ms ([0-9.]+) stall_ms ([0-9.]+)")
+SENT_LINE = re.compile(r"^sent (\S+) (\d+) (\d+) written (\d+)$")
+
 
 def run_rail_job(step, engine) -> None:
-    from testbed.steps.rail_train import OUTPUT, SENT_LINE, STEP_LINE, no_job_running, rail_env
-
     jobs = engine.require_jobs(step.label)
     no_job_running(jobs, step.label)
     jobs.assign(list(jobs.job.ranks))  # every trial starts from the playbook's assignment
@@ -134,3 +140,27 @@ def _record_bytes(step, engine, jobs, results, relays, before, rx) -> None:
             if shared:
                 data["shared_with"] = shared  # the same relay carried these phases too: compare them together
         engine.recorder.emit("mark", "rail.bytes", step=step.label, data=data)
+
+
+def rail_env(step, rank: int, where) -> dict[str, str]:
+    """TESTBED_RAIL for one rank: the card, its sends (`where(rank, route, phase)` -> host:port) and whom it
+    hears from."""
+    phases = []
+    for phase in step.phases:
+        phases.append(
+            {
+                "name": phase.name,
+                "config": phase.apply.configuration,
+                "compute_ms": phase.compute_s * 1000,
+                "bytes": phase.nbytes,
+                "to": [[route[0], where(rank, route, phase.name)] for route in phase.routes[rank]],
+                "from": sorted(r for r, routes in phase.routes.items() if any(s == rank for s, _, _ in routes)),
+            }
+        )
+    spec = {"mode": step.mode, "iterations": step.warmup + step.iterations, "phases": phases}
+    return {"TESTBED_RAIL": json.dumps(spec, separators=(",", ":"))}
+
+
+def no_job_running(jobs, label: str) -> None:
+    if jobs.handles:
+        raise StepFailed(f"{label}: rail.train starts the job itself; stop the running one first (job.stop)")

@@ -18,8 +18,6 @@ carried (`rail.bytes`).
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -27,15 +25,11 @@ from pydantic import Field
 
 from testbed.config.common import Name, choice, sweepable
 from testbed.fabric.circuits import parse_link
-from testbed.runner.errors import StepFailed
 from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
 from testbed.steps.fabric_apply import ApplyStep, apply_step, show_circuits
 from testbed.steps.job_start import needs_job
 
 MODES = ("static", "on-demand", "provisioning")
-OUTPUT = r"^(step \d+ ms |sent |done rank |error: )"
-STEP_LINE = re.compile(r"^step (\d+) ms ([0-9.]+) stall_ms ([0-9.]+)")
-SENT_LINE = re.compile(r"^sent (\S+) (\d+) (\d+) written (\d+)$")
 
 Route = tuple[int, str, str]  # (partner rank, this rank's port, the partner's port)
 
@@ -211,27 +205,3 @@ class RailTrainStep(Planned):
             branch.add(
                 f"verify light above {self.first.min_power_dbm} dBm within {self.first.timeout_s:g} s per change"
             )
-
-
-def rail_env(step: RailTrainStep, rank: int, where) -> dict[str, str]:
-    """TESTBED_RAIL for one rank: the card, its sends (`where(rank, route, phase)` -> host:port) and whom it
-    hears from."""
-    phases = []
-    for phase in step.phases:
-        phases.append(
-            {
-                "name": phase.name,
-                "config": phase.apply.configuration,
-                "compute_ms": phase.compute_s * 1000,
-                "bytes": phase.nbytes,
-                "to": [[route[0], where(rank, route, phase.name)] for route in phase.routes[rank]],
-                "from": sorted(r for r, routes in phase.routes.items() if any(s == rank for s, _, _ in routes)),
-            }
-        )
-    spec = {"mode": step.mode, "iterations": step.warmup + step.iterations, "phases": phases}
-    return {"TESTBED_RAIL": json.dumps(spec, separators=(",", ":"))}
-
-
-def no_job_running(jobs, label: str) -> None:
-    if jobs.handles:
-        raise StepFailed(f"{label}: rail.train starts the job itself; stop the running one first (job.stop)")
