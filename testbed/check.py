@@ -11,7 +11,10 @@
   ports the run may change; the replay then goes on from the reading. The fabric is the circuits: taking
   ports out of service and back (link.down) changes none; a port left out of service is an unhealed fault;
 - no command wrote to a port the inventory reserves or does not allow, or to a read-only device (a port
-  disable or enable is a write naming its ports).
+  disable or enable is a write naming its ports);
+- the job's fabric service (testbed/check_service.py) answered every request a rank made, or `testbed heal`
+  recorded it as never answered; and while it ran, every circuit on its ports belonged to one of the
+  configurations it may set.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from drivers.audit import ALL_PORTS
 from drivers.registry import driver_spec
+from testbed.check_service import fabric_within_allowed, requests_answered
 from testbed.config.inventory import Inventory
 from testbed.errors import UserError
 from testbed.events import InvokeLedger, Op, read_jsonl
@@ -52,6 +56,11 @@ def check_run(run_dir: Path) -> CheckResult:
     result.checks["every fault healed"] = _faults_healed(events)
     result.checks["final fabric matches history"] = _fabric_matches(events, audit, inventory, result.notes)
     result.checks["writes within the inventory's interlocks"] = _writes_allowed(audit, inventory)
+    result.checks["every job request answered"] = requests_answered(events)
+    initial = {d: _circuits(c) for d, c in _initial(events).items()}
+    result.checks["fabric within the job's allowed configurations"] = fabric_within_allowed(
+        events, audit, initial, lambda device: _audit_model(inventory.devices.get(device))
+    )
     return result
 
 
@@ -87,13 +96,8 @@ def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory, notes
         notes.append(f"nothing to read back at the end: {final['data']['lab_gone']}")
         return []
     problems = []
-    initial = {  # a run from before the fabric.initial mark: what each switch's identify read
-        e["device"]: e["data"]["value"]["circuits"]
-        for e in events
-        if e["op"].endswith(".identify") and e["type"] == "ok" and isinstance(e["data"]["value"].get("circuits"), dict)
-    }
+    initial = _initial(events)
     marked = next((e["data"] for e in events if e["op"] == Op.FABRIC_INITIAL), {})
-    initial.update({d: c for d, c in marked.get("circuits", {}).items() if isinstance(c, dict)})
     managed = marked.get("managed", {})
     for device, circuits in final["data"]["circuits"].items():
         dev = inv.devices.get(device)
@@ -144,6 +148,18 @@ def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory, notes
                 f"implied but absent {missing[:8]}, present but not implied {extra[:8]}"
             )
     return problems
+
+
+def _initial(events: list[dict]) -> dict[str, dict]:
+    """What each switch held when the run identified it (as recorded: string keys)."""
+    initial = {  # a run from before the fabric.initial mark: what each switch's identify read
+        e["device"]: e["data"]["value"]["circuits"]
+        for e in events
+        if e["op"].endswith(".identify") and e["type"] == "ok" and isinstance(e["data"]["value"].get("circuits"), dict)
+    }
+    marked = next((e["data"] for e in events if e["op"] == Op.FABRIC_INITIAL), {})
+    initial.update({d: c for d, c in marked.get("circuits", {}).items() if isinstance(c, dict)})
+    return initial
 
 
 def _circuits(raw: dict) -> dict[int, int]:

@@ -44,6 +44,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from testbed.check_service import windows as service_windows
 from testbed.config.inventory import Inventory
 from testbed.dead_run import UNKNOWN, Findings, RunFolder, find, read_run
 from testbed.errors import EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
@@ -160,7 +161,7 @@ def heal_run(run_dir: Path, console: Console) -> int:
             report.notes.append(torn)
     run.events = read_jsonl(run_dir / "events.jsonl").records
     found = find(run.events)
-    if not found.anything:
+    if not found.anything and all(w.stop is not None for w in service_windows(run.events)):
         for note in report.notes:
             console.print(f"note: {note}", soft_wrap=True, markup=False)
         what = "it was healed before" if found.healed_before else "the run ended and left nothing active"
@@ -216,6 +217,7 @@ def _heal(run: RunFolder, found: Findings, recorder: Recorder, lab: Lab | None, 
         )
     if found.open_invokes:
         report.done.append(f"closed {len(found.open_invokes)} open operation(s) with info (outcome unknown)")
+    _close_fabric_service(run.events, recorder, report)
     if lab is None:
         _record_lab_gone(recorder, found, gone, report)
     else:
@@ -227,6 +229,23 @@ def _heal(run: RunFolder, found: Findings, recorder: Recorder, lab: Lab | None, 
     recorder.emit(
         "mark", Op.RUN_HEALED, data={"ok": not report.problems, "problems": report.problems, "done": report.done}
     )
+
+
+def _close_fabric_service(events: list[dict], recorder: Recorder, report: HealReport) -> None:
+    """A job's fabric service that died with the runner: each request it never answered is recorded as such
+    (its rank got no answer: the connection dropped), then the service's end."""
+    for w in service_windows(events):
+        if w.stop is not None:
+            continue
+        pending = w.unanswered()
+        for r in pending:
+            d = r["data"]
+            data = {k: d.get(k) for k in ("conn", "rank", "op", "config", "id")}
+            recorder.emit("mark", Op.FABRIC_SERVICE_UNANSWERED, data={**data, "why": "the run died before answering"})
+        recorder.emit("mark", Op.FABRIC_SERVICE_STOP, data={"changes": w.changes})
+        report.done.append(
+            f"the job's fabric service died with the run: {len(pending)} request(s) recorded as never answered"
+        )
 
 
 def _runner_still_runs(runner: dict) -> bool:

@@ -16,7 +16,7 @@ FIELD_DOCS: dict[str, str] = {
     "circuits": "{switch: {ingress: egress}} (a switch that could not be read: null)",
     "managed": "{switch: [ports the run may change]}",
     "audit_line": "the number of audit.jsonl lines written before the reading",
-    "why": "why the reading was taken (or why nothing was left)",
+    "why": "why the reading was taken (or why nothing was left); heal: why a request was never answered",
     "lab_gone": "why there was nothing to read back",
     "healed": "written by `testbed heal`",
     "actor": "the actor's name",

@@ -68,6 +68,7 @@ class Op(StrEnum):
     FABRIC_SERVICE_CHANGE = "fabric_service.change"
     FABRIC_SERVICE_STOP = "fabric_service.stop"
     RAIL_BYTES = "rail.bytes"
+    FABRIC_SERVICE_UNANSWERED = "fabric_service.unanswered"
 
 
 # --- payloads ------------------------------------------------------------------------------------------
@@ -284,6 +285,15 @@ class FabricServiceStop(TypedDict):
     changes: int
 
 
+class FabricServiceUnanswered(TypedDict):
+    conn: int
+    rank: int | None
+    op: str | None
+    config: str | None
+    id: Any
+    why: str
+
+
 class RailBytes(TypedDict):
     phase: str
     config: str
@@ -477,6 +487,13 @@ SCHEMA: dict[str, EventSpec] = {
             False,
         ),
         _spec(Op.FABRIC_SERVICE_STOP, "mark", FabricServiceStop, "the job's fabric service is closed", False),
+        _spec(
+            Op.FABRIC_SERVICE_UNANSWERED,
+            "mark",
+            FabricServiceUnanswered,
+            "testbed heal: a request the job's fabric service never answered (it died with the run)",
+            False,
+        ),
         _spec(
             Op.RAIL_BYTES,
             "mark",
