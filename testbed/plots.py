@@ -8,6 +8,8 @@ Each figure is drawn only when the run has the data for it:
   trial with the median total), one row per milestone, like Morphlux's recovery timeline.
 - `sweep_iteration_time.png`: p50 of `iteration.time` (95 % CI of the median as error bars) against a
   numeric sweep parameter such as `delay_ms`, one line per `mode`, like Opus's figure.
+- `collective_time.png`: a collective sweep's all-reduce time against `message_bytes`, one line per case
+  (testbed/collective_view.py).
 
 Small samples are shown honestly: a p99 is only shown from 100 samples or more (below that it is little
 more than the maximum), a median CI needs 6 samples, and n is always on the figure.
@@ -57,6 +59,11 @@ def write_plots(run_dir: str | Path) -> list[Path]:
     summary = _read_json(run_dir / "summary.json")
     if summary:
         path = plot_sweep(summary, run_dir / SWEEP_FILE)
+        if path:
+            written.append(path)
+        from testbed.collective_view import FILE, plot_collective
+
+        path = plot_collective(summary, run_dir / FILE)
         if path:
             written.append(path)
     return written

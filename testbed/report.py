@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from testbed.collective_view import collective_table
 from testbed.errors import UserError
 from testbed.milestones import SEGMENTS, milestone_prefixes
 
@@ -63,6 +64,9 @@ def print_summary(console: Console, summary: dict) -> None:
                 "[dim]* fewer than 100 samples: p99 is close to the maximum of a few and is not a "
                 "stable estimate; quote the median with its CI and the max.[/]"
             )
+    collective = collective_table(summary)  # the collective playbook's sizes x cases, and its crossovers
+    if collective is not None:
+        console.print(collective)
     if summary.get("health"):
         table = Table(title="hosts", title_justify="left")
         for col in ("host", "health", "GPUs", "model", "lost", "Xid"):

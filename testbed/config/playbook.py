@@ -189,6 +189,13 @@ class Phase(Strict):
         le=1 << 30,
         description="rail.train: what each rank sends to each partner of the phase (its TP partner, its DP group)",
     )
+    share: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="rail.train with message_bytes: the fraction of the message each rank sends to each partner in "
+        "this phase (a ring all-reduce's step moves 1/(2W) of it to each neighbour; a recursive doubling stage all)",
+    )
 
 
 class Workload(Strict):

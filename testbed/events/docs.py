@@ -97,10 +97,9 @@ FIELD_DOCS: dict[str, str] = {
     "t_ready_ns": "fabric service: when the configuration was ready (verified, emulated OCS delay over)",
     "command_ms": "fabric service: framework time from the request that completed the barrier to the first command",
     "changes": "fabric service: how many changes it made",
-    "phase": "rail.train: the workload card's phase",
-    "job_bytes": "rail.train: bytes the job's ranks wrote in the phase (headers and resends included)",
+    "phase": "rail.train: the card's phase (phases over the same circuits counted together: `a..b (n phases)`)",
+    "job_bytes": "rail.train: bytes of the messages the job's ranks delivered in the phase (headers included)",
     "plane_bytes": "rail.train: bytes the twin's data-plane relays carried for the phase (emulated runs only)",
-    "shared_with": "rail.train: other phases whose traffic crossed the same relays (compare them together)",
 }
 
 

@@ -299,7 +299,6 @@ class RailBytes(TypedDict):
     config: str
     job_bytes: int
     plane_bytes: NotRequired[int]
-    shared_with: NotRequired[list]
 
 
 class Measure(TypedDict):

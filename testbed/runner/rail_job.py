@@ -114,7 +114,8 @@ def _relay_bytes(jobs) -> dict[str, int]:
 
 
 def _record_bytes(step, engine, jobs, results, relays, before, rx) -> None:
-    """Per phase: the bytes the ranks say they sent, and (on the twin) the bytes its relays carried for them."""
+    """Per phase (phases over the same relays together): the bytes the ranks delivered, and (on the twin) the
+    bytes its relays carried for them."""
     sent: dict[str, int] = {}
     by_relay: dict[str, int] = {}
     for rank, result in results.items():
@@ -128,17 +129,32 @@ def _record_bytes(step, engine, jobs, results, relays, before, rx) -> None:
             if address is not None:
                 by_relay[address] = by_relay.get(address, 0) + n
     after = _relay_bytes(jobs)
-    phases_of: dict[str, set[str]] = {}
+    # Phases whose traffic crossed the same relays (a ring's steps over one ring) are counted together.
+    group = {phase.name: phase.name for phase in step.phases}
+
+    def root(name: str) -> str:
+        while group[name] != name:
+            name = group[name]
+        return name
+
+    users: dict[str, str] = {}
     for (phase, _, _), address in relays.items():
-        phases_of.setdefault(address, set()).add(phase)
+        if address in users:
+            group[root(phase)] = root(users[address])
+        users[address] = phase
+    groups: dict[str, list] = {}
     for phase in step.phases:
-        data = {"phase": phase.name, "config": phase.apply.configuration, "job_bytes": sent.get(phase.name, 0)}
+        groups.setdefault(root(phase.name), []).append(phase)
+    for members in groups.values():
+        names = [p.name for p in members]
+        data = {
+            "phase": names[0] if len(names) == 1 else f"{names[0]}..{names[-1]} ({len(names)} phases)",
+            "config": ",".join(dict.fromkeys(p.apply.configuration for p in members)),
+            "job_bytes": sum(sent.get(n, 0) for n in names),
+        }
         if jobs.plane is not None:
-            mine = {a for (p, _, _), a in relays.items() if p == phase.name}
-            shared = sorted({q for a in mine for q in phases_of[a]} - {phase.name})
+            mine = {a for (p, _, _), a in relays.items() if p in names}
             data["plane_bytes"] = sum(after.get(a, 0) - before.get(a, 0) for a in mine)
-            if shared:
-                data["shared_with"] = shared  # the same relay carried these phases too: compare them together
         engine.recorder.emit("mark", "rail.bytes", step=step.label, data=data)
 
 

@@ -45,6 +45,11 @@ class RailTrain(StepModel):
     iterations: int = Field(6, ge=1, le=100_000)
     warmup: int = Field(1, ge=0, le=1000, description="iterations run first and not measured")
     measure: Name = "iteration"
+    message_bytes: sweepable(8, 1 << 30) | None = Field(
+        None,
+        description="a collective's message size: each phase then sends message_bytes x its `share` to each partner "
+        "instead of its `bytes` (an iteration is one all-reduce)",
+    )
     job_timeout_ms: int = Field(600_000, gt=0, description="for the whole job to run its iterations")
 
     def check(self, ctx: CheckContext) -> list[Problem]:
@@ -69,7 +74,7 @@ class RailTrain(StepModel):
                         "under job.fabric_service.configurations",
                     )
                 )
-        for key in ("mode", "delay_ms"):
+        for key in ("mode", "delay_ms", "message_bytes"):
             problems += ctx.sweep_ref(getattr(self, key), (key,))
         return problems
 
@@ -79,6 +84,11 @@ class RailTrain(StepModel):
             raise PlanError(f"rail.train: mode {self.mode} = {mode!r} is not static, on-demand or provisioning")
         if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
             raise PlanError(f"rail.train: delay_ms {self.delay_ms} = {delay!r} is not a duration in ms")
+        message = ctx.swept(self.message_bytes)
+        if message is not None:
+            if not isinstance(message, int | float) or isinstance(message, bool) or message < 8:
+                raise PlanError(f"rail.train: message_bytes {self.message_bytes} = {message!r} is not a size in bytes")
+            message = int(message)
         card = ctx.playbook.workloads[self.workload]
         served = ctx.playbook.job.fabric_service  # its light settings for every change (check: it exists)
         hosts = list(ctx.playbook.job.ranks)
@@ -99,10 +109,13 @@ class RailTrain(StepModel):
                     for r, rs in routes.items()
                 }
             apply = apply_step(ctx, p.configuration, f"fabric service: {p.configuration}", served, measure=None)
-            phases.append(TrainPhase(p.name, p.compute_ms / 1000, p.bytes, apply, routes))
+            nbytes = p.bytes if message is None else max(8, round(message * p.share / 8) * 8)
+            phases.append(TrainPhase(p.name, p.compute_ms / 1000, nbytes, apply, routes))
         first_config = card.static if mode == "static" else card.phases[0].configuration
         first = apply_step(ctx, first_config, f"{self.workload}: before the job ({first_config})", served, measure=None)
-        label = self.name or f"{self.workload} {mode} (real job), +{delay:g} ms per change"
+        label = self.name or f"{self.workload} {mode} (real job), +{delay:g} ms per change" + (
+            f", {message} B message" if message is not None else ""
+        )
         step = RailTrainStep(
             label,
             mode,

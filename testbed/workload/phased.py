@@ -17,8 +17,11 @@ The mode says when the rank asks the job's fabric service for a phase's configur
   compute did not hide.
 
 Each message is a header (iteration, phase, sender, payload bytes) and a float64 vector; the receiver answers
-one byte once it has it all, and the sender counts a message delivered only then, so a connection cut mid-way is
-sent again whole. The rank prints `step N ms T stall_ms S` per iteration (its own clock) and, at the end,
+one byte once it has it all, and the sender counts a message delivered only then, so a message whose connection is
+cut mid-way is sent again whole, on a new connection. A rank keeps its connection to each address from phase to
+phase, as a communication library keeps its channels: a phase over the same circuit as the one before opens none
+(on the twin, a reconfiguration that darkens a path cuts its connections, and the next phase opens new ones).
+The rank prints `step N ms T stall_ms S` per iteration (its own clock) and, at the end,
 `sent PHASE PARTNER BYTES written W` per phase and partner: BYTES, the messages (headers included) its partner
 acknowledged, which is what the twin's data plane carries for it; W, every byte it handed to the kernel, with
 what it wrote into connections the data plane reset because the circuit was not up (a stalled phase).
@@ -102,42 +105,46 @@ def parse_spec(text: str) -> RailSpec:
 
 
 class _Send:
-    """One message to one partner, sent again whole on a new connection until the partner acknowledges it."""
+    """One message to one partner, on the connection kept to that address (a new one after a reset), sent again
+    whole until the partner acknowledges it."""
 
-    def __init__(self, partner: int, address: tuple[str, int], message: bytes) -> None:
-        self.partner, self.address, self.message = partner, address, message
+    def __init__(self, net: PhaseNet, partner: int, address: tuple[str, int], message: bytes) -> None:
+        self.net, self.partner, self.address, self.message = net, partner, address, message
         self.sock: socket.socket | None = None
         self.offset = 0
         self.retry_at = 0.0
         self.done = False
-        self.written = 0  # every byte handed to the kernel, retries included
+        self.written = 0  # every byte handed to the kernel, resends included
         self.attempts = 0
 
-    def connect(self, sel: selectors.BaseSelector) -> None:
+    def start(self) -> None:
+        """Send on the connection kept from an earlier phase, or open one."""
         self.attempts += 1
         self.offset = 0
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setblocking(False)
-        try:
-            sock.connect(self.address)
-        except BlockingIOError:
-            pass
-        except OSError:
-            sock.close()
-            self.retry_at = time.monotonic() + RETRY_S
-            return
+        sock = self.net.kept.pop(self.address, None)
+        if sock is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setblocking(False)
+            try:
+                sock.connect(self.address)
+            except BlockingIOError:
+                pass
+            except OSError:
+                sock.close()
+                self.retry_at = time.monotonic() + RETRY_S
+                return
         self.sock = sock
-        sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, self)
+        self.net.sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, self)
 
-    def drop(self, sel: selectors.BaseSelector) -> None:
+    def drop(self) -> None:
         if self.sock is not None:
-            sel.unregister(self.sock)
+            self.net.sel.unregister(self.sock)
             self.sock.close()
             self.sock = None
         self.retry_at = time.monotonic() + RETRY_S
 
-    def event(self, sel: selectors.BaseSelector, mask: int) -> None:
+    def event(self, mask: int) -> None:
         assert self.sock is not None
         try:
             if mask & selectors.EVENT_WRITE and self.offset < len(self.message):
@@ -145,63 +152,65 @@ class _Send:
                 self.offset += n
                 self.written += n
                 if self.offset >= len(self.message):
-                    sel.modify(self.sock, selectors.EVENT_READ, self)
+                    self.net.sel.modify(self.sock, selectors.EVENT_READ, self)
             if mask & selectors.EVENT_READ:
                 got = self.sock.recv(1)
                 if got == ACK:
                     self.done = True
-                    sel.unregister(self.sock)
-                    self.sock.close()
+                    self.net.sel.unregister(self.sock)
+                    self.net.kept[self.address] = self.sock  # for this partner's next message
                     self.sock = None
                 elif not got:
-                    self.drop(sel)  # closed before the acknowledgement: the message may be lost, send it again
-        except (ConnectionError, OSError):
-            self.drop(sel)  # reset: the path is dark (not up yet, or cut); connect again after RETRY_S
+                    self.drop()  # closed before the acknowledgement: the message may be lost, send it again
+        except OSError:  # a reset: the path is dark (not up yet, or cut); connect again after RETRY_S
+            self.drop()
 
 
 class _Receive:
-    """One partner's connection to this rank: a whole message, then the acknowledgement."""
+    """A partner's connection to this rank: messages one after another, each acknowledged once whole."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
+    def __init__(self, net: PhaseNet, sock: socket.socket) -> None:
+        self.net, self.sock = net, sock
         self.buf = bytearray()
         self.need = MESSAGE.size
 
-    def event(self, sel: selectors.BaseSelector) -> tuple[tuple[int, int, int], bytes] | None:
+    def event(self) -> None:
         try:
             chunk = self.sock.recv(max(65536, self.need - len(self.buf)))
-        except (ConnectionError, OSError):
-            chunk = b""
-        if not chunk:  # cut mid-message: the sender sends it again on a new connection
-            sel.unregister(self.sock)
-            self.sock.close()
-            return None
-        self.buf += chunk
-        if len(self.buf) >= MESSAGE.size and self.need == MESSAGE.size:
-            self.need = MESSAGE.size + MESSAGE.unpack(self.buf[: MESSAGE.size])[3]
-        if len(self.buf) < self.need:
-            return None
-        iteration, phase, sender, _ = MESSAGE.unpack(self.buf[: MESSAGE.size])
-        payload = bytes(self.buf[MESSAGE.size : self.need])
-        sel.unregister(self.sock)
-        try:
-            self.sock.setblocking(True)
-            self.sock.settimeout(1.0)
-            self.sock.sendall(ACK)
         except OSError:
-            pass  # the ack was lost: the sender sends again, and the duplicate is ignored
-        self.sock.close()
-        return (iteration, phase, sender), payload
+            chunk = b""
+        if not chunk:  # closed, or cut mid-message: the sender sends the message again on a new connection
+            self.net.sel.unregister(self.sock)
+            self.sock.close()
+            return
+        self.buf += chunk
+        while True:
+            if len(self.buf) >= MESSAGE.size and self.need == MESSAGE.size:
+                self.need = MESSAGE.size + MESSAGE.unpack(self.buf[: MESSAGE.size])[3]
+            if len(self.buf) < self.need:
+                return
+            iteration, phase, sender, _ = MESSAGE.unpack(self.buf[: MESSAGE.size])
+            self.net.inbox[(iteration, phase, sender)] = bytes(self.buf[MESSAGE.size : self.need])
+            del self.buf[: self.need]
+            self.need = MESSAGE.size
+            try:
+                self.sock.send(ACK)  # one byte into an empty send buffer: never blocks
+            except OSError:
+                pass  # the ack was lost: the sender sends again, and the duplicate replaces the same entry
 
 
 class PhaseNet:
-    """This rank's side of every phase's traffic: a listener for its partners, connections out to them."""
+    """This rank's side of every phase's traffic: a listener for its partners, and connections out to them that
+    are kept from phase to phase (as a communication library keeps its channels), opened again after a reset."""
 
     def __init__(self, rank: int, listen: tuple[str, int], timeout: float) -> None:
         self.rank, self.timeout = rank, timeout
         self.listener = socket.create_server(listen, backlog=128)
         self.listener.setblocking(False)
-        self.early: dict[tuple[int, int, int], bytes] = {}  # messages of a later phase that arrived first
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.listener, selectors.EVENT_READ, None)
+        self.kept: dict[tuple[str, int], socket.socket] = {}  # address -> an idle connection to it
+        self.inbox: dict[tuple[int, int, int], bytes] = {}  # (iteration, phase, sender) -> its payload
         self.sent: dict[tuple[str, int], int] = {}  # (phase, partner) -> bytes of the messages delivered
         self.written: dict[tuple[str, int], int] = {}  # (phase, partner) -> bytes written, resends included
 
@@ -209,57 +218,46 @@ class PhaseNet:
         """Send `vector` to every partner of the phase and receive each source's; returns sender -> vector."""
         payload = vector.astype(np.float64).tobytes()
         message = MESSAGE.pack(iteration, k, self.rank, len(payload)) + payload
-        sends = [_Send(partner, address, message) for partner, address in phase.to]
+        sends = [_Send(self, partner, address, message) for partner, address in phase.to]
         wanted = {(iteration, k, s) for s in phase.sources}
-        got: dict[int, np.ndarray] = {}
-        for key in list(self.early):
-            if key in wanted:
-                got[key[2]] = np.frombuffer(self.early.pop(key), dtype=np.float64)
         deadline = time.monotonic() + self.timeout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.listener, selectors.EVENT_READ, None)
-            while not all(s.done for s in sends) or len(got) < len(wanted):
-                now = time.monotonic()
-                if now > deadline:
-                    raise PhaseError(self._stuck(iteration, phase, sends, wanted, got))
-                for s in sends:
-                    if not s.done and s.sock is None and now >= s.retry_at:
-                        s.connect(sel)
-                waits = [s.retry_at - now for s in sends if not s.done and s.sock is None]
-                for key, mask in sel.select(max(0.0, min([*waits, deadline - now, 0.5]))):
-                    if key.data is None:
-                        self._accept(sel)
-                    elif isinstance(key.data, _Send):
-                        key.data.event(sel, mask)
-                    else:
-                        done = key.data.event(sel)
-                        if done is not None:
-                            (it, ph, sender), data = done
-                            if (it, ph, sender) in wanted:
-                                got[sender] = np.frombuffer(data, dtype=np.float64)
-                            elif (it, ph) > (iteration, k):
-                                self.early[(it, ph, sender)] = data  # a partner already in its next phase
-                            # else: a duplicate of a message already received (its ack was lost)
+        while not all(s.done for s in sends) or not wanted <= self.inbox.keys():
+            now = time.monotonic()
+            if now > deadline:
+                raise PhaseError(self._stuck(iteration, phase, sends, wanted))
+            for s in sends:
+                if not s.done and s.sock is None and now >= s.retry_at:
+                    s.start()
+            waits = [s.retry_at - now for s in sends if not s.done and s.sock is None]
+            for key, mask in self.sel.select(max(0.0, min([*waits, deadline - now, 0.5]))):
+                if key.data is None:
+                    self._accept()
+                elif isinstance(key.data, _Send):
+                    key.data.event(mask)
+                else:
+                    key.data.event()
+        got = {s: np.frombuffer(self.inbox.pop((iteration, k, s)), dtype=np.float64) for _, _, s in wanted}
         for s in sends:
             key = (phase.name, s.partner)
             self.sent[key] = self.sent.get(key, 0) + len(s.message)
             self.written[key] = self.written.get(key, 0) + s.written
         return got
 
-    def _accept(self, sel: selectors.BaseSelector) -> None:
+    def _accept(self) -> None:
         while True:
             try:
                 sock, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             sock.setblocking(False)
-            sel.register(sock, selectors.EVENT_READ, _Receive(sock))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sel.register(sock, selectors.EVENT_READ, _Receive(self, sock))
 
-    def _stuck(self, iteration: int, phase: Phase, sends: list[_Send], wanted: set, got: dict) -> str:
+    def _stuck(self, iteration: int, phase: Phase, sends: list[_Send], wanted: set) -> str:
         unsent = [
             f"rank {s.partner} at {s.address[0]}:{s.address[1]} ({s.attempts} attempts)" for s in sends if not s.done
         ]
-        missing = sorted(s for _, _, s in wanted if s not in got)
+        missing = sorted(s for key in wanted if key not in self.inbox for s in [key[2]])
         return (
             f"rank {self.rank}: phase {phase.name} (configuration {phase.config}) of iteration {iteration} did not "
             f"complete within {self.timeout:g} s: not delivered to {unsent or 'none'}, nothing from rank(s) "
@@ -267,7 +265,11 @@ class PhaseNet:
         )
 
     def close(self) -> None:
-        self.listener.close()
+        for key in list(self.sel.get_map().values()):
+            key.fileobj.close()
+        self.sel.close()
+        for sock in self.kept.values():
+            sock.close()
 
 
 def run(spec: RailSpec, rank: int, listen: tuple[str, int], timeout: float, fabric, say) -> None:
