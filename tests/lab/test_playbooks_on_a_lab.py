@@ -249,6 +249,7 @@ PLAYBOOKS = [
     "mesh-all-to-all",
     "mesh-failover",
     "rail-reconfig",
+    "collective-reconfig",
     "straggler",
 ]
 
