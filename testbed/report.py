@@ -11,6 +11,7 @@ from rich.table import Table
 from testbed.collective_view import collective_table
 from testbed.errors import UserError
 from testbed.milestones import SEGMENTS, milestone_prefixes
+from testbed.rail_view import framework_share_table
 
 
 def load_summary(run_dir: Path) -> dict:
@@ -67,6 +68,9 @@ def print_summary(console: Console, summary: dict) -> None:
     collective = collective_table(summary)  # the collective playbook's sizes x cases, and its crossovers
     if collective is not None:
         console.print(collective)
+    share = framework_share_table(summary)  # the fabric service's changes: how much of each is the framework's
+    if share is not None:
+        console.print(share)
     if summary.get("health"):
         table = Table(title="hosts", title_justify="left")
         for col in ("host", "health", "GPUs", "model", "lost", "Xid"):

@@ -17,9 +17,11 @@ sleep after the light is verified (Opus's method, so a fast switch can stand in 
 
 Every change is recorded (`fabric_service.change`) with the framework's share of it on the run's clock:
 `command_ms`, from the request that completed the barrier being read to the first switch command sent. At close,
-measures: `fabric_service.command_time` (that span, per change) and `fabric_service.answer_time` (per request
+measures: `fabric_service.command_time` (that span, per change), `fabric_service.answer_time` (per request
 that waited for a change: from the configuration being ready, light verified and emulated delay over, to its
-answer being sent).
+answer being sent) and `fabric_service.change_time` (the whole change: the request that completed the barrier
+read -> the last waiting rank answered, or -> ready when none waited). `testbed report` puts them side by side as
+the framework's share of a change (testbed/rail_view.py).
 """
 
 from __future__ import annotations
@@ -106,6 +108,9 @@ class ServedFabric:
                 self._span("fabric_service.command_time", change, received, change.t_sent_ns)
             for answered in change.answered if change.t_ready_ns is not None else ():
                 self._span("fabric_service.answer_time", change, change.t_ready_ns, answered)
+            end = max(change.answered) if change.answered else change.t_ready_ns
+            if received is not None and end is not None:  # the whole change: request read -> last answer
+                self._span("fabric_service.change_time", change, received, end)
         self.c.recorder.emit("mark", "fabric_service.stop", data={"changes": len(self.changes)})
 
     def _span(self, name: str, change: _Change, start: int, end: int) -> None:

@@ -97,10 +97,17 @@ def evs_of(run_dir, op: str) -> list[dict]:
     return [e for e in events(run_dir) if e["op"] == op]
 
 
-def test_the_run_checks_and_reports_its_figure(rail_run):
+def test_the_run_checks_and_reports_its_figure_and_the_frameworks_share(rail_run, capsys, monkeypatch):
     assert main(["check", str(rail_run)]) == 0
+    monkeypatch.setenv("COLUMNS", "200")
+    capsys.readouterr()
     assert main(["report", str(rail_run)]) == 0
     assert (rail_run / "sweep_iteration_time.png").is_file()
+    out = capsys.readouterr().out
+    assert "the framework's share of each fabric-service change (p50)" in out
+    # one row per sweep point that made changes: on-demand and provisioning, three delays each
+    rows = [line for line in out.splitlines() if "mode=on-demand" in line or "mode=provisioning" in line]
+    assert len([r for r in rows if " %" in r]) == 6
 
 
 def test_plan_shows_the_job_the_routes_and_the_changes(repo, tmp_path, capsys, monkeypatch):
