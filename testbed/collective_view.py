@@ -3,17 +3,14 @@ size, each case's all-reduce time (`<case>.time`, p50) and, for each case agains
 largest size at which the case is faster than the ring (reconfiguring pays below it), or none.
 
 Shown by `testbed report` (and at the end of `testbed run`) when the run swept `message_bytes` and measured the
-ring and at least one other case; `collective_time.png` draws the same numbers, log-log."""
+ring and at least one other case; testbed/plots.py draws the same numbers, log-log, in `collective_time.png`."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from rich.table import Table
 
 PARAM = "message_bytes"
 BASELINE = "ring"
-FILE = "collective_time.png"
 
 
 def collective_data(summary: dict) -> tuple[list[int], dict[str, dict[int, float]]] | None:
@@ -68,25 +65,3 @@ def collective_table(summary: dict) -> Table | None:
     table.caption = "* faster than the ring. Crossover: " + "; ".join(notes)
     table.caption_justify = "left"
     return table
-
-
-def plot_collective(summary: dict, path: Path) -> Path | None:
-    data = collective_data(summary)
-    if data is None:
-        return None
-    from testbed.plots import _figure, _save  # matplotlib only when there is something to draw
-
-    sizes, cases = data
-    fig = _figure(7.5, 4.5)
-    ax = fig.add_subplot()
-    for case, by_size in cases.items():
-        xs = [s for s in sizes if s in by_size]
-        ax.plot(xs, [by_size[s] for s in xs], marker="o", label=case)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("message bytes")
-    ax.set_ylabel("all-reduce time p50 (ms)")
-    ax.set_title("all-reduce time against message size")
-    ax.grid(True, alpha=0.3, which="both")
-    ax.legend(fontsize="small")
-    return _save(fig, path)

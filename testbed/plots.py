@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from testbed.collective_view import collective_data
 from testbed.errors import UserError
 from testbed.events import Op, read_jsonl
 from testbed.milestones import MILESTONES, segments_of, trial_milestones
@@ -35,6 +36,7 @@ CDF_FILE = "failover_cdf.png"
 LATENCY_CDF_FILE = "latency_cdf.png"
 TIMELINE_FILE = "failover_timeline.png"
 SWEEP_FILE = "sweep_iteration_time.png"
+COLLECTIVE_FILE = "collective_time.png"
 FAILOVER_SPAN = "failover.total"
 ITERATION_SPAN = "iteration.time"
 SWEEP_X_PREFERRED = ("delay_ms", "switching_ms", "switch_ms", "switching_delay_ms")
@@ -61,9 +63,7 @@ def write_plots(run_dir: str | Path) -> list[Path]:
         path = plot_sweep(summary, run_dir / SWEEP_FILE)
         if path:
             written.append(path)
-        from testbed.collective_view import FILE, plot_collective
-
-        path = plot_collective(summary, run_dir / FILE)
+        path = plot_collective(summary, run_dir / COLLECTIVE_FILE)
         if path:
             written.append(path)
     return written
@@ -322,4 +322,28 @@ def plot_sweep(summary: dict, path: Path, span: str = ITERATION_SPAN) -> Path | 
     ax.legend(fontsize="small")
     if no_ci:
         fig.text(0.01, -0.02, "hollow: fewer than 6 samples, no CI", fontsize="x-small", ha="left", va="top")
+    return _save(fig, path)
+
+
+# --- collective sweep ----------------------------------------------------------------------------------
+
+
+def plot_collective(summary: dict, path: Path) -> Path | None:
+    """All-reduce time against message size, log-log, one line per case (testbed/collective_view.py)."""
+    data = collective_data(summary)
+    if data is None:
+        return None
+    sizes, cases = data
+    fig = _figure(7.5, 4.5)
+    ax = fig.add_subplot()
+    for case, by_size in cases.items():
+        xs = [s for s in sizes if s in by_size]
+        ax.plot(xs, [by_size[s] for s in xs], marker="o", label=case)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message bytes")
+    ax.set_ylabel("all-reduce time p50 (ms)")
+    ax.set_title("all-reduce time against message size")
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize="small")
     return _save(fig, path)

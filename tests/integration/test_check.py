@@ -45,7 +45,7 @@ def tampered(run_dir: Path, tmp_path: Path, file: str, edit) -> Path:
 def test_a_real_run_passes_every_check(run_dir, capsys):
     assert check_run(run_dir).ok
     assert main(["check", str(run_dir)]) == 0
-    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["ok"] * 4
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["ok"] * 6
 
 
 def test_an_operation_without_its_completion_is_caught(run_dir, tmp_path):
