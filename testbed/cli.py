@@ -204,7 +204,7 @@ def cmd_run(args, console: Console) -> int:
     with lab:  # one run in a session of its own: `testbed run` is a thin user of testbed.Lab
         run = lab.run(plan, playbook_file=args.playbook, yes=True)
         # The table and the folder before Ray and the twin shut down: what the user waited for.
-        print_summary(console, run.summary)
+        print_summary(console, run.summary, run.run_dir)
         if run.error:
             Console(stderr=True).print(f"[red]{run.status}:[/] {escape(run.error)}", soft_wrap=True, markup=True)
         console.print(f"results: {run.run_dir}", soft_wrap=True, markup=False, highlight=False)
@@ -239,7 +239,7 @@ def cmd_report(args, console: Console) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return EXIT_OK
-    print_summary(console, summary)
+    print_summary(console, summary, Path(args.run_dir))
     if not args.no_plots:
         from testbed.plots import write_plots
 

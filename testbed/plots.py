@@ -8,8 +8,8 @@ Each figure is drawn only when the run has the data for it:
   trial with the median total), one row per milestone, like Morphlux's recovery timeline.
 - `sweep_iteration_time.png`: p50 of `iteration.time` (95 % CI of the median as error bars) against a
   numeric sweep parameter such as `delay_ms`, one line per `mode`, like Opus's figure.
-- `collective_time.png`: a collective sweep's all-reduce time against `message_bytes`, one line per case
-  (testbed/collective_view.py).
+- `collective_time.png`: a collective sweep's all-reduce time (p50) against the message size, log-log, one line
+  per case (collective.allreduce's measures, testbed/collective_view.py).
 
 Small samples are shown honestly: a p99 is only shown from 100 samples or more (below that it is little
 more than the maximum), a median CI needs 6 samples, and n is always on the figure.
@@ -63,9 +63,9 @@ def write_plots(run_dir: str | Path) -> list[Path]:
         path = plot_sweep(summary, run_dir / SWEEP_FILE)
         if path:
             written.append(path)
-        path = plot_collective(summary, run_dir / COLLECTIVE_FILE)
-        if path:
-            written.append(path)
+    path = plot_collective(run_dir, summary, run_dir / COLLECTIVE_FILE)
+    if path:
+        written.append(path)
     return written
 
 
@@ -328,17 +328,19 @@ def plot_sweep(summary: dict, path: Path, span: str = ITERATION_SPAN) -> Path | 
 # --- collective sweep ----------------------------------------------------------------------------------
 
 
-def plot_collective(summary: dict, path: Path) -> Path | None:
-    """All-reduce time against message size, log-log, one line per case (testbed/collective_view.py)."""
-    data = collective_data(summary)
+def plot_collective(run_dir: Path, summary: dict | None, path: Path) -> Path | None:
+    """All-reduce time p50 against message size, log-log, one line per case (testbed/collective_view.py)."""
+    data = collective_data(run_dir, summary)
     if data is None:
         return None
     sizes, cases = data
     fig = _figure(7.5, 4.5)
     ax = fig.add_subplot()
-    for case, by_size in cases.items():
-        xs = [s for s in sizes if s in by_size]
-        ax.plot(xs, [by_size[s] for s in xs], marker="o", label=case)
+    for name, case in cases.items():
+        xs = [s for s in sizes if case.times.get(s)]
+        n = sorted({len(case.times[s]) for s in xs})
+        label = f"{name} ({case.algorithm} on {case.fabric}, n={'/'.join(map(str, n))})"
+        ax.plot(xs, [case.p50(s) for s in xs], marker="o", label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("message bytes")

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from testbed.collective_view import collective_table
+from testbed.collective_view import collective_tables
 from testbed.errors import UserError
 from testbed.milestones import SEGMENTS, milestone_prefixes
 from testbed.rail_view import framework_share_table
@@ -49,7 +49,8 @@ def spans_table(spans: dict, title: str) -> Table:
     return table
 
 
-def print_summary(console: Console, summary: dict) -> None:
+def print_summary(console: Console, summary: dict, run_dir: Path | None = None) -> None:
+    """The run's tables; with its folder, those read from its events too (a collective sweep's)."""
     trials = summary.get("trials", {})
     console.print(
         f"[bold]{summary.get('playbook')}[/]  run {summary.get('run')}  status "
@@ -65,9 +66,8 @@ def print_summary(console: Console, summary: dict) -> None:
                 "[dim]* fewer than 100 samples: p99 is close to the maximum of a few and is not a "
                 "stable estimate; quote the median with its CI and the max.[/]"
             )
-    collective = collective_table(summary)  # the collective playbook's sizes x cases, and its crossovers
-    if collective is not None:
-        console.print(collective)
+    for table in collective_tables(run_dir, summary) if run_dir is not None else ():
+        console.print(table)  # a collective sweep's sizes x cases, its crossovers, its reconfigurations
     share = framework_share_table(summary)  # the fabric service's changes: how much of each is the framework's
     if share is not None:
         console.print(share)

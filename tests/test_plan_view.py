@@ -56,7 +56,7 @@ def expand(listed: str) -> list[str]:
 def test_every_kind_of_planned_step_has_its_own_description():
     """A planned step that fell back on Planned.describe would show its label only; each kind says more."""
     kinds = {type(p) for path in PLAYBOOKS for p in plan_of(path).all_steps()}
-    assert len(STEP_KINDS.names()) == 15 and len(kinds) >= 12
+    assert len(STEP_KINDS.names()) == 16 and len(kinds) >= 12
     assert [k.__name__ for k in kinds if k.describe is Planned.describe] == []
 
 

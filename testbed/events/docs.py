@@ -100,6 +100,12 @@ FIELD_DOCS: dict[str, str] = {
     "phase": "rail.train: the card's phase (phases over the same circuits counted together: `a..b (n phases)`)",
     "job_bytes": "rail.train: bytes of the messages the job's ranks delivered in the phase (headers included)",
     "plane_bytes": "rail.train: bytes the twin's data-plane relays carried for the phase (emulated runs only)",
+    "case": "collective.allreduce: which of the step's cases (e.g. rd-chip)",
+    "algorithm": "collective.allreduce: ring (reduce-scatter + all-gather) or rd (recursive doubling)",
+    "fabric": "collective.allreduce: the fabric the case runs on (the playbook's label: ocs, chip)",
+    "size_bytes": "collective.allreduce: the all-reduce's message size",
+    "repetition": "collective.allreduce: the measured all-reduce's number at its size, from 0",
+    "reconfig_ms": "collective.allreduce: the part of the all-reduce its rank waited for the fabric service",
 }
 
 

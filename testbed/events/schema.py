@@ -317,6 +317,12 @@ class Measure(TypedDict):
     kind: NotRequired[str | None]
     evidence: NotRequired[Any]
     config: NotRequired[str]
+    case: NotRequired[str]
+    algorithm: NotRequired[str]
+    fabric: NotRequired[str]
+    size_bytes: NotRequired[int]
+    repetition: NotRequired[int]
+    reconfig_ms: NotRequired[float]
 
 
 class OperationOk(TypedDict):

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from testbed.registry import Registry
 from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, StepModel, Touches, walk
+from testbed.steps.collective_allreduce import CollectiveAllreduce, CollectiveStep
 from testbed.steps.device_calibrate import DeviceCalibrate
 from testbed.steps.fabric_apply import ApplyStep, FabricApply
 from testbed.steps.fabric_clear import ClearStep, FabricClear
@@ -44,6 +45,7 @@ for _kind in (
     Failover,
     RailIterate,
     RailTrain,
+    CollectiveAllreduce,
     FaultDetect,
     FaultInject,
     HostsHealth,
@@ -75,6 +77,7 @@ __all__ = [
     "ApplyStep",
     "CheckContext",
     "ClearStep",
+    "CollectiveStep",
     "FailoverStep",
     "FaultDetectStep",
     "FaultInjectStep",

@@ -271,6 +271,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(JSON, as testbed's rail.train step writes it into TESTBED_RAIL; testbed/workload/phased.py)",
     )
     p.add_argument(
+        "--collective",
+        default=env.get("TESTBED_COLLECTIVE"),
+        help="run all-reduces of the given sizes (ring, or recursive doubling asking the fabric service for each "
+        "stage's configuration) instead of the training loop (JSON, as testbed's collective.allreduce step writes "
+        "it into TESTBED_COLLECTIVE; testbed/workload/collective.py)",
+    )
+    p.add_argument(
         "--log",
         default=env.get("TESTBED_RANK_LOG"),
         help="write this rank's output to this file ({rank}: the rank) instead of stdout and stderr",
@@ -340,6 +347,33 @@ def _phased(args: argparse.Namespace, say) -> int:
     return 0
 
 
+def _collective(args: argparse.Namespace, say) -> int:
+    """--collective: all-reduces of each size (testbed/workload/collective.py) instead of the training loop."""
+    from testbed.workload import collective
+
+    try:
+        spec = collective.parse_spec(args.collective)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    fabric = None
+    if spec.algorithm == "rd":  # a ring never changes the fabric; recursive doubling asks before every stage
+        from testbed.fabric_service.client import FabricClient
+
+        fabric = FabricClient(rank=args.rank)
+    host, port = args.peer_list[args.rank]
+    say(f"ready rank {args.rank} world {args.world_size} step 0")
+    try:
+        collective.run(spec, args.rank, args.world_size, (args.bind or host, port), args.timeout, fabric, say)
+    except (collective.CollectiveError, collective.PhaseError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_COMM
+    finally:
+        if fabric is not None:
+            fabric.close()
+    return 0
+
+
 def _to_log(template: str, rank: int) -> None:
     """From now on this process's stdout and stderr go to its own log file (appended to)."""
     path = Path(template.replace("{rank}", str(rank)))
@@ -370,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.init_delay)  # models NCCL communicator set-up
     if args.rail:
         return _phased(args, say)
+    if args.collective:
+        return _collective(args, say)
     true_w = np.random.default_rng(args.seed).standard_normal(args.dim)
     w = np.zeros(args.dim)
     ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None

@@ -1,12 +1,13 @@
-"""The PCCL-style collective sweep (rail.train with message_bytes): four ranks all-reduce a message over a duplex
-ring that never changes, and by recursive doubling with the topology reconfigured per stage on the OCS and on the
-photonic chip. Every case moves its algorithm's bytes over the twin's data plane; recursive doubling on the OCS
-pays every stage's switch (a lower bound from the 25 ms switching time); the report gives the sizes x cases table
-with the crossover and the figure; the run checks."""
+"""The PCCL-style collective sweep (collective.allreduce) run for real on the twin: four ranks all-reduce 4 KiB and
+1 MiB over a duplex ring on the OCS that never changes, and by recursive doubling with the topology reconfigured
+per stage on the OCS and on the photonic chip. Every rank checks its sums (the step fails unless all agree);
+recursive doubling on the OCS pays every stage's switch (a lower bound from the switching time); the report gives
+the sizes x cases table with the crossovers and the figure; the run checks; the plan shows each stage."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -18,88 +19,126 @@ name: collective-small
 trials: 1
 configurations:
   ring: {links: ["gpu01:p0 <-> gpu02:p1", "gpu02:p0 <-> gpu03:p1", "gpu03:p0 <-> gpu04:p1", "gpu04:p0 <-> gpu01:p1"]}
-  rd0-ocs: {links: ["gpu01:p0 <-> gpu02:p0", "gpu03:p0 <-> gpu04:p0"]}
-  rd1-ocs: {links: ["gpu01:p0 <-> gpu03:p0", "gpu02:p0 <-> gpu04:p0"]}
+  rd0: {links: ["gpu01:p0 <-> gpu02:p0", "gpu03:p0 <-> gpu04:p0"]}
+  rd1: {links: ["gpu01:p0 <-> gpu03:p0", "gpu02:p0 <-> gpu04:p0"]}
   rd0-chip: {links: ["gpu01:p2 <-> gpu02:p2", "gpu03:p2 <-> gpu04:p2"]}
   rd1-chip: {links: ["gpu01:p2 <-> gpu03:p2", "gpu02:p2 <-> gpu04:p2"]}
-workloads:
-  ring:
-    phases:
-      - {name: s1, configuration: ring, compute_ms: 0, share: 0.125}
-      - {name: s2, configuration: ring, compute_ms: 0, share: 0.125}
-      - {name: s3, configuration: ring, compute_ms: 0, share: 0.125}
-      - {name: s4, configuration: ring, compute_ms: 0, share: 0.125}
-      - {name: s5, configuration: ring, compute_ms: 0, share: 0.125}
-      - {name: s6, configuration: ring, compute_ms: 0, share: 0.125}
-    static: ring
-  rd-ocs:
-    phases:
-      - {name: stage0, configuration: rd0-ocs, compute_ms: 0}
-      - {name: stage1, configuration: rd1-ocs, compute_ms: 0}
-  rd-chip:
-    phases:
-      - {name: stage0, configuration: rd0-chip, compute_ms: 0}
-      - {name: stage1, configuration: rd1-chip, compute_ms: 0}
 job:
   command: [testbed-train, --timeout, "60"]
   ranks: [gpu01, gpu02, gpu03, gpu04]
   fabric_service:
-    configurations: [ring, rd0-ocs, rd1-ocs, rd0-chip, rd1-chip]
+    configurations: [ring, rd0, rd1, rd0-chip, rd1-chip]
     min_power_dbm: -10
 sweep:
-  message_bytes: [4096, 1048576]
+  case: [ring-ocs, rd-ocs, rd-chip]
+  size: [4096, 1048576]
 setup:
   - {action: device.calibrate, device: chip1}
 steps:
-  - {action: rail.train, workload: ring, mode: static, message_bytes: "${message_bytes}", measure: ring, iterations: 2}
-  - {action: rail.train, workload: rd-ocs, mode: on-demand, message_bytes: "${message_bytes}",
-     measure: rd-ocs, iterations: 2}
-  - {action: rail.train, workload: rd-chip, mode: on-demand, message_bytes: "${message_bytes}",
-     measure: rd-chip, iterations: 2}
+  - action: collective.allreduce
+    case: "${case}"
+    cases:
+      ring-ocs: {algorithm: ring, fabric: ocs, configurations: [ring]}
+      rd-ocs: {algorithm: rd, fabric: ocs, configurations: [rd0, rd1]}
+      rd-chip: {algorithm: rd, fabric: chip, configurations: [rd0-chip, rd1-chip]}
+    sizes: "${size}"
+    repetitions: 2
 """
-SWITCHING_MS = 25
+INVENTORY = "playbooks/inventory/emulated-rack.yaml"
+SWITCHING_MS = 25 - 0.5  # the emulated rack's OCS, less its jitter
+STAGES = 2  # log2 of 4 ranks
+
+
+def events(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
 def collective_run(ray_cluster, repo, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("collective")
     (tmp / "c.yaml").write_text(PLAYBOOK)
-    inventory = str(repo / "playbooks/inventory/emulated-rack.yaml")
-    assert main(["run", str(tmp / "c.yaml"), "--emulate", "--results", str(tmp / "r"), "--inventory", inventory]) == 0
+    code = main(
+        ["run", str(tmp / "c.yaml"), "--emulate", "--results", str(tmp / "r"), "--inventory", str(repo / INVENTORY)]
+    )
+    assert code == 0  # every rank of every job printed its `done` line with the same checksum, or the step failed
     return next((tmp / "r").iterdir())
 
 
-def test_every_case_and_size_is_measured_and_reconfiguring_on_the_ocs_pays_each_stage(collective_run):
-    summary = json.loads((collective_run / "summary.json").read_text())
-    sizes, cases = collective_data(summary)
-    assert sizes == [4096, 1048576] and set(cases) == {"ring", "rd-ocs", "rd-chip"}
-    for size in sizes:
-        assert all(size in by_size for by_size in cases.values())
-        # two stages, each on a matching the switch must move to first (the first iteration's first is in place)
-        assert cases["rd-ocs"][size] >= 2 * SWITCHING_MS
-    # the crossover is the largest size where a case beat the ring, computed from these very numbers
-    for case in ("rd-ocs", "rd-chip"):
-        beat = [s for s in sizes if cases[case][s] < cases["ring"][s]]
-        assert crossover(cases["ring"], cases[case]) == (max(beat) if beat else None)
+def test_every_case_and_size_is_measured(collective_run):
+    measured = [e["data"] for e in events(collective_run) if e["op"] == "collective.time"]
+    points = {(d["case"], d["algorithm"], d["fabric"], d["size_bytes"]) for d in measured}
+    cases = {("ring-ocs", "ring", "ocs"), ("rd-ocs", "rd", "ocs"), ("rd-chip", "rd", "chip")}
+    assert points == {(*c, size) for c in cases for size in (4096, 1048576)}
+    assert len(measured) == 3 * 2 * 2  # cases x sizes x repetitions (the warm-up is not measured)
+    assert all(d["ms"] > 0 and 0 <= d["rank"] < 4 for d in measured)
 
 
-def test_each_phase_moved_its_share_of_the_message_over_the_data_plane(collective_run):
-    events = [json.loads(line) for line in (collective_run / "events.jsonl").read_text().splitlines()]
-    counted = [e["data"] for e in events if e["op"] == "rail.bytes"]
-    assert len(counted) == 2 * (1 + 2 + 2)  # sizes x (the ring steps together, and each stage of the two others)
-    for c in counted:
-        assert c["job_bytes"] > 0 and c["plane_bytes"] == c["job_bytes"], c
-    ring_1m = [c for c in counted if c["config"] == "ring" and c["job_bytes"] > 1_000_000]
-    # the six steps over one ring, counted together: 6 x 4 ranks x 2 neighbours x 3 iterations (warm-up included)
-    # x (1/8 of 1 MiB + a 20-byte header)
-    assert [c["job_bytes"] for c in ring_1m] == [6 * 4 * 2 * 3 * (131072 + 20)]
+def test_recursive_doubling_on_the_ocs_pays_every_stage_switch(collective_run):
+    measured = [e["data"] for e in events(collective_run) if e["op"] == "collective.time"]
+    for d in measured:
+        if d["case"] == "rd-ocs":  # each all-reduce starts on the last stage's matching: every stage changes
+            assert d["reconfig_ms"] >= STAGES * SWITCHING_MS, d
+            assert d["ms"] >= STAGES * SWITCHING_MS, d
+        if d["algorithm"] == "ring":
+            assert d["reconfig_ms"] == 0, d  # the ring never asks
+    changes = [e["data"] for e in events(collective_run) if e["op"] == "fabric_service.change"]
+    # per recursive-doubling sweep point: (1 warm-up + 2 measured) all-reduces x 2 stages, each a change
+    assert len(changes) == 2 * 2 * 3 * STAGES, len(changes)
+    assert all("error" not in c and c["t_sent_ns"] <= c["t_verified_ns"] <= c["t_ready_ns"] for c in changes)
+    assert {c["config"] for c in changes} == {"rd0", "rd1", "rd0-chip", "rd1-chip"}
 
 
-def test_report_shows_the_table_with_the_crossover_and_writes_the_figure(collective_run, capsys):
+def test_the_run_checks_and_reports_the_crossover_table_and_the_figure(collective_run, capsys, monkeypatch):
+    assert main(["check", str(collective_run)]) == 0
+    monkeypatch.setenv("COLUMNS", "200")
     capsys.readouterr()
     assert main(["report", str(collective_run)]) == 0
     out = capsys.readouterr().out
-    assert "all-reduce p50 ms per message size" in out and "Crossover" in out
-    assert "rd-ocs:" in out and "rd-chip:" in out and "4 KiB" in out and "1 MiB" in out
     assert (collective_run / "collective_time.png").is_file()
-    assert main(["check", str(collective_run)]) == 0
+    assert "all-reduce p50 ms per message size" in out
+    sizes, cases = collective_data(collective_run)
+    assert sizes == [4096, 1048576] and list(cases) == ["ring-ocs", "rd-ocs", "rd-chip"]
+    for name in ("rd-ocs", "rd-chip"):  # the crossover printed is the one these very numbers give
+        at = crossover(cases["ring-ocs"], cases[name])
+        shown = "none" if at is None else {4096: "4 KiB", 1048576: "1 MiB"}[at]
+        fabric = cases[name].fabric
+        assert re.search(rf"│ {name} +│ {fabric} +│ ring-ocs +│ {shown} +│", out), out
+    assert "command -> light (switches)" in out and "rd-chip (chip)" in out
+    rows = [line for line in out.splitlines() if line.startswith(("│ 4 KiB", "│ 1 MiB"))]
+    assert len(rows) == 2
+
+
+def test_plan_shows_each_stage_and_its_configuration(repo, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+    (tmp_path / "c.yaml").write_text(PLAYBOOK)
+    assert main(["plan", str(tmp_path / "c.yaml"), "--inventory", str(repo / INVENTORY)]) == 0
+    out = capsys.readouterr().out
+    assert "before the job: configuration ring" in out and "before the job: configuration rd1-chip" in out
+    assert "stage 0: configuration rd0; traffic: gpu01->gpu02 gpu02->gpu01 gpu03->gpu04 gpu04->gpu03" in out
+    assert "stage 1: configuration rd1-chip; traffic: gpu01->gpu03 gpu02->gpu04 gpu03->gpu01 gpu04->gpu02" in out
+    assert "ring: reduce-scatter + all-gather, 6 steps each sending 1/4 of the message" in out
+    assert "traffic: gpu01->gpu02 gpu02->gpu03 gpu03->gpu04 gpu04->gpu01" in out
+    assert "a change starts once all 4 ranks asked" in out
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (
+            ("configurations: [rd0, rd1]}", "configurations: [rd1, rd0]}"),
+            "stage 0's 'rd1' must link rank r with r xor 1",
+        ),
+        (
+            ("[ring, rd0, rd1, rd0-chip, rd1-chip]", "[ring, rd0, rd1]"),
+            "list rd0-chip, rd1-chip under job.fabric_service",
+        ),
+        (("[ring]}", "[rd0]}"), "'rd0' has no duplex link gpu02 <-> gpu03, gpu04 <-> gpu01: no ring of the ranks"),
+        (("case: [ring-ocs,", "case: [ring-nvl,"), "'ring-nvl' is none of `cases`"),
+        (("size: [4096,", "size: [4,"), "4 is not a message size"),
+    ],
+)
+def test_a_collective_that_cannot_run_is_refused_before_the_run(tmp_path, capsys, change, said):
+    (tmp_path / "c.yaml").write_text(PLAYBOOK.replace(*change))
+    assert main(["validate", str(tmp_path / "c.yaml")]) != 0
+    out = capsys.readouterr()
+    assert said in out.out + out.err, out.out + out.err
