@@ -18,6 +18,9 @@ all the devices of a node, and inside it each device is still what it was as an 
 A switch (a family with `own_process`) always has a hub of its own: switches are few, and a change to a
 256-port switch is milliseconds of Python that eight switches must not take turns at.
 
+The engine's calls come over the hub's direct channel (testbed/runner/direct.py, opened with `open_direct`), a
+millisecond quicker than a Ray call, or through Ray; both end in `call`.
+
 docs/architecture.md ("Runtime") has the picture.
 """
 
@@ -160,6 +163,18 @@ class DeviceHub:
             built = list(pool.map(_build, devices))
         for spec, actor in zip(devices, built, strict=True):
             self._lanes[spec.name] = _Lane(spec.name, actor, spec.threads)
+        self._listeners: list = []  # direct channels opened to this hub (testbed/runner/direct.py)
+
+    async def open_direct(self, token: bytes, engine_ip: str | None = None) -> tuple[str, int]:
+        """Listen for the engine's direct channel (testbed/runner/direct.py): on 127.0.0.1 when the engine runs on
+        this node (`engine_ip` is this node's IP), else on this node's IP. Returns the address to connect to."""
+        from testbed.runner.direct import DirectListener
+
+        here = _node_ip()
+        host = "127.0.0.1" if engine_ip in (None, here, "127.0.0.1") else here
+        listener = DirectListener(self.call, asyncio.get_running_loop(), token, host)
+        self._listeners.append(listener)
+        return listener.address
 
     async def call(self, device: str, seq: int, method: str, *args: Any) -> Any:
         """`method(*args)` on the device's DeviceActor (run, run_program, wait_mark, where, close), as the
@@ -170,6 +185,18 @@ class DeviceHub:
         finally:
             if method == "close":
                 lane.stop()
+
+
+def _node_ip() -> str:
+    """This node's IP as Ray knows it (127.0.0.1 outside Ray)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except Exception:  # outside a Ray worker
+        pass
+    return "127.0.0.1"
 
 
 def _build(spec: DeviceSpec):
