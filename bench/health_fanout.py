@@ -14,8 +14,10 @@ Figures per round:
   as in any step after the first) over --checks trials; "cold": from typing `testbed run` (a fresh
   process) to the end of the first health step (imports, Ray's start, the twin's start, the hub, SSH
   connections), and the same less the twin's start (run.json startup_s.twin), which Ansible, given a twin
-  already running, does not pay; "warm session": in a testbed.Lab that has run once, from calling
-  `lab.run` to the end of the first health step;
+  already running, does not pay; "on the lab's cluster": the same cold command with `--ray-address` of a Ray
+  cluster already up (how a lab runs testbed: its Ray cluster is part of the lab, started once, not per
+  command; here a one-node cluster on this machine, started before the rounds and not counted); "warm
+  session": in a testbed.Lab that has run once, from calling `lab.run` to the end of the first health step;
 - ansible, per forks setting: "cold" (a fresh ControlPath directory, so OpenSSH connects and
   authenticates every host) and "warm" (right after, reusing the ControlPersist masters: connected, as
   the testbed actors are);
@@ -165,13 +167,17 @@ def ansible_once(binary: str, inventory: Path, forks: int, env: dict, hosts: int
 # --- testbed ----------------------------------------------------------------------------------------
 
 
-def with_testbed(inventory: Path, results: Path, checks: int, sample_memory: bool = False) -> dict:
+def with_testbed(
+    inventory: Path, results: Path, checks: int, sample_memory: bool = False, ray_address: str | None = None
+) -> dict:
     """One `testbed run` of gpu-health.yaml with `checks` trials, in a fresh process as a user starts it:
     every health step's wall time, the cold time from the command to the end of the first one (and that
     less the twin's start, which a lab that is already up does not have: Ansible is given a running twin),
-    and (sample_memory) the memory of the hub serving the hosts."""
+    and (sample_memory) the memory of the hub serving the hosts. With ray_address, the run joins that cluster."""
     command = [sys.executable, "-m", "testbed", "run", str(REPO / "playbooks/gpu-health.yaml"), "--emulate"]
     command += ["--inventory", str(inventory), "--trials", str(checks), "--results", str(results)]
+    if ray_address is not None:
+        command += ["--ray-address", ray_address]
     memory = ActorMemory()
     start = time.monotonic_ns()  # CLOCK_MONOTONIC, as the run's events: one clock for the machine
     with memory if sample_memory else contextlib.nullcontext():
@@ -192,6 +198,18 @@ def with_testbed(inventory: Path, results: Path, checks: int, sample_memory: boo
         "startup_s": startup,
         "actor_memory": memory.summary(devices=len(load_inventory(inventory).model.devices)),
     }
+
+
+@contextlib.contextmanager
+def lab_cluster():
+    """A Ray cluster up before the command, as a lab's is (one node, on this machine): its address."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, connect=False, head_node_args={"include_dashboard": False})
+    try:
+        yield cluster.address
+    finally:
+        cluster.shutdown()
 
 
 def warm_session(inventory: Path, results: Path) -> float:
@@ -232,6 +250,7 @@ def measure(
     steps: list[float] = []
     cold: list[float] = []
     cold_lab: list[float] = []
+    cold_cluster: list[float] = []
     warm_lab: list[float] = []
     whole: list[float] = []
     seq: list[float] = []
@@ -239,7 +258,7 @@ def measure(
     ans: dict[str, list[float]] = {f"f{f}_{k}": [] for f in forks for k in ("cold", "warm")}
     memory = []
     failed_runs: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="bench-fanout-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-fanout-") as tmp, lab_cluster() as cluster:
         tmp_path = Path(tmp)
         inventory = tmp_path / "hosts.yaml"
         inventory.write_text(inventory_text(hosts))
@@ -255,6 +274,7 @@ def measure(
             cold.append(tb["cold_s"])
             cold_lab.append(tb["cold_without_twin_s"])
             whole.append(tb["whole_s"])
+            cold_cluster.append(with_testbed(inventory, tmp_path / "results", 1, ray_address=cluster)["cold_s"])
             warm_lab.append(warm_session(inventory, tmp_path / "results"))
             if r == 0:
                 memory.append(tb["actor_memory"])
@@ -286,6 +306,7 @@ def measure(
         "testbed_step_s": _s(steps),
         "testbed_cold_s": _s(cold),
         "testbed_cold_without_twin_s": _s(cold_lab),
+        "testbed_cold_on_cluster_s": _s(cold_cluster),
         "testbed_warm_session_s": _s(warm_lab),
         "testbed_run_s": _s(whole),
         "sequential_s": _s(seq),
@@ -308,6 +329,8 @@ def measure(
         result["speedup_cold_without_twin_vs_ansible_cold"] = (
             cold_a[best_cold] / result["testbed_cold_without_twin_s"]["p50"]
         )
+        on_cluster = result["testbed_cold_on_cluster_s"]["p50"]
+        result["speedup_cold_on_cluster_vs_ansible_cold"] = cold_a[best_cold] / on_cluster
         result["speedup_warm_session_vs_ansible_cold"] = cold_a[best_cold] / result["testbed_warm_session_s"]["p50"]
     return result
 

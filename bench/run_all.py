@@ -226,6 +226,20 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                         _yes(f["speedup_cold_without_twin_vs_ansible_cold"] > 1.0),
                     )
                 )
+                if "testbed_cold_on_cluster_s" in f:
+                    on = f["testbed_cold_on_cluster_s"]
+                    out.append(
+                        (
+                            "  the same on a lab whose Ray cluster is up: `testbed run --ray-address` (a fresh "
+                            f"process) to the end of the first health step of {n} hosts",
+                            f"testbed p50 {_s(on['p50'], 2)} (max {_s(on['max'], 2)}, n={on['n']}); the twin's start "
+                            "included",
+                            ansible_cold,
+                            f"{f['speedup_cold_on_cluster_vs_ansible_cold']:.2f}x",
+                            "faster than Ansible cold",
+                            _yes(f["speedup_cold_on_cluster_vs_ansible_cold"] > 1.0),
+                        )
+                    )
                 out.append(
                     (
                         f"  the same in a warm session: `lab.run(gpu-health)` called -> end of its health step of {n} "
@@ -583,7 +597,10 @@ same percentile.""",
 `playbooks/gpu-health.yaml` (one hub actor for all the hosts, a thread each, all at once), its `health.wall` span
 per health step; the hosts are connected by then. Command to table: `testbed run` started as a subprocess, to the
 end of its first health step (run.json `startup_s.twin` gives the twin's start, which Ansible, handed a running
-twin, does not pay); warm session: in a `testbed.Lab` that has run once, `lab.run` called -> the end of the
+twin, does not pay); on the lab's cluster: the same command with `--ray-address` of a one-node Ray cluster
+started before the rounds (how a lab runs testbed: its Ray cluster is part of the lab, up before any command, so
+its start is not counted; the twin's is); warm session: in a `testbed.Lab` that has run once, `lab.run` called ->
+the end of the
 health step. Ansible: `ansible all -i INV -m raw -a '<the commands>' -f FORKS -o` over an
 inventory generated from the twin's endpoints (port, user, key file), host keys checked against the twin's
 known_hosts with `StrictHostKeyChecking=yes`; "cold" with a fresh ControlPath directory (OpenSSH connects and

@@ -87,7 +87,9 @@ def test_a_phase_stalls_until_its_circuit_is_up_then_its_bytes_cross_the_data_pl
         sent, written = int(m.group(1)), int(m.group(2))
         assert sent == 2 * (PAYLOAD + 20)  # two iterations' messages (a 20-byte header each), delivered once
         assert carried[relays[rank]] == sent  # what the partner acknowledged is what crossed the circuit
-        assert written > sent  # what the rank wrote into connections reset while the circuit was dark
+        # Resends count in what was written, never in what was delivered. Whether any byte went into a connection
+        # before its reset depends on when the relay reset it (at connect, or after a first write): not asserted.
+        assert written >= sent
 
 
 def test_a_wrongly_wired_switch_breaks_the_job_naming_the_phase(ctl, scpi):
