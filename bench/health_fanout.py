@@ -11,13 +11,15 @@ OpenSSH's UserKnownHostsFile and StrictHostKeyChecking=yes; never disabled).
 
 Figures per round:
 - testbed: the health step's wall time (the coordinator's view, Ray included; the actors are connected,
-  as in any step after the first) over --checks trials; "cold": from typing `testbed run` (a fresh
-  process) to the end of the first health step (imports, Ray's start, the twin's start, the hub, SSH
-  connections), and the same less the twin's start (run.json startup_s.twin), which Ansible, given a twin
-  already running, does not pay; "on the lab's cluster": the same cold command with `--ray-address` of a Ray
-  cluster already up (how a lab runs testbed: its Ray cluster is part of the lab, started once, not per
-  command; here a one-node cluster on this machine, started before the rounds and not counted); "warm
-  session": in a testbed.Lab that has run once, from calling `lab.run` to the end of the first health step;
+  as in any step after the first) over --checks trials. Command to table, from typing `testbed run` (a fresh
+  process) to the end of the first health step (imports, Ray, the hub, SSH connections, the check):
+  "emulated": `--emulate`, the command starts its own twin and its own Ray, as on a laptop; "on the lab": the
+  hosts are up already, as Ansible's are (the same running twin, reached through a lab inventory of its
+  addresses, no --emulate: leases, locks and host keys as on a real lab), the command starting its own local
+  Ray; "on the lab, its cluster up": the same with `--ray-address` of a Ray cluster already up (how a lab runs
+  testbed across control hosts: the cluster is part of the lab, started once, not per command; here a one-node
+  cluster on this machine, started before the rounds and not counted); "warm session": in a testbed.Lab that
+  has run once, from calling `lab.run` to the end of the first health step;
 - ansible, per forks setting: "cold" (a fresh ControlPath directory, so OpenSSH connects and
   authenticates every host) and "warm" (right after, reusing the ControlPersist masters: connected, as
   the testbed actors are);
@@ -66,6 +68,21 @@ def inventory_text(hosts: int) -> str:
             "user: lab}, gpus: 8}"
         )
     return "\n".join(lines) + "\n"
+
+
+def lab_inventory(endpoints: dict, path: Path) -> Path:
+    """The inventory a lab would write for the twin's hosts, which are up already: each host's address,
+    port, user, key and known_hosts (no emulated_only: runs on it are lab runs)."""
+    lines = ["name: bench-lab", "devices:"]
+    for name, ep in endpoints.items():
+        host, _, port = ep["ssh"].rpartition(":")
+        transport = (
+            f'{{type: ssh, host: {host}, port: {port}, user: {ep["user"]}, key_file: "{ep["key_file"]}", '
+            f'known_hosts: "{ep["known_hosts"]}"}}'
+        )
+        lines.append(f"  {name}: {{kind: gpu_host, driver: ssh, transport: {transport}, gpus: 8}}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 # --- sequential paramiko ----------------------------------------------------------------------------
@@ -168,20 +185,29 @@ def ansible_once(binary: str, inventory: Path, forks: int, env: dict, hosts: int
 
 
 def with_testbed(
-    inventory: Path, results: Path, checks: int, sample_memory: bool = False, ray_address: str | None = None
+    inventory: Path,
+    results: Path,
+    checks: int,
+    sample_memory: bool = False,
+    ray_address: str | None = None,
+    emulate: bool = True,
 ) -> dict:
     """One `testbed run` of gpu-health.yaml with `checks` trials, in a fresh process as a user starts it:
-    every health step's wall time, the cold time from the command to the end of the first one (and that
-    less the twin's start, which a lab that is already up does not have: Ansible is given a running twin),
-    and (sample_memory) the memory of the hub serving the hosts. With ray_address, the run joins that cluster."""
-    command = [sys.executable, "-m", "testbed", "run", str(REPO / "playbooks/gpu-health.yaml"), "--emulate"]
+    every health step's wall time, the cold time from the command to the end of the first one, and
+    (sample_memory) the memory of the hub serving the hosts. With ray_address, the run joins that cluster;
+    without emulate, `inventory` is a lab's (lab_inventory: hosts that are up already) and the run is a lab
+    run (its leases in a folder of `results`'s parent, not the machine's)."""
+    command = [sys.executable, "-m", "testbed", "run", str(REPO / "playbooks/gpu-health.yaml")]
+    command += ["--emulate"] if emulate else []
     command += ["--inventory", str(inventory), "--trials", str(checks), "--results", str(results)]
     if ray_address is not None:
         command += ["--ray-address", ray_address]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["TESTBED_LEASE_DIR"] = str(results.parent / "leases")
     memory = ActorMemory()
     start = time.monotonic_ns()  # CLOCK_MONOTONIC, as the run's events: one clock for the machine
     with memory if sample_memory else contextlib.nullcontext():
-        proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900, env=env)
     whole = (time.monotonic_ns() - start) / 1e9
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     if proc.returncode != 0 or not last.startswith("results: "):
@@ -193,7 +219,6 @@ def with_testbed(
     return {
         "steps_s": [ms / 1000 for ms, _ in walls],
         "cold_s": cold,
-        "cold_without_twin_s": cold - startup.get("twin", 0.0),
         "whole_s": whole,
         "startup_s": startup,
         "actor_memory": memory.summary(devices=len(load_inventory(inventory).model.devices)),
@@ -249,8 +274,8 @@ def measure(
     binary = ansible_binary()
     steps: list[float] = []
     cold: list[float] = []
-    cold_lab: list[float] = []
-    cold_cluster: list[float] = []
+    cold_lab: list[float] = []  # the hosts up already (the twin, as Ansible gets it), a local Ray started
+    cold_cluster: list[float] = []  # the same, the lab's Ray cluster up
     warm_lab: list[float] = []
     whole: list[float] = []
     seq: list[float] = []
@@ -272,15 +297,18 @@ def measure(
                 tb = with_testbed(inventory, tmp_path / "results", checks, sample_memory=r == 0)
             steps += tb["steps_s"]
             cold.append(tb["cold_s"])
-            cold_lab.append(tb["cold_without_twin_s"])
             whole.append(tb["whole_s"])
-            cold_cluster.append(with_testbed(inventory, tmp_path / "results", 1, ray_address=cluster)["cold_s"])
             warm_lab.append(warm_session(inventory, tmp_path / "results"))
             if r == 0:
                 memory.append(tb["actor_memory"])
             inv = load_inventory(inventory).model
             with TwinProcess(twin_spec(inv, 0), start_timeout=120) as twin:
                 endpoints = twin.endpoints.devices
+                lab = lab_inventory(endpoints, tmp_path / f"lab-{r}.yaml")
+                on_lab = [(cold_lab, None), (cold_cluster, cluster)]  # which goes first alternates by round
+                for samples, address in on_lab if r % 2 == 0 else reversed(on_lab):
+                    run = with_testbed(lab, tmp_path / "results", 1, ray_address=address, emulate=False)
+                    samples.append(run["cold_s"])
                 seq.append(sequential(endpoints))
                 parallel += parallel_connected(endpoints, checks)
                 if binary is not None:
@@ -305,8 +333,8 @@ def measure(
         "health_command": HEALTH_COMMAND,
         "testbed_step_s": _s(steps),
         "testbed_cold_s": _s(cold),
-        "testbed_cold_without_twin_s": _s(cold_lab),
-        "testbed_cold_on_cluster_s": _s(cold_cluster),
+        "testbed_cold_on_lab_s": _s(cold_lab),
+        "testbed_cold_on_lab_cluster_s": _s(cold_cluster),
         "testbed_warm_session_s": _s(warm_lab),
         "testbed_run_s": _s(whole),
         "sequential_s": _s(seq),
@@ -326,11 +354,10 @@ def measure(
         result["ansible_best_cold"] = {"forks": best_cold, "p50_s": cold_a[best_cold]}
         result["speedup_step_vs_ansible_warm"] = warm[best_warm] / result["testbed_step_s"]["p50"]
         result["speedup_cold_vs_ansible_cold"] = cold_a[best_cold] / result["testbed_cold_s"]["p50"]
-        result["speedup_cold_without_twin_vs_ansible_cold"] = (
-            cold_a[best_cold] / result["testbed_cold_without_twin_s"]["p50"]
+        result["speedup_cold_on_lab_vs_ansible_cold"] = cold_a[best_cold] / result["testbed_cold_on_lab_s"]["p50"]
+        result["speedup_cold_on_lab_cluster_vs_ansible_cold"] = (
+            cold_a[best_cold] / result["testbed_cold_on_lab_cluster_s"]["p50"]
         )
-        on_cluster = result["testbed_cold_on_cluster_s"]["p50"]
-        result["speedup_cold_on_cluster_vs_ansible_cold"] = cold_a[best_cold] / on_cluster
         result["speedup_warm_session_vs_ansible_cold"] = cold_a[best_cold] / result["testbed_warm_session_s"]["p50"]
     return result
 

@@ -10,7 +10,8 @@
     hubs, clocks, identify, and `to_first_command`, from the run's start to its first device command
     answered). The rest of the wall time is Python's start and imports before the run, and the shutdown
     after the table. Baseline, in alternating rounds: a fresh Python process that starts a local Ray
-    instance as testbed does and shuts it down (ray_session), the floor of any tool built on Ray.
+    instance as testbed does and shuts it down (ray_session), the floor of any tool built on Ray; and the
+    same instance started by a plain ray.init, with Ray's two fixed waits that testbed/runner/ray_waits.py cuts.
 (b) Warm: in one process, `testbed.Lab(emulate=True)`, one run of the same playbook, then --warm-runs more:
     for each, the time from calling `lab.run` to its first device command going out (its first `invoke`
     event; both clocks are this machine's CLOCK_MONOTONIC). The first run's is the cold figure of a session.
@@ -44,6 +45,17 @@ RAY_ALONE = (
     "    up = time.monotonic() - t\n"
     "print(up)\n"
 )
+# The same instance (bounds, loopback, no dashboard) with Ray's own waits: what ray_waits.py cuts.
+RAY_PLAIN = (
+    "import os, time; t = time.monotonic()\n"
+    "os.environ.setdefault('RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER', '0')\n"
+    "import ray\n"
+    "ray.init(address='local', num_cpus=2, object_store_memory=100 * 1024 * 1024, _node_ip_address='127.0.0.1',\n"
+    "         include_dashboard=False, log_to_driver=False, configure_logging=False)\n"
+    "up = time.monotonic() - t\n"
+    "ray.shutdown()\n"
+    "print(up)\n"
+)
 
 
 def cold_cli(results: Path) -> dict:
@@ -75,10 +87,12 @@ def cold_cli(results: Path) -> dict:
     }
 
 
-def ray_alone() -> dict:
-    """A fresh Python that starts a local Ray instance as testbed does, then shuts it down."""
+def ray_alone(plain: bool = False) -> dict:
+    """A fresh Python that starts a local Ray instance as testbed does (plain: with Ray's own fixed waits, as a
+    bare ray.init starts it), then shuts it down."""
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", RAY_ALONE], cwd=REPO, capture_output=True, text=True, timeout=300)
+    script = RAY_PLAIN if plain else RAY_ALONE
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
     wall = time.monotonic() - start
     if proc.returncode != 0:
         raise RuntimeError(f"Ray alone failed: {proc.stderr[-1500:]}")
@@ -103,21 +117,23 @@ def warm_session(results: Path, runs: int) -> dict:
 
 def measure(rounds: int = 5, warm_runs: int = 10, console: Console | None = None) -> dict:
     console = console or Console()
-    cold, alone = [], []
+    cold, alone, plain = [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         results = Path(tmp) / "results"
+        contenders = [
+            (cold, lambda: cold_cli(results)),
+            (alone, ray_alone),
+            (plain, lambda: ray_alone(plain=True)),
+        ]
         for r in range(rounds):
-            # alternating which goes first, so neither always runs on a machine the other just warmed
-            order = (cold_cli, ray_alone) if r % 2 == 0 else (ray_alone, cold_cli)
-            for contender in order:
-                if contender is cold_cli:
-                    cold.append(cold_cli(results))
-                else:
-                    alone.append(ray_alone())
+            # turning which goes first, so none always runs on a machine another just warmed
+            for samples, contender in contenders[r % 3 :] + contenders[: r % 3]:
+                samples.append(contender())
             last = cold[-1]
             console.print(
                 f"round {r + 1}/{rounds}: testbed run {last['wall_s']:.2f} s (table at {last['table_s']:.2f} s), "
-                f"Ray alone {alone[-1]['wall_s']:.2f} s"
+                f"Ray alone {alone[-1]['wall_s']:.2f} s (up {alone[-1]['up_s']:.2f} s; a plain ray.init up "
+                f"{plain[-1]['up_s']:.2f} s)"
             )
         warm = warm_session(results, warm_runs)
     console.print(
@@ -136,6 +152,7 @@ def measure(rounds: int = 5, warm_runs: int = 10, console: Console | None = None
         "cli_startup_phases_p50_s": phases,
         "ray_alone_wall_s": stats([a["wall_s"] for a in alone]),
         "ray_alone_up_s": stats([a["up_s"] for a in alone]),
+        "ray_plain_up_s": stats([a["up_s"] for a in plain]),
         "ratio_cli_vs_ray_alone": float(np.median(walls) / np.median([a["wall_s"] for a in alone])),
         "warm": warm,
     }

@@ -81,8 +81,14 @@ class GpuHostSsh:
     # --- identity and GPUs ---------------------------------------------------------------------
 
     def identify(self) -> Identity:
-        hostname = self.exec("hostname").stdout.strip()
-        r = self._smi("--query-gpu=driver_version,name --format=csv,noheader")
+        # One exec for both (a channel and a round trip fewer: a run connects to every host this way):
+        # the hostname, then nvidia-smi's output and its exit status.
+        query = "nvidia-smi --query-gpu=driver_version,name --format=csv,noheader"
+        both = self.exec(f"hostname || echo ; {query} ; echo {STATUS_MARK} $?", check=False)  # a line each
+        hostname, _, rest = both.stdout.partition("\n")
+        smi_out, status, _ = self._split_status(both, rest)
+        r = self._smi_checked(ExecResult(both.command, smi_out, both.stderr, status))
+        hostname = hostname.strip()
         rows = [line.split(", ") for line in r.stdout.splitlines() if line and not LOST.search(line)]
         if not rows or len(rows[0]) < 2:
             raise self._error(
@@ -94,6 +100,21 @@ class GpuHostSsh:
             )
         version, name = rows[0][0], rows[0][1]
         return Identity(vendor="NVIDIA", model=f"{len(rows)}x {name}", serial=hostname, firmware=version)
+
+    def _split_status(self, r: ExecResult, out: str) -> tuple[str, int, str]:
+        """(nvidia-smi's output, its exit status, what followed) from `out`, a compound command's output in
+        which `echo STATUS_MARK $?` followed nvidia-smi."""
+        smi_out, found, rest = out.partition(f"{STATUS_MARK} ")
+        status, _, after = rest.partition("\n")
+        if not found or not status.strip().isascii() or not status.strip().isdigit():
+            raise self._error(
+                DeviceProtocolError,
+                f"the output lacks nvidia-smi's exit status ({STATUS_MARK} N)",
+                sent=r.command,
+                received=r.stdout[-600:],
+                hint="the host's login shell must be a POSIX shell (bash, dash) for `;` and `$?`",
+            )
+        return smi_out, int(status), after
 
     def _smi(self, args: str) -> ExecResult:
         return self._smi_checked(self.exec(f"nvidia-smi {args}", check=False))
@@ -493,18 +514,9 @@ class GpuHostSsh:
         error = kernel_error = None
         # One exec for both (a round trip and a channel fewer per probe): nvidia-smi, its exit status, dmesg.
         r = self.exec(f"nvidia-smi {GPUS_ARGS} ; echo {STATUS_MARK} $? ; dmesg", check=False)
-        smi_out, found, rest = r.stdout.partition(f"{STATUS_MARK} ")
-        status, _, kernel = rest.partition("\n")
-        if not found or not status.strip().isascii() or not status.strip().isdigit():
-            raise self._error(
-                DeviceProtocolError,
-                f"the health probe's output lacks nvidia-smi's exit status ({STATUS_MARK} N)",
-                sent=r.command,
-                received=r.stdout[-600:],
-                hint="the host's login shell must be a POSIX shell (bash, dash) for the probe's `;` and `$?`",
-            )
+        smi_out, status, kernel = self._split_status(r, r.stdout)
         try:
-            gpus = self._parse_gpus(self._smi_checked(ExecResult(r.command, smi_out, r.stderr, int(status))))
+            gpus = self._parse_gpus(self._smi_checked(ExecResult(r.command, smi_out, r.stderr, status)))
         except DeviceCommandError as exc:
             gpus, error = [], exc.message
         if r.status == 0:

@@ -63,3 +63,17 @@ def test_ansible_refuses_a_host_whose_key_it_does_not_know(hosts, tmp_path):
     with pytest.raises(RuntimeError, match="0 of 2 hosts answered rc=0") as info:
         health_fanout.ansible_once(binary, inventory, 2, env, len(hosts), tmp_path)
     assert "Host key verification failed" in str(info.value)
+
+
+def test_the_command_to_table_on_the_lab_is_a_lab_run_on_hosts_that_are_up(hosts, tmp_path):
+    """The fan-out benchmark's "on the lab" figure: `testbed run` without --emulate, from the inventory a lab would
+    write for hosts that are up already (the running twin's addresses, keys and known_hosts)."""
+    import json
+
+    lab = health_fanout.lab_inventory(hosts, tmp_path / "lab.yaml")
+    run = health_fanout.with_testbed(lab, tmp_path / "results", 1, emulate=False)
+    assert len(run["steps_s"]) == 1 and 0 < run["steps_s"][0] < run["cold_s"]
+    folder = next((tmp_path / "results").iterdir())
+    info = json.loads((folder / "run.json").read_text())
+    assert info["emulate"] is False and "twin" not in info["startup_s"]
+    assert set(info["startup_s"]) >= {"ray", "leases", "hubs", "identify"}

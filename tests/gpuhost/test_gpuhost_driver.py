@@ -47,8 +47,9 @@ def test_every_exec_is_audited_and_the_connection_is_reused(driver, gpu_host):
     driver.gpus()
     tx = [r.data for r in driver.audit_records if r.direction == "tx"]
     rx = [r.data for r in driver.audit_records if r.direction == "rx"]
-    assert tx[0] == "hostname" and rx[0] == "gpu01\n\n[exit 0]"
-    assert len(tx) == len(rx) == 3
+    assert tx[0].startswith("hostname || echo ; nvidia-smi --query-gpu=driver_version,name")  # one exec for both
+    assert rx[0].startswith("gpu01\n") and "--testbed-nvidia-smi-status-- 0\n" in rx[0], rx[0]
+    assert len(tx) == len(rx) == 2
     assert len(gpu_host.server._transports - earlier) == 1
 
 

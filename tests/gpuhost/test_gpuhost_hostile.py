@@ -23,14 +23,16 @@ TIMEOUT = 1.0
 BOUND = TIMEOUT * 3 + 1.0  # "never a hang"
 GPU_ROW = "0, NVIDIA H100 80GB HBM3, GPU-1234, 00000000:18:00.0, 81559, 0, 0, 29, 71.50"
 APP_ROW = "4242, testbed-train, 30000, GPU-1234"
+IDENTIFY = "hostname || echo ; nvidia-smi --query-gpu=driver_version"
+STATUS = "--testbed-nvidia-smi-status--"
 JOB = JobHandle(host="gpu01", name="train", pid=4242, log="testbed-jobs/train/train.log", workdir="testbed-jobs/train")
 
 
 def healthy(command: str) -> Answer:
     if command.startswith("nvidia-smi --query-gpu=index"):
         return GPU_ROW + "\n", "", 0
-    if command.startswith("nvidia-smi --query-gpu=driver_version"):
-        return "550.54.15, NVIDIA H100 80GB HBM3\n", "", 0
+    if command.startswith(IDENTIFY):  # the hostname, nvidia-smi's rows, its exit status
+        return f"gpu01\n550.54.15, NVIDIA H100 80GB HBM3\n{STATUS} 0\n", "", 0
     if command.startswith("nvidia-smi --query-compute-apps"):
         return APP_ROW + "\n", "", 0
     if command.startswith("ps -o stat="):
@@ -80,8 +82,11 @@ CASES = [
     ("gpus", "nvidia-smi --query-gpu=index", ("", "Segmentation fault\n", 139), CMD, "exit status 139"),
     ("processes", "nvidia-smi --query-compute-apps", ("4242, testbed-train\n", "", 0), PROTO, "compute-apps row"),
     ("processes", "nvidia-smi --query-compute-apps", ("pid, name, mem, uuid\n", "", 0), PROTO, "compute-apps row"),
-    ("identify", "nvidia-smi --query-gpu=driver_version", ("550.54.15\n", "", 0), PROTO, "listed no GPU"),
-    ("identify", "nvidia-smi --query-gpu=driver_version", ("", "", 0), PROTO, "listed no GPU"),
+    ("identify", IDENTIFY, (f"gpu01\n550.54.15\n{STATUS} 0\n", "", 0), PROTO, "listed no GPU"),
+    ("identify", IDENTIFY, (f"gpu01\n{STATUS} 0\n", "", 0), PROTO, "listed no GPU"),
+    ("identify", IDENTIFY, ("gpu01\n550.54.15, NVIDIA H100 80GB HBM3\n", "", 0), PROTO, "lacks nvidia-smi's exit"),
+    ("identify", IDENTIFY, ("", "", 0), PROTO, "lacks nvidia-smi's exit status"),
+    ("identify", IDENTIFY, (f"gpu01\n{STATUS} 139\n", "Segmentation fault\n", 0), CMD, "exit status 139"),
     ("job_status", "ps -o stat=", ("Ss\nstep 7\n", "", 0), PROTO, "--testbed-tail--"),  # the marker line lost
     ("job_status", "ps -o stat=", ("PID STAT\n--testbed-tail--\n", "", 0), PROTO, "STAT code"),
     ("job_status", "ps -o stat=", ("\x8f\xfe\n--testbed-tail--\n", "", 0), PROTO, "STAT code"),

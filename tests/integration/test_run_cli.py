@@ -4,9 +4,12 @@ light check fails as it would on the lab: a circuit from a port no host transmit
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from testbed.cli import main
 
@@ -24,33 +27,25 @@ teardown:
 """
 
 
-def test_run_in_its_own_process_joining_a_ray_cluster(ray_cluster, repo, tmp_path):
+@pytest.mark.parametrize("given_by", ["--ray-address", "RAY_ADDRESS"])
+def test_run_in_its_own_process_joining_a_ray_cluster(ray_cluster, repo, tmp_path, given_by):
+    """The lab's cluster is joined when named by --ray-address or, as Ray's own tools do, by $RAY_ADDRESS."""
     address = ray_cluster.get_runtime_context().gcs_address
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "testbed",
-            "run",
-            "playbooks/ocs-reconfig.yaml",
-            "--emulate",
-            "--trials",
-            "2",
-            "--results",
-            str(tmp_path),
-            "--ray-address",
-            address,
-        ],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    command = [sys.executable, "-m", "testbed", "run", "playbooks/ocs-reconfig.yaml", "--emulate", "--trials", "2"]
+    command += ["--results", str(tmp_path)]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    if given_by == "RAY_ADDRESS":
+        env["RAY_ADDRESS"] = address
+    else:
+        command += ["--ray-address", address]
+    proc = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("results: ")
-    summary = json.loads((Path(last.removeprefix("results: ")) / "summary.json").read_text())
+    run_dir = Path(last.removeprefix("results: "))
+    summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["spans"]["reconfig.ack"]["n"] == 6
+    assert json.loads((run_dir / "run.json").read_text())["ray_address"] == address  # heal joins it again
     assert "Traceback" not in proc.stderr
 
 
