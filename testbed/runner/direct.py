@@ -9,10 +9,10 @@ the channel only carries calls and their results:
     engine (RayDispatcher)                                 hub actor (DeviceHub)
       open: hub.open_direct.remote(token, our IP) -------> listens (127.0.0.1 when on the engine's node)
       connect, send the token ---------------------------> compared in constant time, else closed
-      (id, device, seq, method, args) -------------------> DeviceHub.call on the hub's event loop, as a Ray
-                                                           call is: the device's lane starts its calls in
-      (id, ok, result or exception) <--------------------- the dispatcher's numbers' order, whichever way
-                                                           each came
+      (id, device, seq, method, args) -------------------> DeviceHub.call_threadsafe from the reader thread:
+                                                           the device's lane starts its calls in the
+      (id, ok, result or exception) <--------------------- dispatcher's numbers' order, whichever way each
+                                      (sent by the device's thread)   came (a Ray call goes through the loop)
 
 If the connection ends (the hub's process died, or the channel broke), every call waiting on it fails as
 `ActorLost`, exactly as a Ray call to a dead actor does (the outcome is unknown), later calls go through Ray
@@ -27,8 +27,8 @@ the lab's control network, as Ray's own ports are).
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
+import functools
 import hmac
 import itertools
 import logging
@@ -76,17 +76,13 @@ def _tcp_nodelay(sock: socket.socket) -> None:
 
 
 class DirectListener:
-    """Serves `call(device, seq, method, *args)` (a coroutine function run on `loop`) to connections that
-    present `token`. One thread accepts, one thread reads each connection; results are sent from the loop."""
+    """Serves `call(device, seq, method, args, done)` (DeviceHub.call_threadsafe: started on the device's thread,
+    `done(result, exception)` called there) to connections that present `token`. One thread accepts, one thread
+    reads each connection and hands each call to its device's lane; the device's thread sends the answer. No hop
+    through the hub's event loop either way."""
 
-    def __init__(
-        self,
-        call: Callable[..., Any],
-        loop: asyncio.AbstractEventLoop,
-        token: bytes,
-        host: str,
-    ) -> None:
-        self._call, self._loop, self._token = call, loop, token
+    def __init__(self, call: Callable[..., Any], token: bytes, host: str) -> None:
+        self._call, self._token = call, token
         self._server = socket.create_server((host, 0))
         self.address: tuple[str, int] = (host, self._server.getsockname()[1])
         self._closed = False
@@ -118,8 +114,8 @@ class DirectListener:
                 return
             while True:
                 call_id, device, seq, method, args = pickle.loads(read_frame(stream))
-                future = asyncio.run_coroutine_threadsafe(self._call(device, seq, method, *args), self._loop)
-                future.add_done_callback(lambda f, i=call_id: self._reply(conn, send_lock, i, f))
+                done = functools.partial(self._reply, conn, send_lock, call_id)
+                self._call(device, seq, method, tuple(args), done)
         except (ChannelClosed, OSError):
             pass
         except Exception:  # a frame that is not a call: the engine's bug, not a device's; end this connection
@@ -128,10 +124,15 @@ class DirectListener:
             stream.close()
             conn.close()
 
-    def _reply(self, conn: socket.socket, lock: threading.Lock, call_id: int, future: concurrent.futures.Future):
+    def _reply(
+        self, conn: socket.socket, lock: threading.Lock, call_id: int, result: Any, exc: BaseException | None
+    ) -> None:
         try:
-            payload = pickle.dumps((call_id, True, future.result()), protocol=pickle.HIGHEST_PROTOCOL)
-        except BaseException as exc:  # the call's own exception, raised where the engine waits for it
+            if exc is None:
+                payload = pickle.dumps((call_id, True, result), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as unpicklable:  # a result that cannot cross: the engine hears why
+            exc = RuntimeError(f"the answer could not be sent: {type(unpicklable).__name__}: {unpicklable}")
+        if exc is not None:  # the call's own exception, raised where the engine waits for it
             try:
                 payload = pickle.dumps((call_id, False, exc), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # an exception that cannot cross: its text does

@@ -28,15 +28,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import queue
 import socket
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from testbed.runner.device_actor import DeviceActor, OpResult
+
+log = logging.getLogger(__name__)
 
 # How long a call waits for the calls numbered before it. They are sent together and arrive within
 # milliseconds; only the calls of a hub process that died (and was restarted by Ray) never come.
@@ -89,54 +93,80 @@ class _Broken:
 class _Lane:
     """One device's calls: started in the order the dispatcher numbered them, on the device's own threads.
 
-    The hub's event loop is one thread among a hundred busy ones (the devices' and their connections'), and
-    every time it lets go of the GIL it waits to get it back: so it hands a call over with a single put on a
-    queue and a device thread hands the result back with one call_soon_threadsafe. A ThreadPoolExecutor's
-    submit takes and releases several locks: profiled under load, 3.6 ms of the loop's time per call against
-    0.2 ms now. What remains between 64 hosts' health check in a hub and on 8 plain threads is the device
-    threads' own contention for the GIL, all 64 at once (docs/architecture.md, "Runtime")."""
+    A call is handed to the device's thread by whichever thread it arrived on, with one put on a queue, and its
+    result goes back through the caller's `done` callback, on the device's thread. A call over a direct channel
+    (testbed/runner/direct.py) thus goes from the channel's reader thread to the device's thread and back with no
+    hop through the hub's event loop; a Ray call (`submit`) hops once each way. The event loop is one thread among
+    a hundred busy ones (the devices' and their connections'), and every time it lets go of the GIL it waits to get
+    it back: a ThreadPoolExecutor's submit on it took 3.6 ms of the loop's time per call under load, one queue put
+    0.2 ms, none at all now on the direct path. What remains between 64 hosts' health check in a hub and on 8
+    plain threads is the device threads' own contention for the GIL, all 64 at once (docs/architecture.md,
+    "Runtime")."""
 
     def __init__(self, name: str, actor: Any, threads: int) -> None:
         self.actor = actor
         self.next = 0  # the number of the call to start next: the dispatcher numbers a device's calls from 0
-        self.turn = asyncio.Condition()
-        self.waiting = 0  # calls waiting for their turn (rare: a device's calls are sent back to back)
+        self._lock = threading.Lock()
+        # Calls that came before the calls numbered ahead of them (rare: a device's calls are sent back to back),
+        # each with the timer that ends its wait.
+        self._parked: dict[int, tuple[Callable, tuple, Callable, threading.Timer]] = {}
         self._work: queue.SimpleQueue = queue.SimpleQueue()
         for i in range(threads):
             threading.Thread(target=self._serve, name=f"{name}-{i}", daemon=True).start()
         self._threads = threads
 
-    def _serve(self) -> None:
-        while (item := self._work.get()) is not None:
-            loop, future, fn, args = item
-            try:
-                result = fn(*args)
-            except BaseException as exc:  # the caller's: raised where it awaits
-                loop.call_soon_threadsafe(_settle, future, None, exc)
-            else:
-                loop.call_soon_threadsafe(_settle, future, result, None)
+    def start(self, seq: int, fn: Callable, args: tuple, done: Callable[[Any, BaseException | None], None]) -> None:
+        """Start `fn(*args)` as the device's `seq`-th call, once the calls numbered before it have started; then
+        `done(result, exception)` on the device's thread."""
+        with self._lock:
+            if seq > self.next:
+                timer = threading.Timer(GAP_S, self._gap, (seq,))
+                timer.daemon = True
+                self._parked[seq] = (fn, args, done, timer)
+                timer.start()
+                return
+            self._hand(seq, fn, args, done)
 
-    async def submit(self, seq: int, fn, *args) -> Any:
-        if seq > self.next:
-            self.waiting += 1
-            try:
-                async with self.turn:
-                    await asyncio.wait_for(self.turn.wait_for(lambda: seq <= self.next), GAP_S)
-            except TimeoutError:
-                # The calls before it never came: they were sent to this hub's previous process, which died
-                # (Ray restarted the hub, and numbers go on). Not a way to synchronise: it ends a wait that
-                # would otherwise never end.
-                pass
-            finally:
-                self.waiting -= 1
+    async def submit(self, seq: int, fn: Callable, *args: Any) -> Any:
+        """`start` for a caller on an event loop (a Ray call): the result, or the call's exception, awaited."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._work.put((loop, future, fn, args))  # no await since the check above: started in number order
-        self.next = max(self.next, seq + 1)
-        if self.waiting:
-            async with self.turn:
-                self.turn.notify_all()
+        self.start(seq, fn, args, lambda result, exc: loop.call_soon_threadsafe(_settle, future, result, exc))
         return await future
+
+    def _hand(self, seq: int, fn: Callable, args: tuple, done: Callable) -> None:
+        """Under the lock: the call to its thread, then every parked call whose turn that makes."""
+        self._work.put((fn, args, done))
+        self.next = max(self.next, seq + 1)
+        while ready := sorted(k for k in self._parked if k <= self.next):
+            for k in ready:
+                fn, args, done, timer = self._parked.pop(k)
+                timer.cancel()
+                self._work.put((fn, args, done))
+                self.next = max(self.next, k + 1)
+
+    def _gap(self, seq: int) -> None:
+        """A call waited GAP_S for the calls numbered before it: they were sent to this hub's previous process,
+        which died (Ray restarted the hub, and numbers go on), and will never come. The lowest-numbered waiting
+        call starts, and every one after it in order. Not a way to synchronise: it ends a wait that would
+        otherwise never end."""
+        with self._lock:
+            if seq not in self._parked:
+                return  # started meanwhile
+            first = min(self._parked)
+            fn, args, done, timer = self._parked.pop(first)
+            timer.cancel()
+            self._hand(first, fn, args, done)
+
+    def _serve(self) -> None:
+        while (item := self._work.get()) is not None:
+            fn, args, done = item
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # the caller's: raised where it waits
+                _answer(done, None, exc)
+            else:
+                _answer(done, result, None)
 
     def stop(self) -> None:
         """Its threads end once the calls already handed to them are done."""
@@ -151,6 +181,13 @@ def _settle(future: asyncio.Future, result: Any, exc: BaseException | None) -> N
         future.set_exception(exc)
     else:
         future.set_result(result)
+
+
+def _answer(done: Callable, result: Any, exc: BaseException | None) -> None:
+    try:
+        done(result, exc)
+    except Exception:  # a caller that went away (a closed loop or connection): nothing to tell
+        log.debug("a device call's answer could not be delivered", exc_info=True)
 
 
 class DeviceHub:
@@ -172,19 +209,42 @@ class DeviceHub:
 
         here = _node_ip()
         host = "127.0.0.1" if engine_ip in (None, here, "127.0.0.1") else here
-        listener = DirectListener(self.call, asyncio.get_running_loop(), token, host)
+        listener = DirectListener(self.call_threadsafe, token, host)
         self._listeners.append(listener)
         return listener.address
 
     async def call(self, device: str, seq: int, method: str, *args: Any) -> Any:
         """`method(*args)` on the device's DeviceActor (run, run_program, wait_mark, where, close), as the
-        device's `seq`-th call from the dispatcher."""
+        device's `seq`-th call from the dispatcher (a Ray call)."""
         lane = self._lanes[device]
         try:
             return await lane.submit(seq, getattr(lane.actor, method), *args)
         finally:
             if method == "close":
                 lane.stop()
+
+    def call_threadsafe(
+        self, device: str, seq: int, method: str, args: tuple, done: Callable[[Any, BaseException | None], None]
+    ) -> None:
+        """The same call from any thread (a direct channel's reader): started in the same numbered order as the
+        Ray calls, whichever way each came; `done(result, exception)` runs on the device's thread."""
+        try:
+            lane = self._lanes[device]
+            fn = getattr(lane.actor, method)
+        except (KeyError, AttributeError) as exc:  # the engine's mistake: the caller hears of it
+            done(None, exc)
+            return
+        if method == "close":
+
+            def done_then_stop(result: Any, exc: BaseException | None) -> None:
+                try:
+                    done(result, exc)
+                finally:
+                    lane.stop()
+
+            lane.start(seq, fn, args, done_then_stop)
+        else:
+            lane.start(seq, fn, args, done)
 
 
 def _node_ip() -> str:
