@@ -36,6 +36,12 @@ def test_a_local_instance_starts_without_rays_fixed_waits(ray_cluster):
 
     config = ray_cluster._private.state.state.get_system_config()
     assert {k: config.get(k) for k in LOCAL_SYSTEM_CONFIG} == LOCAL_SYSTEM_CONFIG
+    # Ray adds its own keys (object spilling) to the dict it is given: ours stays as it is, or the next local
+    # start in this process (a second Lab) would pass them back and Ray would warn about them
+    assert set(LOCAL_SYSTEM_CONFIG) == {
+        "raylet_client_connect_timeout_milliseconds",
+        "raylet_client_num_connect_attempts",
+    }
     assert services.get_node.__module__ == "ray._private.services"  # ours only while Ray starts
 
 

@@ -118,7 +118,7 @@ def _init(address: str | None):
                         num_cpus=LOCAL_CPUS,
                         object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                         _node_ip_address="127.0.0.1",
-                        _system_config=LOCAL_SYSTEM_CONFIG,
+                        _system_config=dict(LOCAL_SYSTEM_CONFIG),  # a copy: Ray adds its own keys to it
                         **common,
                     )
             else:

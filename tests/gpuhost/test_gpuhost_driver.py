@@ -53,6 +53,16 @@ def test_every_exec_is_audited_and_the_connection_is_reused(driver, gpu_host):
     assert len(gpu_host.server._transports - earlier) == 1
 
 
+def test_the_connection_sends_without_nagle(driver):
+    """SSH writes small messages back to back; with Nagle the second waits for the first's acknowledgement, which
+    a host may delay 40 ms: every connect and many commands paid it (drivers/ssh.py, _connect)."""
+    import socket
+
+    driver.identify()
+    sock = driver.transport._client.get_transport().sock
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
 def test_a_job_runs_in_the_background_reports_status_and_stops(driver, gpu_host):
     job = driver.run_job(["sleep", "60"], name="sleeper", gpus=[2])
     assert job.log == "testbed-jobs/sleeper/sleeper.log"
