@@ -38,11 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     _run_shape_options(p)
     p.add_argument("--emulate", action="store_true", help="run against the emulated twin of the inventory")
     p.add_argument("--results", default="results", help="folder for run folders (default ./results)")
-    p.add_argument(
-        "--ray-address",
-        default=os.environ.get("RAY_ADDRESS") or None,
-        help="join this Ray cluster instead of starting a private local one (default: $RAY_ADDRESS, as Ray's own)",
-    )
+    _ray_address_option(p, "join this Ray cluster instead of starting a private local one")
     p.add_argument("--yes", action="store_true", help="do not ask before the first write to a real device")
     p.add_argument(
         "--wait", action="store_true", help="on a lab: wait for devices others hold (testbed lease list) to be free"
@@ -71,11 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--force", action="store_true", help="with --id: release another user's lease too")
     for q in lease.choices.values():
         q.add_argument("--inventory", help="the lab's inventory (default: as for testbed run)")
-        q.add_argument(
-            "--ray-address",
-            default=os.environ.get("RAY_ADDRESS") or None,
-            help="the lab's Ray cluster, whose keeper holds the leases of every host (default: $RAY_ADDRESS)",
-        )
+        _ray_address_option(q, "the lab's Ray cluster, whose keeper holds the leases of every host")
 
     p = sub.add_parser("report", help="print the tables of a run and write its figures (PNG) next to the results")
     p.add_argument("run_dir")
@@ -156,6 +148,13 @@ def cmd_validate(args, console: Console) -> int:
             console.print(f"[red]error:[/] {escape(str(problem))}", soft_wrap=True)
         return EXIT_BAD_INPUT
     return EXIT_OK
+
+
+def _ray_address_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """--ray-address, defaulting to $RAY_ADDRESS as Ray's own tools do."""
+    parser.add_argument(
+        "--ray-address", default=os.environ.get("RAY_ADDRESS") or None, help=f"{help} (default: $RAY_ADDRESS)"
+    )
 
 
 def default_inventory(playbook: str | None = None) -> str:

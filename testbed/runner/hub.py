@@ -96,12 +96,12 @@ class _Lane:
     A call is handed to the device's thread by whichever thread it arrived on, with one put on a queue, and its
     result goes back through the caller's `done` callback, on the device's thread. A call over a direct channel
     (testbed/runner/direct.py) thus goes from the channel's reader thread to the device's thread and back with no
-    hop through the hub's event loop; a Ray call (`submit`) hops once each way. The event loop is one thread among
-    a hundred busy ones (the devices' and their connections'), and every time it lets go of the GIL it waits to get
-    it back: a ThreadPoolExecutor's submit on it took 3.6 ms of the loop's time per call under load, one queue put
-    0.2 ms, none at all now on the direct path. What remains between 64 hosts' health check in a hub and on 8
-    plain threads is the device threads' own contention for the GIL, all 64 at once (docs/architecture.md,
-    "Runtime")."""
+    hop through the hub's event loop; a Ray call (`DeviceHub.call`) hops once each way. The event loop is one
+    thread among a hundred busy ones (the devices' and their connections'), and every time it lets go of the GIL
+    it waits to get it back: a ThreadPoolExecutor's submit on it took 3.6 ms of the loop's time per call under
+    load, one queue put 0.2 ms, none at all now on the direct path. What remains between 64 hosts' health check
+    in a hub and on 8 plain threads is the device threads' own contention for the GIL, all 64 at once
+    (docs/architecture.md, "Runtime")."""
 
     def __init__(self, name: str, actor: Any, threads: int) -> None:
         self.actor = actor
@@ -127,23 +127,15 @@ class _Lane:
                 return
             self._hand(seq, fn, args, done)
 
-    async def submit(self, seq: int, fn: Callable, *args: Any) -> Any:
-        """`start` for a caller on an event loop (a Ray call): the result, or the call's exception, awaited."""
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self.start(seq, fn, args, lambda result, exc: loop.call_soon_threadsafe(_settle, future, result, exc))
-        return await future
-
     def _hand(self, seq: int, fn: Callable, args: tuple, done: Callable) -> None:
         """Under the lock: the call to its thread, then every parked call whose turn that makes."""
         self._work.put((fn, args, done))
         self.next = max(self.next, seq + 1)
-        while ready := sorted(k for k in self._parked if k <= self.next):
-            for k in ready:
-                fn, args, done, timer = self._parked.pop(k)
-                timer.cancel()
-                self._work.put((fn, args, done))
-                self.next = max(self.next, k + 1)
+        while self._parked and (k := min(self._parked)) <= self.next:
+            fn, args, done, timer = self._parked.pop(k)
+            timer.cancel()
+            self._work.put((fn, args, done))
+            self.next = max(self.next, k + 1)
 
     def _gap(self, seq: int) -> None:
         """A call waited GAP_S for the calls numbered before it: they were sent to this hub's previous process,
@@ -215,19 +207,20 @@ class DeviceHub:
 
     async def call(self, device: str, seq: int, method: str, *args: Any) -> Any:
         """`method(*args)` on the device's DeviceActor (run, run_program, wait_mark, where, close), as the
-        device's `seq`-th call from the dispatcher (a Ray call)."""
-        lane = self._lanes[device]
-        try:
-            return await lane.submit(seq, getattr(lane.actor, method), *args)
-        finally:
-            if method == "close":
-                lane.stop()
+        device's `seq`-th call from the dispatcher (a Ray call): `call_threadsafe`, its answer awaited."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.call_threadsafe(
+            device, seq, method, args, lambda result, exc: loop.call_soon_threadsafe(_settle, future, result, exc)
+        )
+        return await future
 
     def call_threadsafe(
         self, device: str, seq: int, method: str, args: tuple, done: Callable[[Any, BaseException | None], None]
     ) -> None:
-        """The same call from any thread (a direct channel's reader): started in the same numbered order as the
-        Ray calls, whichever way each came; `done(result, exception)` runs on the device's thread."""
+        """`method(*args)` as the device's `seq`-th call, from any thread (a direct channel's reader, or `call`):
+        started in the dispatcher's numbered order whichever way each came; `done(result, exception)` runs on the
+        device's thread."""
         try:
             lane = self._lanes[device]
             fn = getattr(lane.actor, method)
