@@ -147,7 +147,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 ours, plain = f["ray_alone_up_s"]["p50"], f["ray_plain_up_s"]["p50"]
                 out.append(
                     (
-                        "  Ray's start: a local instance as testbed starts it (testbed/runner/ray_waits.py: two of "
+                        "  Ray's start: a local instance as testbed starts it (testbed/runner/ray_local.py: two of "
                         "Ray's fixed waits cut) vs the same by a plain `ray.init`",
                         f"up after p50 {_s(ours)} (n={f['ray_alone_up_s']['n']})",
                         f"plain ray.init: up after p50 {_s(plain)} (n={f['ray_plain_up_s']['n']})",
@@ -604,7 +604,7 @@ time to its exit, to its first device command (its first `invoke` event) and to 
 before the shutdown); run.json `startup_s` gives the phases. Baselines, the order turning by round: a fresh
 Python that starts a local Ray instance exactly as testbed does (`ray_session`) and shuts it down; and the same
 instance started by a plain `ray.init` (the same bounds, loopback, no dashboard), which keeps Ray's two fixed
-waits that `testbed/runner/ray_waits.py` cuts. Warm: one
+waits that `testbed/runner/ray_local.py` cuts. Warm: one
 `testbed.Lab(emulate=True)` in the benchmark's process, a first `lab.run` of the same playbook, then more runs;
 for each, from calling `lab.run` to its first `invoke` event (both on this machine's CLOCK_MONOTONIC).""",
     "ocs_overhead": """**OCS overhead** (`bench/ocs_overhead.py`). One emulated 32x32 switch (25 ms switching

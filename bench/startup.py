@@ -11,7 +11,7 @@
     answered). The rest of the wall time is Python's start and imports before the run, and the shutdown
     after the table. Baseline, in alternating rounds: a fresh Python process that starts a local Ray
     instance as testbed does and shuts it down (ray_session), the floor of any tool built on Ray; and the
-    same instance started by a plain ray.init, with Ray's two fixed waits that testbed/runner/ray_waits.py cuts.
+    same instance started by a plain ray.init, with Ray's two fixed waits that testbed/runner/ray_local.py cuts.
 (b) Warm: in one process, `testbed.Lab(emulate=True)`, one run of the same playbook, then --warm-runs more:
     for each, the time from calling `lab.run` to its first device command going out (its first `invoke`
     event; both clocks are this machine's CLOCK_MONOTONIC). The first run's is the cold figure of a session.
@@ -45,12 +45,12 @@ RAY_ALONE = (
     "    up = time.monotonic() - t\n"
     "print(up)\n"
 )
-# The same instance (bounds, loopback, no dashboard) with Ray's own waits: what ray_waits.py cuts.
+# The same instance (bounds, loopback, no dashboard) with Ray's own waits: what ray_local.py cuts.
 RAY_PLAIN = (
     "import os, time; t = time.monotonic()\n"
     "os.environ.setdefault('RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER', '0')\n"
     "import ray\n"
-    "from testbed.runner.ray_session import LOCAL_CPUS, LOCAL_OBJECT_STORE_BYTES\n"
+    "from testbed.runner.ray_local import LOCAL_CPUS, LOCAL_OBJECT_STORE_BYTES\n"
     "ray.init(address='local', num_cpus=LOCAL_CPUS, object_store_memory=LOCAL_OBJECT_STORE_BYTES,\n"
     "         _node_ip_address='127.0.0.1', include_dashboard=False, log_to_driver=False, configure_logging=False)\n"
     "up = time.monotonic() - t\n"

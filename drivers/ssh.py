@@ -27,37 +27,14 @@ from cryptography.exceptions import InvalidTag
 from .arrival import Arrivals, rx_stamped
 from .audit import AuditSink, record
 from .errors import DeviceCommandError, DeviceConnectionError, DeviceError, DeviceTimeout
+from .ssh_settings import SshSettings
 from .transports._common import no_delay
 
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 RECONNECTS = "the host went down or sshd restarted; the next call reconnects"
 # What a lost or garbled connection raises. InvalidTag: a packet whose AES-GCM tag does not verify (cut
 # or corrupted on the way); paramiko passes it on as it is, where with the -ctr ciphers it says
 # "Mismatched MAC" (an SSHException).
 CONNECTION_LOST = (OSError, EOFError, paramiko.SSHException, InvalidTag)
-
-
-@dataclass(frozen=True)
-class SshSettings:
-    host: str
-    user: str
-    port: int = 22
-    key_file: str | None = None  # None: use the SSH agent
-    known_hosts: str | None = None  # None: ~/.ssh/known_hosts
-    timeout_s: float = 10.0
-
-    @property
-    def address(self) -> str:
-        return f"{self.user}@{self.host}:{self.port}"
-
-    @property
-    def known_hosts_path(self) -> str:
-        return os.path.expanduser(self.known_hosts or DEFAULT_KNOWN_HOSTS)
-
-    @property
-    def host_key_name(self) -> str:
-        """The name the host is looked up under in known_hosts."""
-        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
 
 
 @dataclass(frozen=True)

@@ -191,23 +191,34 @@ def cmd_plan(args, console: Console) -> int:
 
 
 def cmd_run(args, console: Console) -> int:
-    from testbed.lab import Lab, refuse_on_a_lab
-    from testbed.report import print_summary
+    from testbed.runner.ray_session import RayStart
 
-    inventory_file, plan = _load_plan(args)  # a mistake in the files is reported before anything starts
-    if not args.emulate:
-        refuse_on_a_lab(plan, inventory_file, confirmed=True)  # all but the writes, which are asked about next
-        if plan.writes and not args.yes:
-            _confirm(plan)
-    lab = Lab(
-        inventory_file,
-        emulate=args.emulate,
-        ray_address=args.ray_address,
-        results=args.results,
-        console=console,
-        loaded=plan.inventory,
-        wait_for_leases=args.wait,
-    )
+    # Ray's start is the longest wait of a run: it begins first (a local instance in a process of its own) and
+    # goes on while this process imports its modules and loads the files. A mistake in them is reported at once,
+    # and the start is let go of: nothing touches a device before the files are loaded.
+    ray_start = RayStart(args.ray_address)
+    try:
+        from testbed.lab import Lab, refuse_on_a_lab
+        from testbed.report import print_summary
+
+        inventory_file, plan = _load_plan(args)
+        if not args.emulate:
+            refuse_on_a_lab(plan, inventory_file, confirmed=True)  # all but the writes, which are asked about next
+            if plan.writes and not args.yes:
+                _confirm(plan)
+        lab = Lab(
+            inventory_file,
+            emulate=args.emulate,
+            ray_address=args.ray_address,
+            results=args.results,
+            console=console,
+            loaded=plan.inventory,
+            wait_for_leases=args.wait,
+            ray_start=ray_start,
+        )
+    except BaseException:
+        ray_start.abandon()
+        raise
     with lab:  # one run in a session of its own: `testbed run` is a thin user of testbed.Lab
         run = lab.run(plan, playbook_file=args.playbook, yes=True)
         # The table and the folder before Ray and the twin shut down: what the user waited for.

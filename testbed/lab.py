@@ -12,7 +12,8 @@ in well under a second instead of after the seconds a cold start takes.
 Every run is a run as `testbed run` makes it (`testbed run` is this class, used for one run): its own results
 folder, events, audit, summary, `testbed check` and `testbed heal`. What stays between runs:
 
-- Ray: started on a thread of its own when the Lab is made, so the first run's twin comes up meanwhile;
+- Ray: started when the Lab is made (a local instance by a process of its own), so the first run's twin comes up
+  meanwhile;
 - the devices (twin, locks, hubs with their drivers connected), while the next run needs the same ones
   (the same devices, and for the twin the same seed and fault proxy); otherwise they are stopped and the
   run brings up its own. The lab's state carries over, as on a lab: the circuits a run leaves stay;
@@ -41,7 +42,9 @@ class Lab:
     Ray cluster instead of starting a local instance; results: the folder runs are written under; console:
     where progress goes (a quiet one: rich.console.Console(quiet=True)); loaded: that file's inventory,
     already loaded (it is not read again); wait_for_leases: on a lab, wait for devices other users or runs hold
-    (docs/leases.md) instead of refusing the run.
+    (docs/leases.md) instead of refusing the run; ray_start: Ray's start, begun already for this Lab
+    (testbed.runner.ray_session.RayStart: `testbed run` begins it before it loads its files), which the Lab
+    then owns.
     """
 
     def __init__(
@@ -54,6 +57,7 @@ class Lab:
         console: Console | None = None,
         loaded: Inventory | None = None,
         wait_for_leases: bool = False,
+        ray_start: RayStart | None = None,
     ) -> None:
         from testbed.config import load_inventory
 
@@ -66,7 +70,7 @@ class Lab:
         self.console = console if console is not None else Console(highlight=False)
         if not emulate:
             _require_a_lab(self.inventory, self.inventory_file)
-        self._ray = RayStart(ray_address)  # starts now, on its own thread
+        self._ray = ray_start if ray_start is not None else RayStart(ray_address)  # starts now
         self._devices = None  # testbed.runner.devices.Devices, while they serve
         self._closed = False
 

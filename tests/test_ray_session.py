@@ -32,7 +32,7 @@ def test_a_local_instance_starts_without_rays_fixed_waits(ray_cluster):
     20 ms (not every second, for the same 10 s), and Ray's own node lookup is back in place once it is up."""
     from ray._private import services
 
-    from testbed.runner.ray_waits import LOCAL_SYSTEM_CONFIG
+    from testbed.runner.ray_local import LOCAL_SYSTEM_CONFIG
 
     config = ray_cluster._private.state.state.get_system_config()
     assert {k: config.get(k) for k in LOCAL_SYSTEM_CONFIG} == LOCAL_SYSTEM_CONFIG
@@ -49,11 +49,11 @@ def test_the_polled_wait_answers_for_a_registered_node(ray_cluster):
     """The wait that replaces Ray's one-second sleeps finds a node that is up and lets Ray's own lookup answer."""
     from ray._private import services
 
-    from testbed.runner.ray_waits import node_registration_polled
+    from testbed.runner.ray_local import node_registration_polled
 
     node = ray_cluster._private.worker._global_node
     with node_registration_polled(ray_cluster):
-        assert services.get_node.__module__ == "testbed.runner.ray_waits"
+        assert services.get_node.__module__ == "testbed.runner.ray_local"
         info = services.get_node(node.gcs_address, node.node_id)
     assert info["node_id"] == node.node_id
     assert info["node_manager_port"] > 0

@@ -43,6 +43,7 @@ class Devices:
     twin: object | None = None  # testbed.twin.TwinHandle
     notes: list[str] = field(default_factory=list)
     startup_s: dict[str, float] = field(default_factory=dict)  # where bringing them up went (run.json)
+    ray_session_dir: str | None = None  # the local Ray instance's folder (None on a cluster): heal's leftovers
     runs: int = 0  # how many runs they served
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
@@ -104,7 +105,9 @@ def bring_up(
     except BaseException:
         stack.close()
         raise
-    return Devices(devices_key(plan, emulate), inventory, dispatcher, twin, notes, startup, _stack=stack)
+    return Devices(
+        devices_key(plan, emulate), inventory, dispatcher, twin, notes, startup, ray_start.session_dir, _stack=stack
+    )
 
 
 def _leases(ray_start, ray, addresses: dict[str, str], run_id: str, wait: bool, console: Console):

@@ -1,15 +1,17 @@
 """Starting or joining Ray.
 
 Locally we start a private instance: bounded CPUs and memory, no dashboard, every server bound to
-127.0.0.1. Ray resolves "127.0.0.1" to the machine's outward address unless it runs in single-machine
-mode, which RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 selects; Ray reads it at import, so ray is imported
+127.0.0.1, its head started by a process of its own the moment the session begins (testbed/runner/ray_local.py),
+which this process then joins. Ray resolves "127.0.0.1" to the machine's outward address unless it runs in
+single-machine mode, which RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 selects; Ray reads it at import, so ray is imported
 only here, after the choice is made. With an address we join that cluster as it is.
 
-A runner killed with SIGKILL takes its Ray instance with it (Ray's head processes share its fate), but for
-two agent processes the raylet started (ray::DashboardAgent, ray::RuntimeEnvAgent): they notice that the
-raylet is gone, then wait on the dead GCS for a minute or more before they exit. They do not stop the next
-run (each instance has its own ports and session folder), and `testbed heal` ends them: `leftovers` finds
-the processes of a dead runner's instance by its session folder.
+A runner killed with SIGKILL leaves its head process, which stops the instance once its standing input closes.
+A head killed with SIGKILL takes its instance with it (Ray's processes share its fate), but for two agent processes
+the raylet started (ray::DashboardAgent, ray::RuntimeEnvAgent): they notice that the raylet is gone, then wait on
+the dead GCS for a minute or more before they exit. They do not stop the next run (each instance has its own ports
+and session folder), and `testbed heal` ends them: `leftovers` finds the processes of a dead runner's instance by
+its session folder.
 """
 
 from __future__ import annotations
@@ -21,9 +23,6 @@ import socket
 import sys
 import threading
 from pathlib import Path
-
-LOCAL_CPUS = 2
-LOCAL_OBJECT_STORE_BYTES = 100 * 1024 * 1024
 
 
 @contextlib.contextmanager
@@ -37,31 +36,44 @@ def ray_session(address: str | None = None):
 
 
 class RayStart:
-    """Ray, started or joined on a thread of its own (background=True) so that the caller builds its plan and
-    starts the twin meanwhile: a local instance takes seconds to come up, most of it waiting on its own
-    processes (docs/architecture.md, "Start-up"). `get` waits for it; `shutdown` stops what this object
-    started, and nothing if Ray was already initialised in this process (a test's, a benchmark's).
+    """Ray, started or joined while the caller builds its plan and starts the twin: a local instance takes seconds
+    to come up, most of it waiting on its own processes (docs/architecture.md, "Start-up"). Without an address
+    the instance's head starts in a process of its own at once (testbed.runner.ray_local.LocalHead), and this
+    process joins it from a thread of its own (background=True) or when `get` is called. `get` waits for it;
+    `shutdown` stops what this object started, and nothing if Ray was already initialised in this process (a
+    test's, a benchmark's); `abandon` lets go of a start whose session never began (a mistake in its files).
 
-    The thread lives until the shutdown: Ray starts its head processes with PR_SET_PDEATHSIG, which Linux
-    delivers when the *thread* that started them ends, so a thread that returned would take Ray down."""
+    The thread lives until the shutdown: Ray starts processes with PR_SET_PDEATHSIG, which Linux delivers when
+    the *thread* that started them ends, so a thread that returned could take them down."""
 
     def __init__(self, address: str | None = None, background: bool = True) -> None:
         self.address = address
         self.owned = False
         self._ray = None
         self._error: BaseException | None = None
+        self._abandoned = False
         self._ready = threading.Event()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
+        self._head = None  # testbed.runner.ray_local.LocalHead, when this object starts the instance
+        if address is None and not _initialised_here():
+            from testbed.runner.ray_local import LocalHead
+
+            self._head = LocalHead()
         if background:
             self._thread = threading.Thread(target=self._serve, name="ray-init", daemon=True)
             self._thread.start()
         else:
             self._start()
 
+    @property
+    def session_dir(self) -> str | None:
+        """The session folder of the local instance this object started (None when it joined one)."""
+        return self._head.session_dir if self._head is not None else None
+
     def _start(self) -> None:
         try:
-            self._ray, self.owned = _init(self.address)
+            self._ray, self.owned = _init(self.address, self._head, lambda: self._abandoned)
         except BaseException as exc:  # handed to the caller of get(), on its own thread
             self._error = exc
         finally:
@@ -85,54 +97,65 @@ class RayStart:
                 self.owned = False
                 # Ray prints to stderr on shutdown in some versions; keep the user's terminal clean.
                 sys.stderr.flush()
-                _kill_monitor(self._ray)
                 self._ray.shutdown()
         finally:
+            if self._head is not None:
+                self._head.stop()
             self._done.set()
 
+    def abandon(self) -> None:
+        """For a start whose session never began (its files had a mistake, a confirmation was refused): the
+        caller is not kept waiting. A local instance's head stops it once it is up; a cluster joined is left."""
+        self._abandoned = True
+        if self._head is not None:
+            self._head.stop(wait=False)
+            self._done.set()
+        else:
+            self.shutdown()
 
-def _init(address: str | None):
-    """(the ray module, whether this call started or joined it)."""
+
+def _initialised_here() -> bool:
+    ray = sys.modules.get("ray")  # not imported: certainly not initialised, and nothing is imported to find out
+    return ray is not None and ray.is_initialized()
+
+
+def _init(address: str | None, head, abandoned):
+    """(the ray module, whether this call started or joined it). `head`: the local instance's head process to
+    join (None: join `address`); `abandoned`: whether the session was given up meanwhile."""
     if address is None or _loopback(address):
-        # A cluster on this machine's loopback (`ray start --head --node-ip-address=127.0.0.1`): without
-        # single-machine mode Ray rewrites 127.0.0.1 to the machine's outward address, where nothing listens,
-        # and retries for minutes.
+        # A cluster on this machine's loopback (`ray start --head --node-ip-address=127.0.0.1`, or our own head):
+        # without single-machine mode Ray rewrites 127.0.0.1 to the machine's outward address, where nothing
+        # listens, and retries for minutes.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
-    from testbed.runner.ray_waits import LOCAL_SYSTEM_CONFIG, node_registration_polled
-
     if ray.is_initialized():
         return ray, False  # someone else's: not ours to shut down
-    common = dict(include_dashboard=False, log_to_driver=False, configure_logging=False, namespace="testbed")
+    common = dict(log_to_driver=False, configure_logging=False, namespace="testbed")
+    if head is None and address is None:  # Ray was initialised here when this start began, and is no longer
+        from testbed.errors import UserError
+
+        raise UserError("the Ray instance this process had was shut down while a run was starting; start it again")
+    target = head.wait_up() if head is not None else address  # UserError if the head could not start
+    if abandoned():
+        return None, False
     try:
         # Off the main thread Ray logs that it set no SIGTERM handler: the run sets its own (run.py).
         with _quiet_logger("ray._private.worker"):
-            if address is None:
-                # address="local": always a new private instance; without it Ray joins any cluster it finds
-                # running on this machine (another run's, a test's), which is not ours to use. Two of Ray's
-                # fixed waits cut (testbed/runner/ray_waits.py): ~0.5 s of a ~2.2 s start on 2 cores.
-                with node_registration_polled(ray):
-                    ray.init(
-                        address="local",
-                        num_cpus=LOCAL_CPUS,
-                        object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                        _node_ip_address="127.0.0.1",
-                        _system_config=dict(LOCAL_SYSTEM_CONFIG),  # a copy: Ray adds its own keys to it
-                        **common,
-                    )
-            else:
-                ray.init(address=address, **common)
+            ray.init(address=target, **common)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         from testbed.errors import UserError
 
-        where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
+        where = f"the Ray cluster at {address!r}" if address else f"the local Ray instance at {target}"
         raise UserError(
             f"cannot start or join {where}: {exc}\n  try: check the address (ray status on the "
             "head node prints it); a cluster with token authentication wants RAY_AUTH_MODE=token in the "
             "environment; or omit --ray-address (and unset RAY_ADDRESS, which testbed reads as Ray does) to run "
             "locally"
         ) from None
+    if abandoned():  # given up while it joined: let go at once
+        ray.shutdown()
+        return None, False
     return ray, True
 
 
@@ -150,24 +173,6 @@ def _quiet_logger(name: str):
         yield
     finally:
         logger.setLevel(level)
-
-
-def _kill_monitor(ray) -> None:
-    """Ray's shutdown gives each of its processes a second to exit on SIGTERM; its autoscaler monitor always
-    takes the whole second (measured: 1.0 s of a 1.4 s shutdown). A local instance has nothing to scale, so
-    it is killed outright first. A private API: without it the shutdown is only slower."""
-    with contextlib.suppress(Exception):
-        node = ray._private.worker._global_node
-        if node is not None and node.is_head():
-            node.kill_monitor(check_alive=False)
-
-
-def local_session_dir(ray) -> str | None:
-    """The session folder of the local instance this process started (None if Ray does not say)."""
-    try:
-        return ray._private.worker._global_node.get_session_dir_path()
-    except Exception:  # a private API: its absence only costs heal its clean-up of leftovers
-        return None
 
 
 def runner_identity() -> dict:

@@ -30,7 +30,7 @@ from testbed.runner.devices import Devices
 from testbed.runner.dispatch import ActorLost
 from testbed.runner.errors import ActorDied
 from testbed.runner.jobs import JobController
-from testbed.runner.ray_session import local_session_dir, runner_identity
+from testbed.runner.ray_session import runner_identity
 from testbed.truth import TRUTH_FILE, failover_accuracy
 
 
@@ -133,8 +133,7 @@ def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: 
                 stack.callback(_record_dataplane, twin, info)  # runs before the twin stops, on every path
             devices.runs += 1
             stack.enter_context(_sigterm_as_interrupt())
-            ray = dispatcher.ray
-            info["ray"] = {"session_dir": local_session_dir(ray) if options.ray_address is None else None}
+            info["ray"] = {"session_dir": devices.ray_session_dir}
             for note in devices.notes:
                 console.print(f"[dim]{note}[/]")
             info["placement"] = measure_clocks(dispatcher, dispatcher.names())
