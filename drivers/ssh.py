@@ -85,6 +85,17 @@ def _known_hosts(path: str) -> paramiko.HostKeys:
         return cached[1]
 
 
+# How many SSH handshakes one process runs at once. A handshake is a few milliseconds of CPU under the GIL (key
+# exchange, host key check, authentication) between a few round trips; a device hub that connects its 64 hosts
+# with all 64 in flight spends most of its time handing the GIL over, which the hub's 0.5 ms switch interval
+# (testbed/runner/device_actor.py) multiplies, and every round trip waits behind the others. Measured on the
+# 64-host twin (a run's identify: connect and one command per host): p50 ~1.6 s with no limit, ~0.6 s with 2 to 4
+# at once, 0.8 s with 8, 1.1 s with 16 (docs/architecture.md, "Runtime"). Hosts on the lab's network answer in
+# well under a millisecond, so four keep the core busy; hosts tens of milliseconds away would want more.
+HANDSHAKES_AT_ONCE = 4
+_handshakes = threading.BoundedSemaphore(HANDSHAKES_AT_ONCE)
+
+
 class _AeadFirstTransport(paramiko.Transport):
     """paramiko's client transport, offering AES-GCM first. An AEAD cipher's tag is checked by the
     cryptography library; with the -ctr ciphers paramiko compares every packet's MAC in a Python loop, a
@@ -163,20 +174,21 @@ class SshTransport:
             # to 40 ms: 57 ms against 3 ms per connect and command, measured on the twin. OpenSSH sets it for
             # interactive sessions.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            client.connect(
-                s.host,
-                port=s.port,
-                sock=sock,
-                username=s.user,
-                key_filename=s.key_file,
-                allow_agent=s.key_file is None,
-                look_for_keys=False,
-                timeout=s.timeout_s,
-                banner_timeout=s.timeout_s,
-                auth_timeout=s.timeout_s,
-                channel_timeout=s.timeout_s,
-                transport_factory=_AeadFirstTransport,
-            )
+            with _handshakes:  # a host that does not answer has timed out above, holding no slot
+                client.connect(
+                    s.host,
+                    port=s.port,
+                    sock=sock,
+                    username=s.user,
+                    key_filename=s.key_file,
+                    allow_agent=s.key_file is None,
+                    look_for_keys=False,
+                    timeout=s.timeout_s,
+                    banner_timeout=s.timeout_s,
+                    auth_timeout=s.timeout_s,
+                    channel_timeout=s.timeout_s,
+                    transport_factory=_AeadFirstTransport,
+                )
         except paramiko.BadHostKeyException as exc:
             client.close()
             raise self._error(
