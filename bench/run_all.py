@@ -134,7 +134,8 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 (
                     "  where it goes (p50s; phases from run.json startup_s)",
                     f"first device command at {_s(first)}: Python, imports, loading and planning, then twin "
-                    f"{_s(ph['twin'])} while Ray starts on its thread, Ray (what was left) {_s(ph['ray'])}, hubs "
+                    f"{_s(ph['twin'])} while Ray's head starts in a process of its own, Ray (what was left) "
+                    f"{_s(ph['ray'])}, hubs "
                     f"{_s(ph['hubs'])}, clocks {_s(ph['clocks'])}, identify {_s(ph['identify'])}; the table at "
                     f"{_s(table['p50'])}; shutdown after it {_s(f['cli_shutdown_s']['p50'])}",
                     f"Ray alone: up after p50 {_s(f['ray_alone_up_s']['p50'])}",
@@ -147,8 +148,9 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 ours, plain = f["ray_alone_up_s"]["p50"], f["ray_plain_up_s"]["p50"]
                 out.append(
                     (
-                        "  Ray's start: a local instance as testbed starts it (testbed/runner/ray_local.py: two of "
-                        "Ray's fixed waits cut) vs the same by a plain `ray.init`",
+                        "  Ray's start: a local instance as testbed starts it (testbed/runner/ray_local.py: its head "
+                        "in a process of its own, without the API server and the two monitors, two fixed waits cut) "
+                        "vs the same by a plain `ray.init`",
                         f"up after p50 {_s(ours)} (n={f['ray_alone_up_s']['n']})",
                         f"plain ray.init: up after p50 {_s(plain)} (n={f['ray_plain_up_s']['n']})",
                         f"{ours / plain:.2f}x",
@@ -603,8 +605,9 @@ HOW = {
 time to its exit, to its first device command (its first `invoke` event) and to the table (the `results:` line, printed
 before the shutdown); run.json `startup_s` gives the phases. Baselines, the order turning by round: a fresh
 Python that starts a local Ray instance exactly as testbed does (`ray_session`) and shuts it down; and the same
-instance started by a plain `ray.init` (the same bounds, loopback, no dashboard), which keeps Ray's two fixed
-waits that `testbed/runner/ray_local.py` cuts. Warm: one
+instance started by a plain `ray.init` (the same bounds, loopback, no dashboard) in the same process, which
+starts every head process and keeps the two fixed waits that `testbed/runner/ray_local.py` leaves out and cuts.
+Warm: one
 `testbed.Lab(emulate=True)` in the benchmark's process, a first `lab.run` of the same playbook, then more runs;
 for each, from calling `lab.run` to its first `invoke` event (both on this machine's CLOCK_MONOTONIC).""",
     "ocs_overhead": """**OCS overhead** (`bench/ocs_overhead.py`). One emulated 32x32 switch (25 ms switching

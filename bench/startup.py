@@ -11,7 +11,8 @@
     answered). The rest of the wall time is Python's start and imports before the run, and the shutdown
     after the table. Baseline, in alternating rounds: a fresh Python process that starts a local Ray
     instance as testbed does and shuts it down (ray_session), the floor of any tool built on Ray; and the
-    same instance started by a plain ray.init, with Ray's two fixed waits that testbed/runner/ray_local.py cuts.
+    same instance started by a plain ray.init in the same process, with every head process and the two fixed
+    waits that testbed/runner/ray_local.py leaves out and cuts.
 (b) Warm: in one process, `testbed.Lab(emulate=True)`, one run of the same playbook, then --warm-runs more:
     for each, the time from calling `lab.run` to its first device command going out (its first `invoke`
     event; both clocks are this machine's CLOCK_MONOTONIC). The first run's is the cold figure of a session.
