@@ -125,8 +125,8 @@ start.shutdown()
 
 
 def test_ctrl_c_is_the_sessions_to_handle_on_an_instance_still_up(tmp_path):
-    """A Ctrl-C in the terminal (SIGINT to the whole foreground process group) reaches the session, which ends
-    its run cleanly; the head runs in a process session of its own, so the instance is still up for that."""
+    """A Ctrl-C in the terminal (SIGINT to the whole foreground process group) is the session's to handle: it ends
+    its run cleanly, on an instance still up (the head ignores it, as Ray's own processes do)."""
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         session, head_pid = proc.stdout.readline().split()
