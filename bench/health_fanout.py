@@ -237,6 +237,33 @@ def lab_cluster():
         cluster.shutdown()
 
 
+# The floor of any command that starts its own local Ray: a fresh Python that starts Ray as `testbed run` does and
+# places one device hub (its process and its modules, no device), which `testbed run` must have before its first
+# device command. What is left of Ansible's cold time after it is the budget for every SSH connection and the check.
+RAY_AND_HUB = (
+    "import time; t = time.monotonic()\n"
+    "from testbed.runner.ray_session import ray_session\n"
+    "with ray_session(None) as ray:\n"
+    "    from testbed.runner.hub import DeviceHub\n"
+    "    hub = ray.remote(DeviceHub).options(num_cpus=0).remote([])\n"
+    "    ray.get(hub.open_direct.remote(b'floor'), timeout=120)\n"
+    "    print('up', flush=True)\n"
+)
+
+
+def ray_and_hub() -> float:
+    """Seconds from starting a fresh Python to its first hub up on a local Ray it started (RAY_AND_HUB)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", RAY_AND_HUB], cwd=REPO, stdout=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline()
+    up = time.monotonic() - start
+    proc.wait(timeout=120)
+    if line.strip() != "up" or proc.returncode != 0:
+        raise RunFailed(f"a local Ray with one hub did not come up (exit status {proc.returncode})")
+    return up
+
+
 def warm_session(inventory: Path, results: Path) -> float:
     """In a warm testbed.Lab (one run done): seconds from calling lab.run(gpu-health) to the end of its
     first health step."""
@@ -276,6 +303,7 @@ def measure(
     cold: list[float] = []
     cold_lab: list[float] = []  # the hosts up already (the twin, as Ansible gets it), a local Ray started
     cold_cluster: list[float] = []  # the same, the lab's Ray cluster up
+    floor: list[float] = []  # a fresh Python to a local Ray with one hub up, nothing else (RAY_AND_HUB)
     warm_lab: list[float] = []
     whole: list[float] = []
     seq: list[float] = []
@@ -309,6 +337,7 @@ def measure(
                 for samples, address in on_lab if r % 2 == 0 else reversed(on_lab):
                     run = with_testbed(lab, tmp_path / "results", 1, ray_address=address, emulate=False)
                     samples.append(run["cold_s"])
+                floor.append(ray_and_hub())
                 seq.append(sequential(endpoints))
                 parallel += parallel_connected(endpoints, checks)
                 if binary is not None:
@@ -335,6 +364,7 @@ def measure(
         "testbed_cold_s": _s(cold),
         "testbed_cold_on_lab_s": _s(cold_lab),
         "testbed_cold_on_lab_cluster_s": _s(cold_cluster),
+        "local_ray_and_hub_s": _s(floor),
         "testbed_warm_session_s": _s(warm_lab),
         "testbed_run_s": _s(whole),
         "sequential_s": _s(seq),

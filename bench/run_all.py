@@ -239,6 +239,21 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                         _yes(f["speedup_cold_on_lab_vs_ansible_cold"] > 1.0),
                     )
                 )
+                if "local_ray_and_hub_s" in f:
+                    floor = f["local_ray_and_hub_s"]
+                    out.append(
+                        (
+                            "  the floor under it: a fresh Python starting a local Ray as `testbed run` does, to one "
+                            "device hub up (its process and modules, no device, no connection)",
+                            f"p50 {_s(floor['p50'], 2)} (max {_s(floor['max'], 2)}, n={floor['n']}); left for {n} "
+                            f"SSH connections and the check before Ansible is done: "
+                            f"{_s(best_cold['p50_s'] - floor['p50'], 2)}",
+                            ansible_cold,
+                            f"{best_cold['p50_s'] / floor['p50']:.2f}x",
+                            "(diagnosis)",
+                            "n/a",
+                        )
+                    )
                 out.append(
                     (
                         "  the same on a lab whose Ray cluster is up: `testbed run --ray-address` (or $RAY_ADDRESS), "
@@ -625,8 +640,10 @@ reached through an inventory of its addresses, keys and known_hosts, without `--
 leases, locks and host key checks), the command starting its own local Ray; on the lab with its cluster: the same
 command with `--ray-address` of a one-node Ray cluster started before the rounds (how a lab runs testbed across
 control hosts: its Ray cluster is part of the lab, up before any command, so its start is not counted); the two
-alternate which goes first by round. Emulated: `--emulate`, the command starting its own twin and its own Ray, as
-on a laptop. Warm session: in a `testbed.Lab` that has run once, `lab.run` called -> the end of the health step.
+alternate which goes first by round. The floor under a command that starts its own Ray, in the same rounds: a fresh
+Python that starts a local Ray as `testbed run` does and places one empty device hub (`RAY_AND_HUB`), to the hub
+up. Emulated: `--emulate`, the command starting its own twin and its own Ray, as on a laptop. Warm session: in
+a `testbed.Lab` that has run once, `lab.run` called -> the end of the health step.
 Ansible: `ansible all -i INV -m raw -a '<the commands>' -f FORKS -o` over an
 inventory generated from the twin's endpoints (port, user, key file), host keys checked against the twin's
 known_hosts with `StrictHostKeyChecking=yes`; "cold" with a fresh ControlPath directory (OpenSSH connects and
