@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drivers.mesh.calibration import CalibrationSettings
 from testbed.procedures.context import ProcedureContext, forgets_on_error
 from testbed.procedures.errors import VerificationError
 from testbed.procedures.verify import check_holds, revert_unverified, wait_for_light
@@ -47,6 +46,10 @@ def calibrate(
         cal = mesh.load_calibration(path)
         ctx.mark("loaded")
     else:
+        # Imported here: the chip's drivers bring numpy, which a hub serving no chip need not load (its start is
+        # on every run's path to its first command).
+        from drivers.mesh.calibration import CalibrationSettings
+
         ctx.mark("sweep_started")
         cal = mesh.calibrate(CalibrationSettings(points=points, sweep_max_mw=sweep_max_mw))
         ctx.mark("swept")
