@@ -29,7 +29,8 @@ def test_loopback_addresses_are_recognised(address, loopback):
 
 def test_a_local_instance_starts_without_rays_fixed_waits(ray_cluster):
     """The session's instance is started as `testbed run` starts one: its raylet retries its object store every
-    20 ms (not every second, for the same 10 s), and Ray's own node lookup is back in place once it is up."""
+    20 ms (not every second, for the same 10 s), starts no workers ahead for the first driver, and Ray's own node
+    lookup is back in place once it is up."""
     from ray._private import services
 
     from testbed.runner.ray_local import LOCAL_SYSTEM_CONFIG
@@ -41,6 +42,7 @@ def test_a_local_instance_starts_without_rays_fixed_waits(ray_cluster):
     assert set(LOCAL_SYSTEM_CONFIG) == {
         "raylet_client_connect_timeout_milliseconds",
         "raylet_client_num_connect_attempts",
+        "prestart_worker_first_driver",
     }
     assert services.get_node.__module__ == "ray._private.services"  # ours only while Ray starts
 
