@@ -40,11 +40,23 @@ def session_processes(session_dir: str) -> list[str]:
     return [cmdline for _, cmdline in leftovers(session_dir)]
 
 
+def full_command_lines(session_dir: str) -> list[str]:
+    """The whole command line of each process of the instance (leftovers() shortens them for display)."""
+    lines = []
+    for pid, _ in leftovers(session_dir):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                lines.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue  # gone meanwhile
+    return lines
+
+
 def test_the_instance_runs_without_the_api_server_and_the_monitors(ray_cluster):
     """The session's instance (started as `testbed run` starts one) has its GCS and raylet, and none of the head
     processes a private instance does not use: the API server, the autoscaler monitor, the log monitor."""
     session = ray_cluster._private.worker._global_node.get_session_dir_path()
-    running = " | ".join(session_processes(session))
+    running = " | ".join(full_command_lines(session))
     assert "gcs_server" in running and "raylet" in running, running
     for unused in ("dashboard/dashboard.py", "autoscaler/_private/monitor.py", "log_monitor.py"):
         assert unused not in running, running

@@ -209,9 +209,11 @@ def leftovers(session_dir: str) -> list[tuple[int, str]]:
             fds = os.listdir(f"/proc/{entry}/fd")
             held = any(os.readlink(f"/proc/{entry}/fd/{fd}").startswith(root + os.sep) for fd in fds)
             name = Path(f"/proc/{entry}/comm").read_text().strip()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue  # gone meanwhile, or not ours to look at
         if held:
-            found.append((int(entry), cmdline.strip()[:80] or name))
+            # the program's own name first: a long install path would otherwise fill the 80 characters shown
+            shown = " ".join([os.path.basename(argv[0]), *argv[1:]]).strip()
+            found.append((int(entry), shown[:80] or name))
     return found
