@@ -46,7 +46,7 @@ import numpy as np
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-from benchlib import ActorMemory, quiet_console, write_out  # noqa: E402
+from benchlib import ActorMemory, compile_project, quiet_console, write_out  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from drivers.gpuhost import GPU_QUERY, GpuHostSsh  # noqa: E402
@@ -405,6 +405,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--checks", type=int, default=5, help="health steps per testbed run")
     args = parser.parse_args()
+    compile_project()  # timed commands start with the project's bytecode, as a user's do
     console = Console()
     result = measure(args.hosts, args.rounds, args.checks, console=console)
     console.print(

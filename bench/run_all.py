@@ -28,7 +28,7 @@ import opus_runs
 import opus_scale
 import startup
 import switch_protocols
-from benchlib import OUT, REPO, machine, write_out
+from benchlib import OUT, REPO, compile_project, machine, write_out
 from rich.console import Console
 
 FULL = {
@@ -736,7 +736,14 @@ def render(results: dict, info: dict, command: str, total_s: float) -> str:
         f"Machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB, Linux {m['kernel']}; "
         f"Python {m['python']}, Ray {m['ray']}, paramiko {m['paramiko']}, "
         f"ansible-core {m['ansible_core'] or 'absent'}, "
-        f"{m['openssh'] or 'no OpenSSH client'}. Shared with other work: expect noise.",
+        f"{m['openssh'] or 'no OpenSSH client'}. Shared with other work: expect noise. The project's modules are "
+        "compiled to bytecode before the first measurement, as an installed package's are"
+        + (
+            " (PYTHONDONTWRITEBYTECODE is set here: Python would not write them)"
+            if m.get("dont_write_bytecode")
+            else ""
+        )
+        + ".",
         "",
         "| figure | measured | baseline (same run) | ratio | target | met |",
         "|---|---|---|---|---|---|",
@@ -772,6 +779,7 @@ def main() -> int:
     config = QUICK if args.quick else FULL
     names = args.only or list(MODULES)
     info = machine()
+    compile_project()
     start = time.monotonic()
     results = run(names, config, console)
     total = time.monotonic() - start
