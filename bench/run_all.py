@@ -1,6 +1,6 @@
 """Run every benchmark and write bench/RESULTS.md (raw figures in bench/out/*.json, git-ignored).
 
-    python bench/run_all.py            # the full run (about 19 minutes on a 2-core machine)
+    python bench/run_all.py            # the full run (about 10 minutes on a 2-core machine)
     python bench/run_all.py --quick    # a small smoke configuration (a few minutes)
 
 Every figure is a ratio against a baseline measured in the same run, in alternating rounds, because
