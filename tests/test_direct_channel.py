@@ -88,7 +88,11 @@ def test_a_wrong_token_is_closed_before_anything_runs_and_the_hub_still_serves(h
     with socket.create_connection(address, timeout=5) as sock:
         send_frame(sock, b"x" * 32)
         send_frame(sock, b"\x80\x05N.")  # a pickle: never read
-        assert sock.recv(1) == b""  # closed by the hub
+        try:
+            closed = sock.recv(1) == b""  # closed by the hub
+        except ConnectionResetError:  # closed with the unread pickle still queued: TCP answers with a reset
+            closed = True
+        assert closed
     wrong = DirectChannel(address, b"y" * 32)
     with pytest.raises(ChannelClosed):
         wrong.call("a", 0, "run", (1, {})).result(10)
