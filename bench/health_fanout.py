@@ -241,7 +241,6 @@ def lab_cluster():
 # places one device hub (its process and its modules, no device), which `testbed run` must have before its first
 # device command. What is left of Ansible's cold time after it is the budget for every SSH connection and the check.
 RAY_AND_HUB = (
-    "import time; t = time.monotonic()\n"
     "from testbed.runner.ray_session import ray_session\n"
     "with ray_session(None) as ray:\n"
     "    from testbed.runner.hub import DeviceHub\n"

@@ -165,8 +165,7 @@ def main() -> int:
     # process session of its own: Linux's autogroup scheduling would then share the CPU between the instance and
     # the session's group (the twin among it) instead of between their threads; measured, 256 emulated hosts'
     # SSH handshakes then failed by the dozen.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (LocalHead sets this process's single-machine mode)
     try:
         import ray
         from ray._private.node import Node
@@ -202,47 +201,43 @@ def _answer(message: dict) -> None:
 
 
 @contextlib.contextmanager
-def api_server_not_started(ray):
-    """While it is open, a head started in this process goes without the API server (Ray's `Node.start_api_
-    server`, put back on leaving, whatever happens). RayParams has switches for the monitors, not for it."""
-    node_cls = getattr(getattr(getattr(ray, "_private", None), "node", None), "Node", None)
-    original = getattr(node_cls, "start_api_server", None)
-    if original is None:  # a Ray without it: the API server starts, as in Ray's own start
+def _replaced(owner, name: str, make):
+    """While it is open, `owner.name` is `make(original)`, put back on leaving whatever happens. Where Ray has no
+    such attribute (its internals moved), nothing is replaced: that part of the start is as Ray's own."""
+    original = getattr(owner, name, None)
+    if original is None:
         yield
         return
-
-    def not_started(self, *args, **kwargs) -> None:
-        return None
-
-    node_cls.start_api_server = not_started
+    setattr(owner, name, make(original))
     try:
         yield
     finally:
-        node_cls.start_api_server = original
+        setattr(owner, name, original)
 
 
-@contextlib.contextmanager
+def api_server_not_started(ray):
+    """While it is open, a head started in this process goes without the API server (Ray's `Node.start_api_
+    server`). RayParams has switches for the monitors, not for it."""
+    node_cls = getattr(getattr(getattr(ray, "_private", None), "node", None), "Node", None)
+    return _replaced(node_cls, "start_api_server", lambda original: lambda self, *args, **kwargs: None)
+
+
 def node_registration_polled(ray):
     """While it is open, Ray's start waits for its node's registration by polling the GCS every 20 ms instead
     of sleeping a second at a time. Only for a local start: with an address, Ray starts no node."""
     services = getattr(getattr(ray, "_private", None), "services", None)
-    original = getattr(services, "get_node", None)
-    if original is None:  # a Ray without it: its own waits stay
-        yield
-        return
 
-    def get_node(gcs_address, node_id):
-        try:
-            _wait_until_registered(ray, services, gcs_address, node_id)
-        except Exception as exc:  # Ray's internals moved: its own (slower) wait still works
-            log.debug("polling the GCS for node %s failed (%s); Ray waits its own way", node_id, exc)
-        return original(gcs_address, node_id)
+    def polled(original):
+        def get_node(gcs_address, node_id):
+            try:
+                _wait_until_registered(ray, services, gcs_address, node_id)
+            except Exception as exc:  # Ray's internals moved: its own (slower) wait still works
+                log.debug("polling the GCS for node %s failed (%s); Ray waits its own way", node_id, exc)
+            return original(gcs_address, node_id)
 
-    services.get_node = get_node
-    try:
-        yield
-    finally:
-        services.get_node = original
+        return get_node
+
+    return _replaced(services, "get_node", polled)
 
 
 def _wait_until_registered(ray, services, gcs_address: str, node_id: str) -> None:
