@@ -1,5 +1,6 @@
 """What every benchmark shares: percentiles, the machine it ran on, process memory from /proc, quiet
-consoles, and where raw results go (bench/out/, git-ignored)."""
+consoles, and where raw results go (bench/out/, git-ignored).
+"""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def compile_project() -> None:
     the state a user's second command does, and Ansible's and Ray's do (pip compiles an installed package's
     modules; Python writes a source tree's on its first import). An editable install has no bytecode until then,
     and none at all where PYTHONDONTWRITEBYTECODE is set, as on this project's bench machine: every command,
-    every hub's worker and the twin would compile ~130 modules (~0.2 s of CPU per process, measured)."""
+    every hub's worker and the twin would compile ~130 modules (~0.2 s of CPU per process, measured).
+    """
     import compileall
 
     for package in PROJECT_PACKAGES:
@@ -146,7 +148,8 @@ def descends_from(pid: int, ancestor: int) -> bool:
 
 def processes_titled(prefix: str, ancestor: int | None = None) -> list[int]:
     """Pids whose command line starts with `prefix` (Ray titles an actor's worker `ray::ClassName`), among
-    the descendants of `ancestor` if given (this process's own Ray instance, not another user's)."""
+    the descendants of `ancestor` if given (this process's own Ray instance, not another user's).
+    """
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -163,7 +166,8 @@ def processes_titled(prefix: str, ancestor: int | None = None) -> list[int]:
 class ActorMemory:
     """Samples the memory of every process titled `prefix` that descends from this one (the workers of the
     Ray instance this process started) once a second while a run goes on; keeps each process's largest
-    reading. Use as a context manager around the run."""
+    reading. Use as a context manager around the run.
+    """
 
     def __init__(self, prefix: str = "ray::DeviceHub", every_s: float = 1.0) -> None:
         self.prefix = prefix
@@ -193,7 +197,8 @@ class ActorMemory:
 
     def summary(self, devices: int | None = None) -> dict:
         """Per hub process: median peak RSS and PSS in MiB, how many were seen, and (given the devices they
-        served) the PSS of all of them per device."""
+        served) the PSS of all of them per device.
+        """
         rss = [m["rss_kib"] / 1024 for m in self.peak.values() if m.get("rss_kib")]
         pss = [m["pss_kib"] / 1024 for m in self.peak.values() if m.get("pss_kib")]
         return {
@@ -212,7 +217,8 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 def _stat_fields(pid: int) -> list[str] | None:
     """/proc/PID/stat after the command name (which may hold spaces): field 3 (state) is [0], ppid [1],
-    utime [11], stime [12]."""
+    utime [11], stime [12].
+    """
     try:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
@@ -221,7 +227,8 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 def process_tree(root: int) -> dict[int, int]:
     """{pid: parent pid} of `root` and all its living descendants (zombies left out), from one pass over /proc;
-    a parent comes before its children."""
+    a parent comes before its children.
+    """
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -263,7 +270,8 @@ class TreeMemory:
     the twin). Kept: the sample with the largest total PSS (its groups' sums), the largest total RSS, each
     group's largest PSS and RSS sums, each process's largest reading with its group and command line, and
     each process's last CPU time (user + system; a process that ends between two samples loses what it used
-    after the last one). Use as a context manager around the wait for the command."""
+    after the last one). Use as a context manager around the wait for the command.
+    """
 
     def __init__(self, root: int, classify, inherit: tuple[str, ...] = (), every_s: float = 0.5) -> None:
         self.root = root
@@ -334,7 +342,8 @@ class TreeMemory:
 
     def processes(self) -> list[dict]:
         """Every process seen, largest PSS first: its group, command line (as last seen), peak PSS and RSS in
-        MiB and CPU seconds."""
+        MiB and CPU seconds.
+        """
         out = [
             {
                 "pid": pid,
@@ -350,7 +359,8 @@ class TreeMemory:
 
     def summary(self) -> dict:
         """Peaks in MiB: the whole tree's PSS and RSS (at their largest samples), each group's largest sums,
-        and the CPU seconds each group used."""
+        and the CPU seconds each group used.
+        """
 
         def mib(d: dict) -> dict:
             out = {"pss_mib": d.get("pss_kib", 0) / 1024, "rss_mib": d.get("rss_kib", 0) / 1024}

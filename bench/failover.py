@@ -18,7 +18,7 @@ heartbeat smaller). The surviving ranks' teardown and the light check are not in
 overlaps them with the rewiring, and whatever they cost shows in its share.
 
 Accuracy: a run's summary.json carries "ground_truth" when the twin records its own account of every
-failover (testbed/truth.py): the error of measured total failover against the twin's truth, p50 / p99.
+failover (testbed/results/accuracy.py): the error of measured total failover against the twin's truth, p50 / p99.
 """
 
 from __future__ import annotations
@@ -42,16 +42,16 @@ from benchlib import compile_project, quiet_console, stats, write_out  # noqa: E
 from rich.console import Console  # noqa: E402
 
 from drivers.gpuhost import GpuHostSsh  # noqa: E402
-from drivers.ssh import SshSettings, SshTransport  # noqa: E402
+from drivers.transports.ssh import SshSettings, SshTransport  # noqa: E402
 from emulators.twin import TwinProcess  # noqa: E402
-from testbed.config import load_inventory, load_playbook  # noqa: E402
-from testbed.families.gpuhost.procedures import PROGRESS  # noqa: E402
+from testbed.documents import load_inventory, load_playbook  # noqa: E402
+from testbed.engine.ray_session import ray_session  # noqa: E402
+from testbed.engine.run import RunOptions  # noqa: E402
+from testbed.families.gpu_host.procedures import PROGRESS  # noqa: E402
 from testbed.lab import run_plan  # noqa: E402
 from testbed.plan import make_plan  # noqa: E402
-from testbed.runner.ray_session import ray_session  # noqa: E402
-from testbed.runner.run import RunOptions  # noqa: E402
 from testbed.steps.failover import Failover  # noqa: E402
-from testbed.twin import twin_spec  # noqa: E402
+from testbed.twin.bridge import twin_spec  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOK = REPO / "playbooks/gpu-failover.yaml"
@@ -64,7 +64,8 @@ READY = r"^ready rank \d+ world \d+ step (\d+)"
 
 def framework_failovers(trials: int, results: Path) -> dict:
     """One `testbed run` of the failover playbook: each trial's failover.total and its segments (ms), and
-    the summary's ground truth if the run has one."""
+    the summary's ground truth if the run has one.
+    """
     inv = load_inventory(INVENTORY).model
     plan = make_plan(load_playbook(PLAYBOOK, inv).model, inv, trials=trials)
     with ray_session(None):
@@ -103,7 +104,8 @@ def _free_ports(n: int) -> list[int]:
 
 class BareJob:
     """The playbook's job started and stopped the way the runner does it (GpuHostSsh.run_job per rank, same
-    command, environment, job names and working directories), with nothing else around it."""
+    command, environment, job names and working directories), with nothing else around it.
+    """
 
     def __init__(self, drivers: dict[str, GpuHostSsh], job) -> None:
         self.drivers = drivers
@@ -141,7 +143,8 @@ class BareJob:
 
     def first_step_after(self, rank: int, min_step: int | None = None) -> tuple[int, int]:
         """(monotonic ns, step) of the rank's first training step line (after its resume point, when
-        min_step is None), as received from the host."""
+        min_step is None), as received from the host.
+        """
         host, handle = self.handles[rank]
         floor = min_step
         for ev in self.drivers[host].watch(handle, heartbeat_s=0.05, progress=None, lines=None):
@@ -170,7 +173,8 @@ class BareJob:
 
 def restart_alone(restarts: int) -> list[float]:
     """ms from the first launch command to the first step (after the resume) of the rank moved to a
-    spare, `restarts` times; the job first runs past a checkpoint."""
+    spare, `restarts` times; the job first runs past a checkpoint.
+    """
     inv = load_inventory(INVENTORY).model
     job = load_playbook(PLAYBOOK, inv).model.job
     ranks = list(job.ranks)
@@ -222,7 +226,7 @@ def ground_truth_figures(truths: list[dict | None]) -> dict | None:
         ends += [r["end_error_ms"] for r in rows]
     if errors:
         abs_err = [abs(e) for e in errors]
-        # The priority the twin fired the faults at (testbed/truth.py): the figure depends on it.
+        # The priority the twin fired the faults at (testbed/results/accuracy.py): the figure depends on it.
         triggers = {t.get("trigger", "unknown") for t in truths if t}
         trigger = triggers.pop() if len(triggers) == 1 else "mixed"
         return {

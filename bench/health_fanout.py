@@ -50,10 +50,10 @@ from benchlib import ActorMemory, compile_project, quiet_console, write_out  # n
 from rich.console import Console  # noqa: E402
 
 from drivers.gpuhost import GPU_QUERY, GpuHostSsh  # noqa: E402
-from drivers.ssh import SshSettings, SshTransport  # noqa: E402
+from drivers.transports.ssh import SshSettings, SshTransport  # noqa: E402
 from emulators.twin import TwinProcess  # noqa: E402
-from testbed.config import load_inventory  # noqa: E402
-from testbed.twin import twin_spec  # noqa: E402
+from testbed.documents import load_inventory  # noqa: E402
+from testbed.twin.bridge import twin_spec  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 # The two commands GpuHostSsh.health() runs (drivers/gpuhost.py: gpus() and kernel_xids()), as one line.
@@ -72,7 +72,8 @@ def inventory_text(hosts: int) -> str:
 
 def lab_inventory(endpoints: dict, path: Path) -> Path:
     """The inventory a lab would write for the twin's hosts, which are up already: each host's address,
-    port, user, key and known_hosts (no emulated_only: runs on it are lab runs)."""
+    port, user, key and known_hosts (no emulated_only: runs on it are lab runs).
+    """
     lines = ["name: bench-lab", "devices:"]
     for name, ep in endpoints.items():
         host, _, port = ep["ssh"].rpartition(":")
@@ -105,7 +106,8 @@ def sequential(endpoints: dict) -> float:
 def parallel_connected(endpoints: dict, checks: int) -> list[float]:
     """Diagnosis, no framework: one paramiko connection per host opened beforehand, then `checks` times
     the same health check on every host at once (a thread each); seconds per check. Tells how much of
-    the testbed step is SSH and the emulated hosts on this machine rather than Ray and the runner."""
+    the testbed step is SSH and the emulated hosts on this machine rather than Ray and the runner.
+    """
     drivers = []
     for name, ep in endpoints.items():
         host, _, port = ep["ssh"].rpartition(":")
@@ -139,7 +141,8 @@ def ansible_binary() -> str | None:
 
 def ansible_inventory(endpoints: dict, path: Path) -> Path:
     """An INI inventory of the twin's hosts: address, port, user, key, and the twin's known_hosts with
-    strict host key checking (the same verification the framework's paramiko RejectPolicy does)."""
+    strict host key checking (the same verification the framework's paramiko RejectPolicy does).
+    """
     lines = ["[gpu_hosts]"]
     for name, ep in endpoints.items():
         host, _, port = ep["ssh"].rpartition(":")
@@ -167,7 +170,8 @@ def ansible_env(control_dir: Path, home: Path) -> dict:
 
 def ansible_once(binary: str, inventory: Path, forks: int, env: dict, hosts: int, cwd: Path) -> float:
     """Seconds for one `ansible all -m raw` of the health commands over every host; raises unless every
-    host answered with exit status 0 and no Xid line."""
+    host answered with exit status 0 and no Xid line.
+    """
     command = [binary, "all", "-i", str(inventory), "-m", "raw", "-a", HEALTH_COMMAND, "-f", str(forks), "-o"]
     start = time.perf_counter()
     r = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
@@ -196,7 +200,8 @@ def with_testbed(
     every health step's wall time, the cold time from the command to the end of the first one, and
     (sample_memory) the memory of the hub serving the hosts. With ray_address, the run joins that cluster;
     without emulate, `inventory` is a lab's (lab_inventory: hosts that are up already) and the run is a lab
-    run (its leases in a folder of `results`'s parent, not the machine's)."""
+    run (its leases in a folder of `results`'s parent, not the machine's).
+    """
     command = [sys.executable, "-m", "testbed", "run", str(REPO / "playbooks/gpu-health.yaml")]
     command += ["--emulate"] if emulate else []
     command += ["--inventory", str(inventory), "--trials", str(checks), "--results", str(results)]
@@ -241,9 +246,9 @@ def lab_cluster():
 # places one device hub (its process and its modules, no device), which `testbed run` must have before its first
 # device command. What is left of Ansible's cold time after it is the budget for every SSH connection and the check.
 RAY_AND_HUB = (
-    "from testbed.runner.ray_session import ray_session\n"
+    "from testbed.engine.ray_session import ray_session\n"
     "with ray_session(None) as ray:\n"
-    "    from testbed.runner.hub import DeviceHub\n"
+    "    from testbed.engine.hub import DeviceHub\n"
     "    hub = ray.remote(DeviceHub).options(num_cpus=0).remote([])\n"
     "    ray.get(hub.open_direct.remote(b'floor'), timeout=120)\n"
     "    print('up', flush=True)\n"
@@ -265,7 +270,8 @@ def ray_and_hub() -> float:
 
 def warm_session(inventory: Path, results: Path) -> float:
     """In a warm testbed.Lab (one run done): seconds from calling lab.run(gpu-health) to the end of its
-    first health step."""
+    first health step.
+    """
     import testbed
 
     with testbed.Lab(inventory, emulate=True, results=results, console=quiet_console()) as lab:

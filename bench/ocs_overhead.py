@@ -33,13 +33,13 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from emulators.twin import TwinProcess  # noqa: E402
-from testbed.config import load_inventory, load_playbook  # noqa: E402
+from testbed.documents import load_inventory, load_playbook  # noqa: E402
+from testbed.engine.ray_session import ray_session  # noqa: E402
+from testbed.engine.run import RunOptions  # noqa: E402
 from testbed.lab import run_plan  # noqa: E402
 from testbed.plan import make_plan  # noqa: E402
-from testbed.runner.ray_session import ray_session  # noqa: E402
-from testbed.runner.run import RunOptions  # noqa: E402
 from testbed.steps import ApplyStep  # noqa: E402
-from testbed.twin import twin_spec  # noqa: E402
+from testbed.twin.bridge import twin_spec  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOK = REPO / "playbooks/ocs-reconfig.yaml"

@@ -113,7 +113,8 @@ def memory_playbook(hosts: list[str] | None, switches: list[str]) -> dict:
 
 def cli_run(playbook: Path, results: Path, trials: int | None = None) -> dict:
     """One cold `testbed run PLAYBOOK --inventory opus-2048.yaml --emulate` in `results` (a new folder):
-    wall time, memory of its process tree, and what its run folder says."""
+    wall time, memory of its process tree, and what its run folder says.
+    """
     results.mkdir(parents=True)
     command = [testbed_binary(), "run", str(playbook), "--inventory", str(INVENTORY), "--emulate"]
     command += ([] if trials is None else ["--trials", str(trials)]) + ["--results", str(results)]

@@ -47,12 +47,12 @@ from rich.console import Console  # noqa: E402
 
 from emulators.spec import TwinSpec  # noqa: E402
 from emulators.twin import TwinProcess  # noqa: E402
-from testbed.config import load_inventory, load_playbook  # noqa: E402
+from testbed.documents import load_inventory, load_playbook  # noqa: E402
+from testbed.engine.ray_session import ray_session  # noqa: E402
+from testbed.engine.run import RunOptions  # noqa: E402
 from testbed.lab import run_plan  # noqa: E402
 from testbed.plan import make_plan  # noqa: E402
-from testbed.runner.ray_session import ray_session  # noqa: E402
-from testbed.runner.run import RunOptions  # noqa: E402
-from testbed.twin import twin_spec  # noqa: E402
+from testbed.twin.bridge import twin_spec  # noqa: E402
 
 RAILS = 8
 PORTS = 256
@@ -62,7 +62,8 @@ OPUS_INVENTORY = Path(__file__).resolve().parent.parent / "playbooks" / "invento
 
 def inventory_file(directory: Path, hosts: int) -> Path:
     """The shipped opus-2048.yaml for the full lab; for a smaller one, inventory_data written into `directory`
-    (a YAML variant of the file would be a second copy of the lab to keep in step; the code is one)."""
+    (a YAML variant of the file would be a second copy of the lab to keep in step; the code is one).
+    """
     if hosts == PORTS:  # every switch port cabled: the lab the file describes
         return OPUS_INVENTORY
     return write_yaml(directory / "opus-inventory.yaml", inventory_data(hosts))
@@ -169,7 +170,8 @@ def raw_rail(inventory: Path, switches: list[str], changes: int) -> list[float]:
     """Diagnosis, no framework: the same full-permutation changes driven by a minimal raw-socket script on
     each switch (one thread per switch, released together): SUB, ADD, `*OPC?`, then `PMON:POW?` until every
     egress is lit. Per change, ms from the release to the last switch lit. Tells how much of the ratio
-    is the twin (one process serving every switch) and the 2 cores rather than the framework."""
+    is the twin (one process serving every switch) and the 2 cores rather than the framework.
+    """
     inv = load_inventory(inventory).model
     with TwinProcess(twin_spec(inv, 0, only=set(switches)), start_timeout=120) as twin:
         conns = {}
@@ -220,7 +222,8 @@ def raw_rail(inventory: Path, switches: list[str], changes: int) -> list[float]:
 
 def twin_rss(spec: TwinSpec) -> dict:
     """The twin process's memory once it has announced its endpoints (everything started), and how long
-    it took to start."""
+    it took to start.
+    """
     start = time.perf_counter()
     with TwinProcess(spec, start_timeout=300) as twin:
         started = time.perf_counter() - start

@@ -148,7 +148,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 ours, plain = f["ray_alone_up_s"]["p50"], f["ray_plain_up_s"]["p50"]
                 out.append(
                     (
-                        "  Ray's start: a local instance as testbed starts it (testbed/runner/ray_local.py: its head "
+                        "  Ray's start: a local instance as testbed starts it (testbed/engine/ray_local.py: its head "
                         "in a process of its own, without the API server and the two monitors, two fixed waits cut) "
                         "vs the same by a plain `ray.init`",
                         f"up after p50 {_s(ours)} (n={f['ray_alone_up_s']['n']})",
@@ -621,7 +621,7 @@ time to its exit, to its first device command (its first `invoke` event) and to 
 before the shutdown); run.json `startup_s` gives the phases. Baselines, the order turning by round: a fresh
 Python that starts a local Ray instance exactly as testbed does (`ray_session`) and shuts it down; and the same
 instance started by a plain `ray.init` (the same bounds, loopback, no dashboard) in the same process, which
-starts every head process and keeps the two fixed waits that `testbed/runner/ray_local.py` leaves out and cuts.
+starts every head process and keeps the two fixed waits that `testbed/engine/ray_local.py` leaves out and cuts.
 Warm: one
 `testbed.Lab(emulate=True)` in the benchmark's process, a first `lab.run` of the same playbook, then more runs;
 for each, from calling `lab.run` to its first `invoke` event (both on this machine's CLOCK_MONOTONIC).""",

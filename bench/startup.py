@@ -12,7 +12,7 @@
     after the table. Baseline, in alternating rounds: a fresh Python process that starts a local Ray
     instance as testbed does and shuts it down (ray_session), the floor of any tool built on Ray; and the
     same instance started by a plain ray.init in the same process, with every head process and the two fixed
-    waits that testbed/runner/ray_local.py leaves out and cuts.
+    waits that testbed/engine/ray_local.py leaves out and cuts.
 (b) Warm: in one process, `testbed.Lab(emulate=True)`, one run of the same playbook, then --warm-runs more:
     for each, the time from calling `lab.run` to its first device command going out (its first `invoke`
     event; both clocks are this machine's CLOCK_MONOTONIC). The first run's is the cold figure of a session.
@@ -41,7 +41,7 @@ INVENTORY = REPO / "playbooks" / "inventory" / "emulated-rack.yaml"
 PHASES = ("twin", "ray", "hubs", "clocks", "identify", "to_first_command")
 RAY_ALONE = (
     "import time; t = time.monotonic()\n"
-    "from testbed.runner.ray_session import ray_session\n"
+    "from testbed.engine.ray_session import ray_session\n"
     "with ray_session(None) as ray:\n"
     "    up = time.monotonic() - t\n"
     "print(up)\n"
@@ -51,7 +51,7 @@ RAY_PLAIN = (
     "import os, time; t = time.monotonic()\n"
     "os.environ.setdefault('RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER', '0')\n"
     "import ray\n"
-    "from testbed.runner.ray_local import LOCAL_CPUS, LOCAL_OBJECT_STORE_BYTES\n"
+    "from testbed.engine.ray_local import LOCAL_CPUS, LOCAL_OBJECT_STORE_BYTES\n"
     "ray.init(address='local', num_cpus=LOCAL_CPUS, object_store_memory=LOCAL_OBJECT_STORE_BYTES,\n"
     "         _node_ip_address='127.0.0.1', include_dashboard=False, log_to_driver=False, configure_logging=False)\n"
     "up = time.monotonic() - t\n"
@@ -91,7 +91,8 @@ def cold_cli(results: Path) -> dict:
 
 def ray_alone(plain: bool = False) -> dict:
     """A fresh Python that starts a local Ray instance as testbed does (plain: with Ray's own fixed waits, as a
-    bare ray.init starts it), then shuts it down."""
+    bare ray.init starts it), then shuts it down.
+    """
     start = time.monotonic()
     script = RAY_PLAIN if plain else RAY_ALONE
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)

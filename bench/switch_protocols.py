@@ -53,13 +53,13 @@ from rich.table import Table  # noqa: E402
 
 from emulators.frontends import TWIN_PASSWORD  # noqa: E402
 from emulators.twin import TwinProcess  # noqa: E402
-from testbed.config import load_inventory, load_playbook  # noqa: E402
+from testbed.documents import load_inventory, load_playbook  # noqa: E402
+from testbed.engine.ray_session import ray_session  # noqa: E402
+from testbed.engine.run import RunOptions  # noqa: E402
 from testbed.lab import run_plan  # noqa: E402
 from testbed.plan import make_plan  # noqa: E402
-from testbed.runner.ray_session import ray_session  # noqa: E402
-from testbed.runner.run import RunOptions  # noqa: E402
 from testbed.steps import ApplyStep  # noqa: E402
-from testbed.twin import twin_spec  # noqa: E402
+from testbed.twin.bridge import twin_spec  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 RECONFIG = REPO / "playbooks/ocs-reconfig.yaml"
@@ -291,7 +291,8 @@ RAW = {
 
 def failover_run(inventory_file: Path, trials: int, results: Path) -> dict[str, list[float]]:
     """One `testbed run playbooks/gpu-failover.yaml --emulate --inventory <inv>`: each trial's failover.<segment>
-    (ms), as bench/failover.py reads them."""
+    (ms), as bench/failover.py reads them.
+    """
     inv = load_inventory(inventory_file).model
     plan = make_plan(load_playbook(FAILOVER, inv).model, inv, trials=trials)
     outcome = run_plan(plan, RunOptions(str(FAILOVER), str(inventory_file), results, emulate=True), quiet_console())
@@ -321,7 +322,8 @@ def ratio_interval(values, baseline, draws: int = 2000) -> list[float]:
 
 def measure(reconfigs: int = 90, trials: int = 10, rounds: int = 2, console: Console | None = None) -> dict:
     """Alternating rounds, per protocol: the raw client and `testbed run` of ocs-reconfig, then the failover
-    playbook; returns the figures in ms."""
+    playbook; returns the figures in ms.
+    """
     console = console or Console()
     names = list(PROTOCOLS)
     raw: dict[str, list[float]] = {p: [] for p in names}

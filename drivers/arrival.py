@@ -36,7 +36,8 @@ STALE_NS = 1_000_000_000  # a stamp this old (or from the future) means the wall
 class RxStampedSocket(socket.socket):
     """A TCP socket whose `recv`, once `start_stamping` was called, keeps the kernel's receive stamp of what
     it returned (`last_rx_ns`, on CLOCK_MONOTONIC; None when the kernel gave none, e.g. for the first
-    segments after stamping starts)."""
+    segments after stamping starts).
+    """
 
     last_rx_ns: int | None = None
     stamping = False
@@ -69,7 +70,8 @@ class RxStampedSocket(socket.socket):
 
 def rx_stamped(sock: socket.socket) -> socket.socket:
     """The same connection as a socket that keeps kernel receive stamps (the socket as it is where the
-    kernel cannot stamp). `sock` must not be used afterwards."""
+    kernel cannot stamp). `sock` must not be used afterwards.
+    """
     if SO_TIMESTAMPNS is None:
         return sock
     timeout = sock.gettimeout()
@@ -80,7 +82,8 @@ def rx_stamped(sock: socket.socket) -> socket.socket:
 
 class Arrivals:
     """When each piece of a channel's stdout reached this machine: (end offset, monotonic ns) per piece,
-    read back in order with `take` as the channel's bytes are read."""
+    read back in order with `take` as the channel's bytes are read.
+    """
 
     def __init__(self, channel: paramiko.Channel) -> None:
         self._pieces: deque[list[int]] = deque()  # [bytes left, ns]: appended by the transport thread

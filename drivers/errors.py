@@ -85,7 +85,8 @@ class InterlockError(DeviceError):
 
 def switch_ports_hint(size: tuple[int, int] | None, ask: Callable[[], tuple[int, int]]) -> str | None:
     """What to change when a circuit switch refused a port: the ports it has. `size` is (ingress, egress) if
-    the driver knows it already, else `ask()` asks the switch once; None when the switch cannot say."""
+    the driver knows it already, else `ask()` asks the switch once; None when the switch cannot say.
+    """
     if size is None:
         try:
             size = ask()

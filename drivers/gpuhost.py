@@ -1,4 +1,4 @@
-"""GpuHost over SSH: nvidia-smi CSV, background jobs with a log file each, signals (testbed.capabilities).
+"""GpuHost over SSH: nvidia-smi CSV, background jobs with a log file each, signals (drivers.capabilities).
 
 Everything is plain POSIX shell + nvidia-smi, so the same calls work on a lab host's OpenSSH server and
 on an emulated host. A job is started as
@@ -24,10 +24,9 @@ import shlex
 import time
 from collections.abc import Iterator, Mapping
 
-from testbed.capabilities import GpuInfo, GpuProcess, Identity, JobHandle, JobStatus, WatchEvent
-
-from .errors import DeviceCommandError, DeviceError, DeviceProtocolError, DeviceTimeout
-from .ssh import ExecResult, SshTransport
+from drivers.capabilities import GpuInfo, GpuProcess, Identity, JobHandle, JobStatus, WatchEvent
+from drivers.errors import DeviceCommandError, DeviceError, DeviceProtocolError, DeviceTimeout
+from drivers.transports.ssh import ExecResult, SshTransport
 
 GPU_QUERY = "index,name,uuid,pci.bus_id,memory.total,memory.used,utilization.gpu,temperature.gpu,power.draw"
 GPUS_ARGS = f"--query-gpu={GPU_QUERY} --format=csv,noheader,nounits"
@@ -44,9 +43,10 @@ PS_STAT = re.compile(r"^[DIPRSTtWXZ][<NLsl+]*$")  # `ps -o stat=`: a state lette
 NUMBER = re.compile(r"^[0-9]{1,18}$")
 XID = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
 SMI_FORMAT_HINT = "this nvidia-smi prints a format the driver does not know; report it with the output"
-STRAGGLE_AGENT = "testbed-straggle"  # host.straggle's duty-cycle agent, installed with testbed (docs/faults.md)
+STRAGGLE_AGENT = "testbed-straggle"  # host.straggle's duty-cycle agent, one of testbed's host-side programs
 INSTALL_AGENT = (
-    "host.straggle needs testbed installed on the host: it provides testbed-straggle, as it does testbed-train"
+    "host.straggle needs testbed's host-side programs on the host (testbed-straggle, as for testbed-train): "
+    "docs/jobs.md, 'The programs a GPU host runs'"
 )
 
 
@@ -103,7 +103,8 @@ class GpuHostSsh:
 
     def _split_status(self, r: ExecResult, out: str) -> tuple[str, int, str]:
         """(nvidia-smi's output, its exit status, what followed) from `out`, a compound command's output in
-        which `echo STATUS_MARK $?` followed nvidia-smi."""
+        which `echo STATUS_MARK $?` followed nvidia-smi.
+        """
         smi_out, found, rest = out.partition(f"{STATUS_MARK} ")
         status, _, after = rest.partition("\n")
         if not found or not status.strip().isascii() or not status.strip().isdigit():
@@ -302,7 +303,8 @@ class GpuHostSsh:
     def stop_job(self, job: JobHandle, grace_s: float = 5.0, poll_s: float = 0.05) -> str:
         """SIGTERM the job's process group (and SIGCONT, should it be stopped); SIGKILL after grace_s.
 
-        Returns "not running", "terminated" or "killed"."""
+        Returns "not running", "terminated" or "killed".
+        """
         r = self.exec(f"kill -TERM -- -{int(job.pid)}", check=False)
         if r.status != 0:
             return "not running"
@@ -319,7 +321,7 @@ class GpuHostSsh:
         stat = self.exec(f"ps -o stat= -p {int(pid)}", check=False).stdout.strip()
         return bool(stat) and stat[0] not in "ZX"
 
-    # --- the straggler agent (host.straggle on a lab; testbed/workload/straggle.py) ------------
+    # --- the straggler agent (host.straggle on a lab; hostside/straggle_agent.py) ------------
 
     def start_straggle(
         self, job: JobHandle, duty: float, period_ms: float, *, timeout_s: float = 30.0, heartbeat_s: float = 0.02
@@ -331,7 +333,8 @@ class GpuHostSsh:
         It runs in a session of its own, outlives this SSH channel, and times the cycle on the host. Its
         log is `straggle-PID.log` in the job's folder. Waits (following the log) for the agent's start line,
         which it prints once it has stopped the group the first time. Returns (the agent's pid, the moment
-        that line arrived here in monotonic ns, the log)."""
+        that line arrived here in monotonic ns, the log).
+        """
         if not 0.0 < float(duty) < 1.0 or not 0.0 < float(period_ms) < float("inf"):
             raise ValueError(f"need 0 < duty < 1 and period_ms > 0, got duty={duty!r}, period_ms={period_ms!r}")
         log = straggle_log(job)
@@ -397,7 +400,8 @@ class GpuHostSsh:
 
     def straggle_agents(self, pid: int) -> list[int]:
         """The pids of the duty-cycle agents this host runs on pid's group (found by their command line; the
-        `[t]` keeps the shell running pgrep from matching its own command line)."""
+        `[t]` keeps the shell running pgrep from matching its own command line).
+        """
         pattern = f"[t]estbed-straggle --pid {int(pid)}( |$)"
         r = self.exec(f"pgrep -f {shlex.quote(pattern)}", check=False)
         found = r.stdout.split()
@@ -422,7 +426,8 @@ class GpuHostSsh:
         Returns {"agents": [{"pid", "result": "terminated" | "killed"}], "agent": what became of `agent`
         ("not running" if pgrep did not list it; None if not given),
         "left_stopped": whether the group's leader was still stopped once the agents were gone,
-        "rank": "continued" or "not running"}."""
+        "rank": "continued" or "not running"}.
+        """
         agents = self.straggle_agents(job.pid)
         ended: dict[int, str] = {}
         if agents:
@@ -472,7 +477,8 @@ class GpuHostSsh:
         "exited" once the process has died (noticed by the host's tail within heartbeat_s). A line's time is
         its arrival on this machine (never earlier than the line before); an idle's is when the silence was
         noticed, so a line read just after a tick can carry an earlier time than the tick. Stop iterating
-        (or close the generator) to end the watch early; that closes the channel."""
+        (or close the generator) to end the watch early; that closes the channel.
+        """
         if not heartbeat_s > 0:
             raise ValueError(f"heartbeat_s must be > 0, got {heartbeat_s!r}")
         rx = re.compile(progress) if progress else None
@@ -510,7 +516,8 @@ class GpuHostSsh:
 
         ok is false when nvidia-smi fails (driver gone), a GPU is lost or the kernel log holds an Xid line
         (since boot: compare `xids` with an earlier probe to see new ones). A kernel log that cannot be
-        read is reported in kernel_log_error and does not make the host unhealthy on its own."""
+        read is reported in kernel_log_error and does not make the host unhealthy on its own.
+        """
         error = kernel_error = None
         # One exec for both (a round trip and a channel fewer per probe): nvidia-smi, its exit status, dmesg.
         r = self.exec(f"nvidia-smi {GPUS_ARGS} ; echo {STATUS_MARK} $? ; dmesg", check=False)

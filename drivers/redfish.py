@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from .audit import AuditSink, record
-from .errors import DeviceCommandError, DeviceConnectionError, DeviceError, DeviceProtocolError, DeviceTimeout
+from drivers.audit import AuditSink, record
+from drivers.errors import DeviceCommandError, DeviceConnectionError, DeviceError, DeviceProtocolError, DeviceTimeout
 
 ROOT = "/redfish/v1"
 
@@ -60,7 +60,8 @@ class RedfishSettings:
 
 class RedfishBmc:
     """One BMC session (opened on first use, closed by `close`). `device` is the host the BMC powers: every
-    error names it, with the BMC's address."""
+    error names it, with the BMC's address.
+    """
 
     def __init__(self, settings: RedfishSettings, device: str, audit: AuditSink | None = None) -> None:
         self.settings = settings
@@ -88,7 +89,8 @@ class RedfishBmc:
 
     def reset(self, kind: str) -> tuple[int, int]:
         """POST ComputerSystem.Reset with ResetType `kind`; returns the monotonic ns just before the request
-        went out and just after its answer came back (the reset happened in between)."""
+        went out and just after its answer came back (the reset happened in between).
+        """
         system = self._system_info()
         allowed = system["allowed"]
         if allowed is not None and kind not in allowed:
@@ -378,7 +380,8 @@ class RedfishBmc:
 
     def _http_error(self, resp: Any, sent: str, what: str) -> DeviceError:
         """A request the BMC answered with an error: its status and its Redfish messages (MessageId, Message),
-        and what to change (the BMC's Resolution if it gave one)."""
+        and what to change (the BMC's Resolution if it gave one).
+        """
         messages, resolutions = _extended_info(resp)
         received = f"HTTP {resp.status}" + (": " + " | ".join(messages) if messages else f": {_clip(_text(resp))}")
         if resolutions:

@@ -49,7 +49,8 @@ class TwinControl:
 
     def call_at(self, at_ns: int, device: str, op: str, **args: Any) -> Any:
         """Run `op` on `device` at CLOCK_MONOTONIC at_ns (the twin shares this machine's clock) and return its
-        result once it has run. Raises TriggerMissed if the request reached the twin too late."""
+        result once it has run. Raises TriggerMissed if the request reached the twin too late.
+        """
         return self._request({"device": device, "op": op, "args": args, "at_ns": int(at_ns)})
 
     def _request(self, payload: dict[str, Any]) -> Any:

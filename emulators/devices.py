@@ -16,8 +16,8 @@ from typing import Any, Protocol
 from emulators.endpoints import PtyEndpoint, TcpEndpoint
 from emulators.frontends import frontend_class
 from emulators.kinds import adapter_class
-from emulators.polatis import PolatisEngine
-from emulators.replay import ScpiReplay, engine_with
+from emulators.scpi.ocs import PolatisEngine
+from emulators.scpi.replay import ScpiReplay, engine_with
 from emulators.spec import OcsSpec
 
 
@@ -39,7 +39,8 @@ def build_device(spec: Any, kinds: Mapping[str, tuple[str, str]] | None = None) 
 class OcsDevice:
     """An optical circuit switch: one switch model, served on the interfaces its spec lists (OcsSpec.frontends):
     SCPI on a TCP port (LAN, 5025 in the lab) and a raw pty (RS-232 console), and the front ends of
-    emulators/frontends.py (TL1, NETCONF), all on one engine, as one switch has all of them."""
+    emulators/frontends.py (TL1, NETCONF), all on one engine, as one switch has all of them.
+    """
 
     kind = "ocs"
 
@@ -66,7 +67,8 @@ class OcsDevice:
     def replay_session(spec: OcsSpec, circuits: dict | None):
         """A fresh engine in the state a run found the switch in, behind the front end the run's driver spoke
         (the one its spec lists besides SCPI, else SCPI), for replaying that run's audit log (`testbed
-        replay`, emulators/replay.py). None for a front end that cannot replay."""
+        replay`, emulators/scpi/replay.py). None for a front end that cannot replay.
+        """
         engine = engine_with(spec, circuits)
         others = [name for name in spec.frontends if name != "scpi"]
         if not others:

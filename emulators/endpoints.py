@@ -1,7 +1,7 @@
 """Serve a line-oriented protocol engine on real endpoints: a TCP port and a raw pseudo-terminal.
 
 Each connection gets its own engine session (parser state, reply order) over the shared device state.
-Replies carry the earliest time they may leave (see emulators/scpi.py); a per-connection queue sends
+Replies carry the earliest time they may leave (see emulators/scpi/engine.py); a per-connection queue sends
 them in order with loop.call_at, so a reply is never early and, on an idle machine, about 0.1-0.2 ms
 late (see precise_event_loop).
 """
@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from emulators.scpi import Reply
+from emulators.scpi.engine import Reply
 
 MAX_LINE = 64 * 1024  # a client streaming bytes without a terminator must not eat the twin's memory
 MAX_PENDING_OUTPUT = 1024 * 1024  # a PTY nobody reads: drop output beyond this, like a full UART FIFO

@@ -1,5 +1,5 @@
 """The management interfaces an emulated switch may have besides SCPI: each a front end on the one switch
-model (emulators/polatis.py's PolatisEngine: circuits, switching time, dark moving ports, light), as one real
+model (emulators/scpi/ocs.py's PolatisEngine: circuits, switching time, dark moving ports, light), as one real
 switch answers on SCPI, TL1 and NETCONF at once. The twin starts the front ends a switch's spec lists
 (OcsSpec.frontends), so it serves what the inventory's driver speaks.
 
@@ -8,7 +8,7 @@ A front end is a class `Frontend(engine, spec)` with `async start(loop) -> {role
 
 The emulated switches accept their user (OcsSpec.user) with TWIN_PASSWORD: a twin listens on 127.0.0.1
 only, so the password is no secret; the framework hands it to its drivers through the environment variable
-TWIN_PASSWORD_ENV (testbed/twin.py), never through a file.
+TWIN_PASSWORD_ENV (testbed/twin/bridge.py), never through a file.
 """
 
 from __future__ import annotations

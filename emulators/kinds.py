@@ -3,7 +3,8 @@ imported only when a twin serves that kind.
 
 The built-in kinds are below; a twin spec can name more (TwinSpec.kinds: a device family from another
 package brings its own emulator, and the testbed side puts its references in the spec it sends). An adapter
-starts the device's endpoints and answers its control ops (emulators.devices.EmulatedDevice)."""
+starts the device's endpoints and answers its control ops (emulators.devices.EmulatedDevice).
+"""
 
 from __future__ import annotations
 

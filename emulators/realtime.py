@@ -30,10 +30,9 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 RT_PRIORITY = 1  # the lowest real-time priority: ahead of every normal thread, behind the kernel's own
 # The thread wakes this long before its moment and waits out the rest awake, holding the GIL: a sleeping
-# thread is woken late by whatever else runs on the machine (on 2 busy cores, 1.2 ms at p99), and another
-# thread holding the GIL can be preempted while it does. Holding it stalls the process's other threads for
-# this long once per timed op, before the op: 100 failovers, lateness p99 1.9 ms waking 0.1 ms early
-# without holding, 1.2 ms like this.
+# thread is woken late by whatever else runs on the machine, and another thread holding the GIL can be
+# preempted while it does. Holding it stalls the process's other threads for this long once per timed op,
+# before the op (docs/tuning.md, "The twin's timing").
 WAKE_EARLY_NS = 1_000_000
 HOLD_GIL_S = 0.005  # the switch interval while waiting awake: longer than the wait, so kept
 
@@ -41,7 +40,8 @@ HOLD_GIL_S = 0.005  # the switch interval while waiting awake: longer than the w
 @contextlib.contextmanager
 def realtime_thread() -> Iterator[bool]:
     """The calling thread at SCHED_FIFO for the block, where permitted; yields whether it is. The thread's
-    policy and priority from before are restored after."""
+    policy and priority from before are restored after.
+    """
     if not hasattr(os, "SCHED_FIFO"):  # not Linux/BSD: nothing to ask for
         yield False
         return
@@ -59,7 +59,8 @@ def realtime_thread() -> Iterator[bool]:
 
 class SharedSetting:
     """A process-wide setting on while any thread needs it: the first to enter turns it on (`on` returns what
-    `off` needs to put it back), the last to leave turns it back."""
+    `off` needs to put it back), the last to leave turns it back.
+    """
 
     def __init__(self, on: Callable[[], Any], off: Callable[[Any], Any]) -> None:
         self._on, self._off = on, off
@@ -84,7 +85,8 @@ class SharedSetting:
 
 def _raise_switch_interval() -> float:
     """HOLD_GIL_S as the switch interval; returns the one to set back. The interpreter keeps whole
-    microseconds and reads them back as a float just below: set back as read, it would lose one each time."""
+    microseconds and reads them back as a float just below: set back as read, it would lose one each time.
+    """
     before = round(sys.getswitchinterval(), 6)
     sys.setswitchinterval(HOLD_GIL_S)
     return before
@@ -115,10 +117,11 @@ def run_at(
 
     `lock` is the one `op` will take, taken here before the last millisecond at the normal switch interval.
     Taken by `op` at the moment instead, from a thread that holds it (a host's shell command reading /proc),
-    `op` would give up the GIL to that thread and wait for it back through the raised interval. 200
-    failovers: 3 faults 0.75-1.84 ms late that way; with the lock taken first, none more than 0.23 ms."""
+    `op` would give up the GIL to that thread and wait for it back through the raised interval
+    (docs/tuning.md, "The twin's timing").
+    """
     # No automatic collection from now until the op has run: one starting in the last milliseconds would
-    # hold the GIL through the moment (a young generation takes 0.2-2 ms in the twin).
+    # hold the GIL through the moment.
     with GC_PAUSED(), realtime_thread() as realtime:
         while (left := at_ns - time.monotonic_ns()) > WAKE_EARLY_NS:
             time.sleep((left - WAKE_EARLY_NS) / 1e9)

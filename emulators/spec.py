@@ -1,6 +1,6 @@
 """What the twin must emulate: plain data, JSON-serialisable, so the twin can run in its own process.
 
-The testbed core builds a TwinSpec from the inventory (testbed/twin.py); the emulators package never
+The testbed core builds a TwinSpec from the inventory (testbed/twin/bridge.py); the emulators package never
 imports the testbed core.
 """
 

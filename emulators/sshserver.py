@@ -23,7 +23,8 @@ def _handle_request_then_answered(channel: paramiko.Channel, m: paramiko.Message
 
 class AnsweringTransport(paramiko.Transport):
     """paramiko's server transport, calling its server interface's `answered(chanid)` once a channel request
-    has been answered."""
+    has been answered.
+    """
 
     _channel_handler_table = {
         **paramiko.Transport._channel_handler_table,

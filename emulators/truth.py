@@ -43,7 +43,8 @@ class GroundTruth:
 
     def reopen(self, path: str | Path) -> None:
         """Append to another file from now on: a warm session's twin outlives its runs, each of which keeps
-        its own ground truth in its own folder."""
+        its own ground truth in its own folder.
+        """
         with self._lock:
             self._file.close()
             self.path = Path(path)

@@ -144,7 +144,8 @@ class TwinServer:
 
     def _start_bmcs(self) -> None:
         """Every emulated GPU host gets a BMC speaking Redfish over HTTPS (emulators/redfish), all served by
-        one thread: its ForceOff / On are the host's own power_off / power_on."""
+        one thread: its ForceOff / On are the host's own power_off / power_on.
+        """
         hosts = {n: d for n, d in self.devices.items() if d.kind == "gpu_host" and hasattr(d, "engine")}
         if not hosts:
             return
@@ -170,7 +171,8 @@ class TwinServer:
     async def _serve_proxy_api(self) -> None:
         """Toxiproxy's HTTP API over the twin's own proxies (one server, the same FaultProxy objects the
         proxy.* ops drive), announced with each proxied device as "proxy_api" (http://127.0.0.1:PORT) and
-        "proxy" (its name there): what a lab's inventory names in `fault_proxy:` (testbed emulate --fault-proxy)."""
+        "proxy" (its name there): what a lab's inventory names in `fault_proxy:` (testbed emulate --fault-proxy).
+        """
         self.proxy_api = ProxyServer("127.0.0.1", 0)
         self.proxy_api.proxies = self.proxies  # shared: a toxic added either way is on the same proxy
         address = await self.proxy_api.start()
@@ -355,11 +357,9 @@ _PROXY_OPS = {
 
 def serve(spec: TwinSpec, *, exit_on_stdin_eof: bool = False, out: IO[str] | None = None) -> int:
     """Run the twin in this process until SIGTERM/SIGINT (or stdin EOF); returns the exit code."""
-    # Many threads share the GIL here (SSH channels, `tail -F` loops, job output copiers, the loop). With
-    # the default 5 ms switch interval a woken thread can wait that long behind a busy one, and the twin
-    # would deliver a job's output milliseconds later than a real host does. A step line passes three
-    # threads here (copier, `tail -F`, the SSH channel) while the loop relays the ranks' all-reduce:
-    # against 0.5 ms, 0.1 ms lowered the failover's median error against the ground truth by ~0.2 ms.
+    # Many threads share the GIL here (SSH channels, `tail -F` loops, job output copiers, the loop). At the
+    # default switch interval a woken thread can wait that long behind a busy one, and the twin would deliver
+    # a job's output later than a real host does (docs/tuning.md, "The twin's timing").
     sys.setswitchinterval(GIL_SWITCH_S)
     loop = precise_event_loop()
     asyncio.set_event_loop(loop)
@@ -377,8 +377,8 @@ async def _serve(spec: TwinSpec, exit_on_stdin_eof: bool, out: IO[str]) -> int:
         loop.add_signal_handler(sig, stop.set)
     endpoints = await server.start()
     # Everything built so far (devices, keys, paramiko, the loop) lives as long as the twin: out of the
-    # collector's sight, a full collection no longer walks it. Measured over 30 failovers: the twin's
-    # full collections stopped every thread for 28-32 ms each; after this, 2.3 ms.
+    # collector's sight, a full collection does not walk it, and stops every thread for far less
+    # (docs/tuning.md, "The twin's timing").
     gc.freeze()
     out.write(json.dumps(endpoints.to_json()) + "\n")  # the one line the parent waits for
     out.flush()

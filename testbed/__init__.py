@@ -3,7 +3,7 @@
 The names below are the public API for other packages (a device family, a driver, a step kind, a fault kind)
 and for scripts; everything else is private to its module and may change. See docs/architecture.md.
 
-They are loaded on first use: the drivers import testbed.capabilities, and that must not load the engine.
+They are loaded on first use: the drivers import drivers.capabilities, and that must not load the engine.
 """
 
 from __future__ import annotations
@@ -14,23 +14,23 @@ __version__ = "0.1.0"
 
 _PUBLIC = {
     # what a device can do (typing.Protocols) and what it says about itself
-    "CircuitSwitch": "testbed.capabilities",
-    "PhotonicMesh": "testbed.capabilities",
-    "GpuHost": "testbed.capabilities",
-    "Identity": "testbed.capabilities",
+    "CircuitSwitch": "drivers.capabilities",
+    "PhotonicMesh": "drivers.capabilities",
+    "GpuHost": "drivers.capabilities",
+    "Identity": "drivers.capabilities",
     # device families
     "DeviceFamily": "testbed.families",
     "ProcedureSpec": "testbed.families",
     "TwinSupport": "testbed.families",
     "FAMILIES": "testbed.families",
-    "ProcedureContext": "testbed.procedures.context",
+    "ProcedureContext": "testbed.families.context",
     "DeviceConfig": "testbed.config.device",
     "SwitchConfig": "testbed.config.device",
     "TransportConfig": "testbed.config.transports",
     "TRANSPORTS": "testbed.config.device",
-    "Policy": "testbed.interlocks",
+    "Policy": "testbed.families.interlocks",
     # drivers
-    "DriverSpec": "drivers.registry",
+    "DriverSpec": "testbed.families.drivers",
     # step kinds
     "StepModel": "testbed.steps",
     "Planned": "testbed.steps",
@@ -46,23 +46,23 @@ _PUBLIC = {
     "ConnectionTarget": "testbed.faults",
     "FAULT_KINDS": "testbed.faults",
     # the registries' common type
-    "Registry": "testbed.registry",
+    "Registry": "testbed.contracts.registry",
     # inventories, playbooks, plans
-    "load_inventory": "testbed.config",
-    "load_playbook": "testbed.config",
+    "load_inventory": "testbed.documents",
+    "load_playbook": "testbed.documents",
     "make_plan": "testbed.plan",
     "PlanError": "testbed.plan",
     # a warm session on a lab (IPython, Jupyter) and the runs it makes
     "Lab": "testbed.lab",
-    "Run": "testbed.runner.run",
+    "Run": "testbed.engine.run",
     # results
     "Op": "testbed.events",
     "Event": "testbed.events",
     "read_jsonl": "testbed.events",
     # errors
-    "UserError": "testbed.errors",
-    "ConfigError": "testbed.errors",
-    "ExperimentFailed": "testbed.errors",
+    "UserError": "testbed.contracts.errors",
+    "ConfigError": "testbed.contracts.errors",
+    "ExperimentFailed": "testbed.contracts.errors",
 }
 
 __all__ = sorted(_PUBLIC)

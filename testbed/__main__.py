@@ -1,3 +1,3 @@
-from testbed.cli import entry
+from testbed.cli.main import entry
 
 entry()

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from testbed.config.inventory import Inventory
-from testbed.errors import UserError
-from testbed.runner.ray_session import RayStart
+from testbed.contracts.errors import UserError
+from testbed.documents.inventory import Inventory
+from testbed.engine.ray_session import RayStart
 
 DEFAULT_INVENTORY = "playbooks/inventory/emulated-rack.yaml"
 
@@ -43,7 +43,7 @@ class Lab:
     where progress goes (a quiet one: rich.console.Console(quiet=True)); loaded: that file's inventory,
     already loaded (it is not read again); wait_for_leases: on a lab, wait for devices other users or runs hold
     (docs/leases.md) instead of refusing the run; ray_start: Ray's start, begun already for this Lab
-    (testbed.runner.ray_session.RayStart: `testbed run` begins it before it loads its files), which the Lab
+    (testbed.engine.ray_session.RayStart: `testbed run` begins it before it loads its files), which the Lab
     then owns.
     """
 
@@ -59,7 +59,7 @@ class Lab:
         wait_for_leases: bool = False,
         ray_start: RayStart | None = None,
     ) -> None:
-        from testbed.config import load_inventory
+        from testbed.documents import load_inventory
 
         self.inventory_file = str(inventory)
         self.inventory = loaded if loaded is not None else load_inventory(self.inventory_file).model
@@ -71,14 +71,14 @@ class Lab:
         if not emulate:
             _require_a_lab(self.inventory, self.inventory_file)
         self._ray = ray_start if ray_start is not None else RayStart(ray_address)  # starts now
-        self._devices = None  # testbed.runner.devices.Devices, while they serve
+        self._devices = None  # testbed.engine.devices.Devices, while they serve
         self._closed = False
 
     # -- runs -----------------------------------------------------------------------------------------
 
     def plan(self, playbook: str | Path, *, trials: int | None = None, seed: int | None = None):
         """The plan `run` would execute (testbed.plan.Plan; `testbed plan` prints the same)."""
-        from testbed.config import load_playbook
+        from testbed.documents import load_playbook
         from testbed.plan import make_plan
 
         model = load_playbook(str(playbook), self.inventory).model
@@ -93,11 +93,12 @@ class Lab:
         yes: bool = False,
         playbook_file: str | None = None,
     ):
-        """Run a playbook (a file, or a Plan from `plan`) and return its testbed.runner.run.Run: `.folder`,
+        """Run a playbook (a file, or a Plan from `plan`) and return its testbed.engine.run.Run: `.folder`,
         `.status`, `.summary`, `.spans` (rows for pandas), `.events()`. On a real lab a run that writes to
-        devices needs yes=True (the CLI asks, or takes --yes); playbook_file names a Plan's file in run.json."""
+        devices needs yes=True (the CLI asks, or takes --yes); playbook_file names a Plan's file in run.json.
+        """
+        from testbed.engine.run import RunOptions, execute_run
         from testbed.plan import Plan
-        from testbed.runner.run import RunOptions, execute_run
 
         if self._closed:
             raise UserError("this Lab is closed; make a new one")
@@ -111,7 +112,7 @@ class Lab:
         return execute_run(plan, options, self.console, self._devices_for)
 
     def _devices_for(self, plan, truth_log: Path, run_id: str):
-        from testbed.runner.devices import bring_up, devices_key
+        from testbed.engine.devices import bring_up, devices_key
 
         current = self._devices
         if current is not None and current.key == devices_key(plan, self.emulate) and _still_up(current):
@@ -157,10 +158,11 @@ class Lab:
         return f"Lab({self.inventory_file!r}, {mode}, {state})"
 
 
-def run_plan(plan, options, console: Console):
-    """One run on devices brought up for it alone (what `testbed run` does) -> testbed.runner.run.Run. The
-    caller has confirmed any write to a real lab. `options` is a testbed.runner.run.RunOptions."""
-    with Lab(
+def one_run_lab(plan, options, console: Console, ray_start=None) -> Lab:
+    """The session one run is made in (what `testbed run` does): its devices are brought up for it alone.
+    `options` is a testbed.engine.run.RunOptions; `ray_start` a Ray start already under way, if any.
+    """
+    return Lab(
         options.inventory_file,
         emulate=options.emulate,
         ray_address=options.ray_address,
@@ -168,7 +170,15 @@ def run_plan(plan, options, console: Console):
         console=console,
         loaded=plan.inventory,
         wait_for_leases=options.wait_for_leases,
-    ) as lab:
+        ray_start=ray_start,
+    )
+
+
+def run_plan(plan, options, console: Console):
+    """One run on devices brought up for it alone -> testbed.engine.run.Run. The caller has confirmed any write
+    to a real lab.
+    """
+    with one_run_lab(plan, options, console) as lab:
         return lab.run(plan, playbook_file=options.playbook_file, yes=True)
 
 
@@ -189,7 +199,8 @@ def _require_a_lab(inventory: Inventory, inventory_file: str) -> None:
 def refuse_on_a_lab(plan, inventory_file: str, *, confirmed: bool) -> None:
     """What a run on a real lab refuses before anything starts: an emulated-only inventory, a fault kind only
     the twin can apply (each kind says: its `lab_support`) or that the devices it may hit cannot take (a kind
-    with `lab_refusal(inventory, devices)`: host.power_off on a host without a BMC), a write nobody confirmed."""
+    with `lab_refusal(inventory, devices)`: host.power_off on a host without a BMC), a write nobody confirmed.
+    """
     from testbed.faults import FAULT_KINDS
 
     _require_a_lab(plan.inventory, inventory_file)
@@ -215,7 +226,8 @@ def refuse_on_a_lab(plan, inventory_file: str, *, confirmed: bool) -> None:
 
 def _fault_targets(plan, kind: str) -> list[str]:
     """The devices the plan's faults of `kind` may hit: the device a connection fault names, the host of a
-    rank fault's rank and, when the plan has a failover (which moves a rank to a spare), the spares."""
+    rank fault's rank and, when the plan has a failover (which moves a rank to a spare), the spares.
+    """
     from testbed.faults import FAULT_KINDS
     from testbed.steps.failover import FailoverStep
 

@@ -12,8 +12,9 @@ import random
 from dataclasses import dataclass, field, replace
 
 from testbed.config.device import SwitchConfig
-from testbed.config.inventory import Inventory
-from testbed.config.playbook import Configuration, Playbook
+from testbed.config.sections import Configuration
+from testbed.documents.inventory import Inventory
+from testbed.documents.playbook import Playbook
 from testbed.fabric.circuits import PathError, links_to_circuits, parse_link
 from testbed.fabric.jobfabric import fabric_links, fabric_ports
 from testbed.fabric.topology import all_to_all_schedule

@@ -31,7 +31,7 @@ def repo() -> Path:
 @pytest.fixture(scope="session")
 def ray_cluster():
     """The test session's private Ray instance, started the way `testbed run` starts one."""
-    from testbed.runner.ray_session import ray_session
+    from testbed.engine.ray_session import ray_session
 
     with ray_session(None) as ray:
         yield ray
@@ -40,7 +40,8 @@ def ray_cluster():
 @pytest.fixture(scope="session")
 def testbed_run(repo) -> Callable[..., Path]:
     """`python -m testbed run ARGS...` in the repository, as a user starts it: asserts it succeeded and
-    returns the run folder it printed last."""
+    returns the run folder it printed last.
+    """
 
     def run(*args: str) -> Path:
         proc = subprocess.run(

@@ -8,7 +8,8 @@ import threading
 
 def may_use_realtime() -> bool:
     """Whether a thread of this process can get SCHED_FIFO. Root usually can, but not in a container that
-    drops CAP_SYS_NICE; a user can with an rtprio limit. Tried on a throwaway thread, so nothing here changes."""
+    drops CAP_SYS_NICE; a user can with an rtprio limit. Tried on a throwaway thread, so nothing here changes.
+    """
     if not hasattr(os, "SCHED_FIFO"):
         return False
     granted: list[bool] = []

@@ -1,5 +1,6 @@
 """The fan-out benchmark's baselines talk to the emulated hosts as they would to real ones: OpenSSH with a
-forced terminal (`ssh -tt`, what Ansible's `raw` module asks for) and Ansible itself, host keys checked."""
+forced terminal (`ssh -tt`, what Ansible's `raw` module asks for) and Ansible itself, host keys checked.
+"""
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def test_ansible_refuses_a_host_whose_key_it_does_not_know(hosts, tmp_path):
 
 def test_the_command_to_table_on_the_lab_is_a_lab_run_on_hosts_that_are_up(hosts, tmp_path):
     """The fan-out benchmark's "on the lab" figure: `testbed run` without --emulate, from the inventory a lab would
-    write for hosts that are up already (the running twin's addresses, keys and known_hosts)."""
+    write for hosts that are up already (the running twin's addresses, keys and known_hosts).
+    """
     import json
 
     lab = health_fanout.lab_inventory(hosts, tmp_path / "lab.yaml")

@@ -1,6 +1,7 @@
-"""testbed-train's collective mode without a run (testbed/workload/collective.py): TESTBED_COLLECTIVE is read
+"""testbed-train's collective mode without a run (hostside/collective.py): TESTBED_COLLECTIVE is read
 strictly (anything malformed is a ValueError that names the problem, never another exception), and the ring and
-recursive doubling leave every rank with the exact sum, here over loopback TCP between threads."""
+recursive doubling leave every rank with the exact sum, here over loopback TCP between threads.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from testbed.workload import collective
-from testbed.workload.collective import CollectiveSpec, parse_spec
+from hostside import collective
+from hostside.collective import CollectiveSpec, parse_spec
 
 VALID = {
     "algorithm": "rd",

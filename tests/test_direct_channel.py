@@ -1,6 +1,7 @@
-"""A hub's direct channel (testbed/runner/direct.py): the engine's calls to a hub over one TCP connection,
+"""A hub's direct channel (testbed/engine/direct.py): the engine's calls to a hub over one TCP connection,
 started in the dispatcher's numbers' order like Ray's calls, only after the token; a connection that ends fails
-its waiting calls. The hub here is the real DeviceHub on an event loop of its own, as its Ray actor runs it."""
+its waiting calls. The hub here is the real DeviceHub on an event loop of its own, as its Ray actor runs it.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from drivers.transports import TransportSettings
-from testbed.runner.direct import ChannelClosed, DirectChannel, read_frame, send_frame
-from testbed.runner.dispatch import ActorLost, _DirectPending
-from testbed.runner.hub import DeviceHub, DeviceSpec
+from testbed.engine.direct import ChannelClosed, DirectChannel, read_frame, send_frame
+from testbed.engine.dispatch import ActorLost, _DirectPending
+from testbed.engine.hub import DeviceHub, DeviceSpec
 
 TOKEN = b"t" * 32
 

@@ -1,5 +1,6 @@
 """The engine's logic runs in-process, without Ray: the coordinator, the job and a whole failover, through a
-LocalDispatcher of DeviceActor objects, with the real drivers against the twin's real endpoints."""
+LocalDispatcher of DeviceActor objects, with the real drivers against the twin's real endpoints.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from testbed.config import load_inventory, load_playbook
+from testbed.documents import load_inventory, load_playbook
+from testbed.engine.coordinator import Coordinator
+from testbed.engine.device_actor import DeviceActor
+from testbed.engine.dispatch import LocalDispatcher
+from testbed.engine.jobs import JobController, watcher
 from testbed.events import Op
 from testbed.families import family_of
-from testbed.milestones import MILESTONES
 from testbed.plan import make_plan
-from testbed.recorder import Recorder
-from testbed.runner.coordinator import Coordinator
-from testbed.runner.device_actor import DeviceActor
-from testbed.runner.dispatch import LocalDispatcher
-from testbed.runner.jobs import JobController, watcher
-from testbed.twin import start_twin
+from testbed.results.milestones import MILESTONES
+from testbed.results.recorder import Recorder
+from testbed.twin.bridge import start_twin
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -112,7 +113,8 @@ def _environ(pid: int) -> dict[str, str]:
 
 def test_ranks_get_pytorchs_rendezvous_and_it_moves_with_rank_0(tmp_path):
     """MASTER_ADDR / MASTER_PORT name rank 0's host (torch.distributed's env:// contract), with
-    LOCAL_WORLD_SIZE; when rank 0 is the one lost, the relaunched job is told the spare's."""
+    LOCAL_WORLD_SIZE; when rank 0 is the one lost, the relaunched job is told the spare's.
+    """
     base = load_inventory(REPO / "playbooks/inventory/emulated-rack.yaml").model
     data = load_playbook(REPO / "playbooks/gpu-failover.yaml", base).model.model_dump(mode="json", exclude_unset=True)
     data["steps"][1]["fault"]["target"] = "rank:0"

@@ -1,5 +1,6 @@
 """The event log is the results format: one schema (documented in results/README.md, generated from it), checked
-on every event the recorder writes, and one reader with one rule for a torn last line."""
+on every event the recorder writes, and one reader with one rule for a torn last line.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from testbed.events import JsonlError, Op, read_jsonl, set_aside_torn_line
 from testbed.events.docs import BEGIN, END, FIELD_DOCS, render_event_docs
 from testbed.events.schema import SCHEMA, Measure, OperationFailed, OperationOk, SchemaError, check_event
 from testbed.families import PROCEDURES
-from testbed.recorder import Recorder
+from testbed.results.recorder import Recorder
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -22,7 +23,8 @@ REPO = Path(__file__).resolve().parent.parent
 def test_results_readme_documents_the_schema_as_it_is():
     text = (REPO / "results/README.md").read_text()
     block = text[text.index(BEGIN) : text.index(END) + len(END)]
-    assert block == render_event_docs(PROCEDURES.marks()), "run: python -m testbed.events --readme results/README.md"
+    rewrite = "python -m testbed.results.event_tables --readme results/README.md"
+    assert block == render_event_docs(PROCEDURES.marks()), f"run: {rewrite}"
 
 
 def test_every_framework_event_is_specified_and_every_field_documented():

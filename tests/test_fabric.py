@@ -1,5 +1,6 @@
 """Fabric logic: the diff really reaches the target and touches nothing else, topologies are well formed,
-the all-to-all schedule covers every pair, spare choice follows the policy and repeats for a seed."""
+the all-to-all schedule covers every pair, spare choice follows the policy and repeats for a seed.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from testbed.config import load_inventory
-from testbed.config.checks import check_inventory
-from testbed.config.inventory import Inventory
+from testbed.documents import load_inventory
+from testbed.documents.checks import check_inventory
+from testbed.documents.inventory import Inventory
 from testbed.fabric.circuits import PathError, links_to_circuits, parse_link, route_link
-from testbed.fabric.diff import circuit_diff
 from testbed.fabric.spares import NoSpareError, choose_spare
 from testbed.fabric.topology import all_to_all_schedule, ring, torus2d, torus_cycle
+from testbed.families.switching import circuit_diff
 
 N = 16  # ports per side of the switch in the property tests: ingress 1..16, egress 17..32
 
@@ -116,7 +117,8 @@ SIZE = 8  # ports per side of every switch in these inventories: ingress 1..8, e
 
 def lab(hosts: dict[str, str], trunks: list[dict], **switch_options) -> Inventory:
     """An inventory of OCSes (named by `hosts`' values and the trunks' ends), hosts with one port p0 each
-    cabled to its switch on the lowest free ingress / egress, and `trunks`; checked as the loader does."""
+    cabled to its switch on the lowest free ingress / egress, and `trunks`; checked as the loader does.
+    """
     switches = sorted({*hosts.values(), *(t["from"] for t in trunks), *(t["to"] for t in trunks)})
     devices: dict = {
         sw: {

@@ -1,5 +1,6 @@
 """Each fault kind is one definition: its toxics agree with the fault proxy's own table, and a kind a lab cannot
-inject stops a real run before anything is touched, saying why."""
+inject stops a real run before anything is touched, saying why.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import yaml
 
 from emulators.proxy.toxics import SCHEMA
-from testbed.cli import main
+from testbed.cli.main import main
 from testbed.faults import FAULT_KINDS
 from testbed.faults.transport import TOXICS
 
@@ -37,7 +38,7 @@ def test_a_fault_a_lab_cannot_inject_refuses_the_real_run_up_front(tmp_path, cap
 
 def test_host_straggle_runs_on_a_lab_through_the_hosts_agent(tmp_path):
     """A lab makes a straggler with testbed-straggle on the host (testbed/faults/straggle.py): no refusal."""
-    from testbed.config import load_inventory, load_playbook
+    from testbed.documents import load_inventory, load_playbook
     from testbed.lab import refuse_on_a_lab
     from testbed.plan import make_plan
 
@@ -63,7 +64,7 @@ steps:
 
 
 def test_link_down_is_planned_on_its_switch_ports_and_a_lab_may_run_it(tmp_path, capsys, monkeypatch):
-    from testbed.config import load_inventory, load_playbook
+    from testbed.documents import load_inventory, load_playbook
     from testbed.lab import refuse_on_a_lab
     from testbed.plan import make_plan
 

@@ -1,19 +1,20 @@
 """`testbed heal` heals each fault by its kind's own definition, against a live twin: each twin fault a run can
 leave behind (a lost GPU, a straggler, a host powered off, a transport toxic) is undone through the twin's
-control API."""
+control API.
+"""
 
 from __future__ import annotations
 
 import pytest
 
-from drivers.registry import make_driver
-from drivers.ssh import SshSettings
+from drivers.transports.ssh import SshSettings
 from emulators.gpuhost.spec import GpuHostSpec
 from emulators.spec import OcsSpec, TwinSpec
 from emulators.twin import TwinProcess
-from testbed.dead_run import ActiveFault
+from testbed.families.drivers import make_driver
 from testbed.faults import FAULT_KINDS
-from testbed.heal import Lab
+from testbed.ops.heal import HealDevices
+from testbed.ops.remains import ActiveFault
 
 
 def healer_for(kind: str):
@@ -35,7 +36,7 @@ def test_twin_faults_are_healed_through_the_twin_control():
         ssh = make_driver("ssh", "gpu01", settings)
         job = ssh.run_job(["sleep", "60"], name="rank0.1", gpus=[0])
         control = twin.control
-        lab = Lab(inventory=None, recorder=None, control=control)
+        lab = HealDevices(inventory=None, recorder=None, control=control)
 
         control.call("gpu01", "straggle", pid=job.pid, duty=0.5, period_ms=100)
         control.call("gpu01", "fail_gpu", index=1)
@@ -57,7 +58,7 @@ def test_twin_faults_are_healed_through_the_twin_control():
 def test_every_fault_kind_a_playbook_can_name_heals_after_a_crash():
     from typing import get_args
 
-    from testbed.config.fault import FaultKindName
+    from testbed.faults.model import FaultKindName
 
     assert set(get_args(FaultKindName)) == set(FAULT_KINDS.names())
     assert {"process.hang", "process.kill", "gpu.fail", "host.power_off", "host.straggle"} <= set(FAULT_KINDS.names())
@@ -67,7 +68,7 @@ def test_every_fault_kind_a_playbook_can_name_heals_after_a_crash():
 
 
 def test_a_fault_a_lab_cannot_heal_without_the_twin_says_so():
-    lab = Lab(inventory=None, recorder=None, control=None)
+    lab = HealDevices(inventory=None, recorder=None, control=None)
     # On a lab a host is powered on through its BMC (tests/redfish/test_power_off_lab.py); without one, heal
     # says what to add.
     with pytest.raises(Exception, match=r"host.power_off on gpu01: a lab powers a host off and on through its BMC"):
@@ -76,13 +77,14 @@ def test_a_fault_a_lab_cannot_heal_without_the_twin_says_so():
 
 
 def test_link_down_is_healed_by_enabling_the_ports_the_dead_run_recorded(repo, tmp_path):
-    """On a lab as in a live twin: heal's own Lab (the run's device actor code, its interlock guard, recorded
-    in the run's history) enables the switch ports the dead run's fault.inject names."""
+    """On a lab as in a live twin: heal's own HealDevices (the run's device actor code, its interlock guard, recorded
+    in the run's history) enables the switch ports the dead run's fault.inject names.
+    """
     from drivers.transports import TransportSettings
-    from testbed.config import load_inventory
+    from testbed.documents import load_inventory
     from testbed.events import read_jsonl
-    from testbed.recorder import Recorder
-    from testbed.twin import point_at_twin, twin_spec
+    from testbed.results.recorder import Recorder
+    from testbed.twin.bridge import point_at_twin, twin_spec
 
     inventory = load_inventory(str(repo / "playbooks/inventory/emulated-rack.yaml")).model
     with TwinProcess(twin_spec(inventory, 0, only={"ocs1"})) as twin:
@@ -90,7 +92,7 @@ def test_link_down_is_healed_by_enabling_the_ports_the_dead_run_recorded(repo, t
         resource = lab_inventory.devices["ocs1"].transport.resource
         ocs = make_driver("polatis-scpi", "ocs1", TransportSettings("visa", resource, 5.0, read_termination="\n"))
         ocs.set_port_enabled([1, 33], False)  # what the dead run's link.down on gpu01:p0 left
-        lab = Lab(lab_inventory, Recorder(tmp_path, "dead-run"), control=None)  # no twin control: as on a lab
+        lab = HealDevices(lab_inventory, Recorder(tmp_path, "dead-run"), control=None)  # no twin control: as on a lab
         try:
             data = {"fault": "link.down@gpu01:p0", "kind": "link.down", "device": "ocs1", "ports": [1, 33]}
             dead = ActiveFault("link.down@gpu01:p0", "link.down", "ocs1", {**data, "link": "gpu01:p0"}, None, True)
@@ -116,11 +118,12 @@ def test_link_down_is_healed_by_enabling_the_ports_the_dead_run_recorded(repo, t
 
 def test_a_lab_straggle_is_healed_over_ssh_by_ending_the_agent_the_dead_run_recorded(repo, tmp_path):
     """host.straggle on a lab: the dead run left testbed-straggle running on the host (its pid in the result of
-    gpu.straggle_start); heal's own Lab, without twin control, ends it and continues the rank over SSH."""
-    from testbed.config import load_inventory
+    gpu.straggle_start); heal's own Lab, without twin control, ends it and continues the rank over SSH.
+    """
+    from testbed.documents import load_inventory
     from testbed.events import read_jsonl
-    from testbed.recorder import Recorder
-    from testbed.twin import point_at_twin, twin_spec
+    from testbed.results.recorder import Recorder
+    from testbed.twin.bridge import point_at_twin, twin_spec
 
     inventory = load_inventory(str(repo / "playbooks/inventory/emulated-rack.yaml")).model
     with TwinProcess(twin_spec(inventory, 0, only={"gpu01"})) as twin:
@@ -128,7 +131,7 @@ def test_a_lab_straggle_is_healed_over_ssh_by_ending_the_agent_the_dead_run_reco
         ssh = make_driver("ssh", "gpu01", lab_inventory.devices["gpu01"].transport.settings())
         job = ssh.run_job(["sleep", "60"], name="rank0.1", gpus=[0])
         agent, _, _ = ssh.start_straggle(job, 0.5, 100)  # what the dead run started
-        lab = Lab(lab_inventory, Recorder(tmp_path, "dead-run"), control=None)  # no twin control: as on a lab
+        lab = HealDevices(lab_inventory, Recorder(tmp_path, "dead-run"), control=None)  # no twin control: as on a lab
         try:
             handle = {"host": "gpu01", "name": job.name, "pid": job.pid, "log": job.log, "workdir": job.workdir}
             started = {"op": "gpu.straggle_start", "device": "gpu01", "value": {"pid": job.pid, "agent": agent}}

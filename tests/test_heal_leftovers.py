@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from testbed.heal import _wait_exited
+from testbed.ops.heal import _wait_exited
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfds (Linux 5.3 or later)")
 

@@ -1,6 +1,7 @@
-"""The device hub (testbed/runner/hub.py): many devices in one process, each on its own thread, each device's
+"""The device hub (testbed/engine/hub.py): many devices in one process, each on its own thread, each device's
 calls in the order the engine sent them, and a device whose driver cannot start failing only its own calls.
-In-process here (the hub is an ordinary class); tests/integration runs it as the Ray actor `testbed run` uses."""
+In-process here (the hub is an ordinary class); tests/integration runs it as the Ray actor `testbed run` uses.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import random
 import threading
 
 from drivers.transports import TransportSettings
-from testbed.runner.hub import DeviceHub, DeviceSpec
+from testbed.engine.hub import DeviceHub, DeviceSpec
 
 
 class Recorder:
@@ -69,8 +70,9 @@ def test_a_device_whose_driver_cannot_start_fails_its_own_calls_as_data():
 
 def test_a_call_whose_predecessors_never_come_starts_after_the_gap(monkeypatch):
     """Calls numbered before it went to a hub process that died (Ray restarted the hub, numbers go on): it waits
-    GAP_S for them, then starts, and the calls after it follow in order."""
-    import testbed.runner.hub as hub_module
+    GAP_S for them, then starts, and the calls after it follow in order.
+    """
+    import testbed.engine.hub as hub_module
 
     monkeypatch.setattr(hub_module, "GAP_S", 0.05)
     hub, recorders = hub_of(["a"])
@@ -94,7 +96,8 @@ def test_a_call_whose_predecessors_never_come_starts_after_the_gap(monkeypatch):
 def test_direct_calls_need_no_event_loop():
     """A call from a direct channel's reader thread goes to the device's thread and back without the hub's event
     loop (here there is none at all), in its numbered order, with an unknown device or method answered as an
-    error rather than lost."""
+    error rather than lost.
+    """
     hub, recorders = hub_of(["a", "b"])
     answers: dict[tuple[str, int], object] = {}
     finished = threading.Semaphore(0)

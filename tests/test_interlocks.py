@@ -9,13 +9,13 @@ import sys
 import pytest
 
 from drivers.errors import InterlockError
-from drivers.registry import make_driver
 from drivers.transports import TransportSettings
 from emulators.spec import OcsSpec, TwinSpec
 from emulators.twin import TwinProcess
-from testbed.errors import UserError
-from testbed.interlocks import GuardedSwitch, Policy
-from testbed.runner.locks import device_locks
+from testbed.contracts.errors import UserError
+from testbed.engine.locks import device_locks
+from testbed.families.drivers import make_driver
+from testbed.families.interlocks import GuardedSwitch, Policy
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_a_lock_dies_with_a_killed_run(tmp_path, monkeypatch):
         [
             sys.executable,
             "-c",
-            "import sys; from testbed.runner.locks import device_locks\n"
+            "import sys; from testbed.engine.locks import device_locks\n"
             "with device_locks({'ocs1': 'addr-1'}, 'held'):\n    print('held', flush=True); sys.stdin.read()",
         ],
         stdin=subprocess.PIPE,

@@ -1,6 +1,7 @@
 """bench/opus_runs.py's inputs and its memory sampler, without running the 2048-GPU lab: the failover playbook
 plans on the Opus inventory (spares from the inventory, rails 0 and 1), the generated memory playbooks touch
-264 and 2 devices, and TreeMemory follows a process tree and its groups."""
+264 and 2 devices, and TreeMemory follows a process tree and its groups.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.config import load_inventory, load_playbook
+from testbed.documents import load_inventory, load_playbook
 from testbed.plan import make_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))

@@ -1,5 +1,6 @@
 """`testbed plan` is the honest dry run: for every shipped playbook it prints every step of every trial (and of
-setup and teardown), with the devices each drives."""
+setup and teardown), with the devices each drives.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import yaml
 from rich.console import Console
 from rich.tree import Tree
 
-from testbed.config import load_inventory, load_playbook
+from testbed.cli.plan_view import MAX_LISTED, _compress_lists, _ranks, names, print_plan
 from testbed.config.expand import parse_range
+from testbed.documents import load_inventory, load_playbook
 from testbed.plan import make_plan
-from testbed.plan_view import MAX_LISTED, _compress_lists, _ranks, names, print_plan
 from testbed.steps import (
     STEP_KINDS,
     ApplyStep,

@@ -1,12 +1,13 @@
 """The planner is pure: same inputs, same plan; it resolves links through the fibre map and refuses
-what the inventory forbids."""
+what the inventory forbids.
+"""
 
 from __future__ import annotations
 
 import pytest
 
-from testbed.config import load_inventory
-from testbed.config.playbook import Playbook
+from testbed.documents import load_inventory
+from testbed.documents.playbook import Playbook
 from testbed.plan import PlanError, make_plan
 from testbed.steps import ApplyStep, ParallelStep, WaitStep
 

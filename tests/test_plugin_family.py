@@ -1,7 +1,8 @@
 """A new device family is new files plus a registration: tests/plugins/patchpanel is a package as another lab
 would ship it (a patch-panel family, its driver, its emulator, its audit model, and a step kind of its own),
 found through its entry points only (tests/plugins/patchpanel_family-0.1.dist-info), and a playbook on it
-validates, plans, runs on the twin, and passes `testbed check`, with testbed's own code untouched."""
+validates, plans, runs on the twin, and passes `testbed check`, with testbed's own code untouched.
+"""
 
 from __future__ import annotations
 

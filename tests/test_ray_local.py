@@ -1,6 +1,7 @@
-"""The private local Ray instance a session starts (testbed/runner/ray_local.py): its head runs in a process of
+"""The private local Ray instance a session starts (testbed/engine/ray_local.py): its head runs in a process of
 its own, without the head processes such an instance has no use for, and the instance never outlives the session
-that started it, however that session ends."""
+that started it, however that session ends.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import time
 
 import pytest
 
-from testbed.errors import UserError
-from testbed.runner.ray_local import LocalHead
-from testbed.runner.ray_session import leftovers
+from testbed.contracts.errors import UserError
+from testbed.engine.ray_local import LocalHead
+from testbed.engine.ray_session import leftovers
 
 GONE_WITHIN_S = 60.0  # Ray gives each of its processes a second on SIGTERM; a loaded CI machine is slower
 
@@ -54,7 +55,8 @@ def full_command_lines(session_dir: str) -> list[str]:
 
 def test_the_instance_runs_without_the_api_server_and_the_monitors(ray_cluster):
     """The session's instance (started as `testbed run` starts one) has its GCS and raylet, and none of the head
-    processes a private instance does not use: the API server, the autoscaler monitor, the log monitor."""
+    processes a private instance does not use: the API server, the autoscaler monitor, the log monitor.
+    """
     session = ray_cluster._private.worker._global_node.get_session_dir_path()
     running = " | ".join(full_command_lines(session))
     assert "gcs_server" in running and "raylet" in running, running
@@ -72,7 +74,7 @@ def test_the_instance_runs_without_the_api_server_and_the_monitors(ray_cluster):
 
 SESSION = """
 import sys, time
-from testbed.runner.ray_session import RayStart
+from testbed.engine.ray_session import RayStart
 start = RayStart(None, background=False)
 print(start.session_dir, start._head.process.pid, flush=True)
 time.sleep(600)
@@ -81,7 +83,8 @@ time.sleep(600)
 
 def test_the_instance_ends_when_the_session_is_killed(tmp_path):
     """A session SIGKILLed (no shutdown runs) leaves nothing: its head sees its standard input close and stops
-    the instance, every process of it."""
+    the instance, every process of it.
+    """
     proc = subprocess.Popen([sys.executable, "-c", SESSION], stdout=subprocess.PIPE, text=True)
     try:
         session, head_pid = proc.stdout.readline().split()
@@ -93,7 +96,7 @@ def test_the_instance_ends_when_the_session_is_killed(tmp_path):
 
 
 ABANDONED = """
-from testbed.runner.ray_session import RayStart
+from testbed.engine.ray_session import RayStart
 start = RayStart(None)
 start.abandon()
 head = start._head
@@ -103,7 +106,8 @@ print(head.wait_up(), head.session_dir, head.process.pid, flush=True)
 
 def test_an_abandoned_start_stops_its_instance_by_itself(tmp_path):
     """`testbed run` begins Ray before it reads its files; when they have a mistake it lets the start go and
-    exits at once. The head then stops the instance by itself as soon as it is up."""
+    exits at once. The head then stops the instance by itself as soon as it is up.
+    """
     out = subprocess.run([sys.executable, "-c", ABANDONED], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     _, session, head_pid = out.stdout.split()
@@ -123,7 +127,7 @@ def test_a_head_that_cannot_start_says_why(tmp_path, monkeypatch):
 
 CTRL_C = """
 import time
-from testbed.runner.ray_session import RayStart
+from testbed.engine.ray_session import RayStart
 start = RayStart(None, background=False)
 ray = start.get()
 try:
@@ -138,7 +142,8 @@ start.shutdown()
 
 def test_ctrl_c_is_the_sessions_to_handle_on_an_instance_still_up(tmp_path):
     """A Ctrl-C in the terminal (SIGINT to the whole foreground process group) is the session's to handle: it ends
-    its run cleanly, on an instance still up (the head ignores it, as Ray's own processes do)."""
+    its run cleanly, on an instance still up (the head ignores it, as Ray's own processes do).
+    """
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         session, head_pid = proc.stdout.readline().split()

@@ -1,12 +1,13 @@
 """Which --ray-address values are this machine's loopback: for those, Ray must run in single-machine mode, or
 it rewrites 127.0.0.1 to the machine's outward address, where the cluster does not listen, and retries for
-minutes."""
+minutes.
+"""
 
 from __future__ import annotations
 
 import pytest
 
-from testbed.runner.ray_session import _loopback
+from testbed.engine.ray_session import _loopback
 
 
 @pytest.mark.parametrize(
@@ -30,10 +31,11 @@ def test_loopback_addresses_are_recognised(address, loopback):
 def test_a_local_instance_starts_without_rays_fixed_waits(ray_cluster):
     """The session's instance is started as `testbed run` starts one: its raylet retries its object store every
     20 ms (not every second, for the same 10 s), starts no workers ahead for the first driver, and Ray's own node
-    lookup is back in place once it is up."""
+    lookup is back in place once it is up.
+    """
     from ray._private import services
 
-    from testbed.runner.ray_local import LOCAL_SYSTEM_CONFIG
+    from testbed.engine.ray_local import LOCAL_SYSTEM_CONFIG
 
     config = ray_cluster._private.state.state.get_system_config()
     assert {k: config.get(k) for k in LOCAL_SYSTEM_CONFIG} == LOCAL_SYSTEM_CONFIG
@@ -51,11 +53,11 @@ def test_the_polled_wait_answers_for_a_registered_node(ray_cluster):
     """The wait that replaces Ray's one-second sleeps finds a node that is up and lets Ray's own lookup answer."""
     from ray._private import services
 
-    from testbed.runner.ray_local import node_registration_polled
+    from testbed.engine.ray_local import node_registration_polled
 
     node = ray_cluster._private.worker._global_node
     with node_registration_polled(ray_cluster):
-        assert services.get_node.__module__ == "testbed.runner.ray_local"
+        assert services.get_node.__module__ == "testbed.engine.ray_local"
         info = services.get_node(node.gcs_address, node.node_id)
     assert info["node_id"] == node.node_id
     assert info["node_manager_port"] > 0

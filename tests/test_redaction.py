@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drivers.audit import AuditRecord
-from testbed.recorder import Recorder
-from testbed.redact import SECRET_IN_TEXT, redact, redact_text
+from testbed.results.recorder import Recorder
+from testbed.results.redact import SECRET_IN_TEXT, redact, redact_text
 
 
 def test_secrets_in_device_traffic_are_masked_in_the_audit_log(tmp_path):

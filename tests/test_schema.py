@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from testbed.cli import main
-from testbed.config.schema import SCHEMAS, schema_text
+from testbed.cli.main import main
+from testbed.documents.json_schema import SCHEMAS, schema_text
 
 
 def test_committed_schemas_match_the_models(repo):

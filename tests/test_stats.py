@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from testbed.stats import median_ci, summarize
+from testbed.results.stats import median_ci, summarize
 
 
 def test_summary_fields_on_a_known_sample():

@@ -1,6 +1,7 @@
 """The switch's other management interfaces as the inventory names them (TL1, NETCONF): passwords only from the
 environment, the twin's published password handed over through the variable the framework and the emulators
-agree on, and the twin serving the interface the driver speaks."""
+agree on, and the twin serving the interface the driver speaks.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from emulators import frontends
 from testbed.config import switch_transports
 from testbed.config.switch_transports import NetconfTransport, Tl1Transport
-from testbed.errors import UserError
+from testbed.contracts.errors import UserError
 
 
 def test_the_twin_password_variable_is_one_name_on_both_sides():

@@ -3,7 +3,8 @@ the in-process engine of tests/test_engine_local.py: one torchrun per host (the 
 emulators/gpuhost/torchrun.py, as CI has no PyTorch) starts that host's ranks, which get torchrun's
 environment; each rank's pid, environment and own step lines are observable; a failover that loses rank 0's
 host relaunches every host's torchrun with the spare as node 0 (the rendezvous and MASTER_ADDR move to it).
-With PyTorch installed, the same failover runs real gloo ranks under PyTorch's own torchrun."""
+With PyTorch installed, the same failover runs real gloo ranks under PyTorch's own torchrun.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from pathlib import Path
 import pytest
 from test_engine_local import REPO, _environ, _write, engine_for
 
-from testbed.config import load_inventory, load_playbook
+from testbed.documents import load_inventory, load_playbook
 from testbed.events import Op
-from testbed.milestones import MILESTONES
 from testbed.plan import make_plan
-from testbed.twin import start_twin
+from testbed.results.milestones import MILESTONES
+from testbed.twin.bridge import start_twin
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -116,7 +117,8 @@ def _plan(tmp_path: Path, data: dict):
 
 def test_torchrun_starts_each_hosts_ranks_with_its_environment(tmp_path):
     """Two hosts, two ranks each: one torchrun per host; every rank's /proc/PID/environ has torchrun's
-    variables (and testbed's, passed through torchrun), and each rank writes its step lines to its own log."""
+    variables (and testbed's, passed through torchrun), and each rank writes its step lines to its own log.
+    """
     data = {
         "name": "torchrun-job",
         "trials": 1,
@@ -176,7 +178,8 @@ def test_torchrun_starts_each_hosts_ranks_with_its_environment(tmp_path):
 def test_a_failover_of_rank_0s_host_moves_the_rendezvous_to_the_spare(tmp_path):
     """Rank 0's host is lost: every host's torchrun is relaunched with the spare as node 0, a new rendezvous
     id, and MASTER_ADDR / MASTER_PORT at the spare's endpoint; every failover milestone is still measured, and
-    the ranks resume from the checkpoint."""
+    the ranks resume from the checkpoint.
+    """
     base = load_inventory(REPO / "playbooks/inventory/emulated-rack.yaml").model
     data = load_playbook(REPO / "playbooks/gpu-failover.yaml", base).model.model_dump(mode="json", exclude_unset=True)
     data["job"]["launcher"] = "torchrun"
@@ -230,7 +233,8 @@ def test_a_failover_of_rank_0s_host_moves_the_rendezvous_to_the_spare(tmp_path):
 def test_a_failover_of_real_gloo_ranks_under_pytorchs_torchrun(tmp_path):
     """With PyTorch: the emulated hosts hand `torchrun` to PyTorch's own (TESTBED_TWIN_TORCHRUN=real), and
     testbed-train sums its gradients with torch.distributed's gloo all_reduce, its process group set up by
-    env:// from torchrun's MASTER_ADDR / MASTER_PORT. Rank 0's host is lost; the job resumes on the spare."""
+    env:// from torchrun's MASTER_ADDR / MASTER_PORT. Rank 0's host is lost; the job resumes on the spare.
+    """
     pytest.importorskip("torch", reason="a real gloo job needs PyTorch, which is not installed (CI has none)")
     base = load_inventory(REPO / "playbooks/inventory/emulated-rack.yaml").model
     data = load_playbook(REPO / "playbooks/gpu-failover.yaml", base).model.model_dump(mode="json", exclude_unset=True)
@@ -270,7 +274,7 @@ def test_a_failover_of_real_gloo_ranks_under_pytorchs_torchrun(tmp_path):
     ],
 )
 def test_a_torchrun_layout_torchrun_cannot_launch_is_refused_at_its_line(tmp_path, ranks, line, message):
-    from testbed.errors import ConfigError
+    from testbed.contracts.errors import ConfigError
 
     path = tmp_path / "playbook.yaml"
     path.write_text(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.config import load_inventory
-from testbed.errors import UserError
-from testbed.twin import assert_loopback, point_at_twin, twin_spec
+from testbed.contracts.errors import UserError
+from testbed.documents import load_inventory
+from testbed.twin.bridge import assert_loopback, point_at_twin, twin_spec
 
 
 @pytest.fixture(scope="module")

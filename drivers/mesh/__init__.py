@@ -1,7 +1,7 @@
 """Photonic MZI-mesh drivers (PhotonicMesh capability): Qontrol line protocol and SCPI source."""
 
-from .base import MeshDriver, NotCalibrated
-from .qontrol import QontrolMesh
-from .scpi import ScpiMesh
+from drivers.mesh.base import MeshDriver, NotCalibrated
+from drivers.mesh.qontrol import QontrolMesh
+from drivers.mesh.scpi import ScpiMesh
 
 __all__ = ["MeshDriver", "NotCalibrated", "QontrolMesh", "ScpiMesh"]

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.capabilities import Identity
-
-from ..errors import DeviceCommandError, DeviceError, DeviceProtocolError
-from . import layout
-from .calibration import Calibration, CalibrationSettings, calibrate
+from drivers.capabilities import Identity
+from drivers.errors import DeviceCommandError, DeviceError, DeviceProtocolError
+from drivers.mesh import layout
+from drivers.mesh.calibration import Calibration, CalibrationSettings, calibrate
 
 
 class NotCalibrated(DeviceCommandError):

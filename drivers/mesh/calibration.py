@@ -28,7 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .layout import (
+from drivers.mesh.layout import (
     BAR,
     LAYOUT_NAME,
     check_size,
@@ -175,7 +175,8 @@ class Fit:
 
 def fit_sine(x: np.ndarray, y: np.ndarray, b_min: float, b_max: float, grid: int = 160) -> Fit:
     """Least-squares a*sin(b*x + c) + d with a >= 0: a grid over b (linear least squares for the rest,
-    batched), then a golden-section refinement of b. NumPy only."""
+    batched), then a golden-section refinement of b. NumPy only.
+    """
     x, y = np.asarray(x, float), np.asarray(y, float)
 
     def solve(bs: np.ndarray):

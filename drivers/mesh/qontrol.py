@@ -12,11 +12,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from testbed.capabilities import Identity
-
-from ..errors import DeviceCommandError, DeviceProtocolError
-from ..transports import MessageTransport
-from .base import MeshDriver, parse_count, parse_number, parse_numbers
+from drivers.capabilities import Identity
+from drivers.errors import DeviceCommandError, DeviceProtocolError
+from drivers.mesh.base import MeshDriver, parse_count, parse_number, parse_numbers
+from drivers.transports import MessageTransport
 
 # Bounded digits: int() of a garbled reply with thousands of digits would raise a raw ValueError.
 _ERROR = re.compile(r"^[A-Za-z]{1,3}(\d{1,6}):(\d{1,6})")

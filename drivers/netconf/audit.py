@@ -24,8 +24,8 @@ import xml.etree.ElementTree as ET
 
 import defusedxml.ElementTree as SafeET
 
-from ..audit import ALL_PORTS
-from ..polatis_audit import Write
+from drivers.audit import ALL_PORTS
+from drivers.scpi.audit import Write
 
 NC_NS = "urn:ietf:params:xml:ns:netconf:base:1.0"
 OPSW_NS = "http://www.polatis.com/yang/optical-switch"
@@ -85,7 +85,8 @@ class PolatisNetconfAuditModel:
     def writes(self, text: str) -> list[Write]:
         """The writes one sent <rpc> names, accepted or not (the audit is of intent): edit-configs with the ports
         their pairs name (unchecked), ALL_PORTS for an edit that may drop every circuit (a replace or delete of
-        the list, default-operation replace); port-set-state with its ports. Reads and unreadable text: none."""
+        the list, default-operation replace); port-set-state with its ports. Reads and unreadable text: none.
+        """
         root = _parse(text)
         if root is None or root.tag != _q(NC_NS, "rpc"):
             return []
@@ -125,7 +126,8 @@ class PolatisNetconfAuditModel:
 
     def replay(self, circuits: dict[int, int], lines: list[str]) -> dict[int, int]:
         """The circuits (ingress -> egress) after the RPCs `lines` were sent, starting from `circuits`; an edit the
-        switch would refuse changes nothing, as the switch applies an edit whole or not at all."""
+        switch would refuse changes nothing, as the switch applies an edit whole or not at all.
+        """
         state = dict(circuits)
         for line in lines:
             try:

@@ -51,10 +51,9 @@ from ncclient.transport.errors import AuthenticationError, SSHUnknownHostError, 
 from ncclient.transport.errors import SessionError as NcSessionError
 from ncclient.xml_ import to_ele
 
-from testbed.capabilities import Identity
-
-from ..audit import AuditSink, record
-from ..errors import (
+from drivers.audit import AuditSink, record
+from drivers.capabilities import Identity
+from drivers.errors import (
     DeviceCommandError,
     DeviceConnectionError,
     DeviceError,
@@ -62,7 +61,7 @@ from ..errors import (
     DeviceTimeout,
     switch_ports_hint,
 )
-from .settings import NetconfSettings
+from drivers.netconf.settings import NetconfSettings
 
 NC_NS = "urn:ietf:params:xml:ns:netconf:base:1.0"
 OPSW_NS = "http://www.polatis.com/yang/optical-switch"
@@ -76,11 +75,8 @@ _SIZE = re.compile(r"(\d+)x(\d+)")
 CONNECTION_LOST = (TransportError, NcSessionError, OSError, EOFError, paramiko.SSHException)
 
 # ncclient's session thread looks at its queue of messages to send only between selects of TICK = 0.1 s, so every
-# RPC waits up to one TICK before it leaves. Measured against the twin on 127.0.0.1 (one connected session, get-config
-# round trip p50 over 200; process CPU time over 5 s idle), TICK: round trip / idle CPU of one core:
-#   100 ms: 102 ms / 0.13 %   5 ms: 7.4 ms / 1.4-1.8 %   2 ms: 3.6-4.0 ms / 2.3-2.4 %   1 ms: 2.3-2.4 ms / 2.7-3.2 %
-# A reconfiguration makes about five RPCs in sequence, so 1 ms saves some 25 ms a cycle against 5 ms, for about 1.3 %
-# of a core more per idle session; a run holds one session per switch, each in its own device actor (process).
+# RPC waits up to one TICK before it leaves, and a reconfiguration makes several in sequence. A shorter TICK costs
+# an idle session a little CPU (docs/tuning.md, "NETCONF: ncclient's TICK").
 # TICK is ncclient's module constant: it applies to every ncclient session of the process that imports this driver,
 # not to this driver's alone. Only ever lowered.
 _nc_session.TICK = min(_nc_session.TICK, 0.001)
@@ -88,7 +84,8 @@ _nc_session.TICK = min(_nc_session.TICK, 0.001)
 
 class _AuditedRpc(RPC):
     """An RPC whose XML, exactly as ncclient puts it on the wire, is handed to `on_sent` first (Manager.execute
-    builds it; errors are judged by the driver, so ncclient raises none)."""
+    builds it; errors are judged by the driver, so ncclient raises none).
+    """
 
     def request(self, op, on_sent, close: bool = False):
         self._on_sent = on_sent
@@ -131,7 +128,8 @@ class PolatisNetconf:
     """A Polatis switch over NETCONF (CircuitSwitch capability). Ingress ports 1..N, egress N+1..2N.
 
     Connects on first use; a session that dropped is opened again before the next RPC (never in the middle
-    of one, so nothing is sent twice)."""
+    of one, so nothing is sent twice).
+    """
 
     def __init__(
         self,
@@ -336,7 +334,8 @@ class PolatisNetconf:
     def _edit_pairs(self, deletes: list[list[int]], merges: list[list[int]], check: bool, what: str) -> None:
         """One edit-config: the deletes, then the merges. The switch applies an edit-config whole or not at all
         (RFC 6241 §7.2), its pairs in document order, so a circuit moved from one egress port to another, or an
-        egress handed from one ingress to another, is one change, checked on the circuits it leaves."""
+        egress handed from one ingress to another, is one change, checked on the circuits it leaves.
+        """
         if deletes or merges:
             name = self._list_name()
 
@@ -478,7 +477,8 @@ class PolatisNetconf:
 
     def _rpc(self, op: str, what: str, *, check: bool = True) -> _Reply | None:
         """Send one RPC; the exchange, or None for a refusal kept for check_errors (check=False). Held deletes
-        go first, so the switch sees the calls in the order they were made."""
+        go first, so the switch sees the calls in the order they were made.
+        """
         with self._lock:
             self._flush()
             reply = self._execute(self._manager(), op)

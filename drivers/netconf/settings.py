@@ -1,5 +1,6 @@
 """How to reach a switch's NETCONF server: SSH (port 830), a user, a key or a password (from the
-environment, never a file), and the known_hosts file its host key is checked against."""
+environment, never a file), and the known_hosts file its host key is checked against.
+"""
 
 from __future__ import annotations
 

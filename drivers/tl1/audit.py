@@ -1,7 +1,7 @@
 """The TL1 drivers' own account of their commands: what the commands sent to a switch do to its circuits.
 
 `testbed check` replays a run's audit log (each TL1 command the transport sent is one tx record) through
-these models, never through the emulator (see drivers/polatis_audit.py for why); tests/tl1/test_tl1_audit.py
+these models, never through the emulator (see drivers/scpi/audit.py for why); tests/tl1/test_tl1_audit.py
 holds them to the emulated switches by differential fuzzing.
 
 Modelled is what decides the circuits: cutting the text into commands at `;` outside quoted strings (a
@@ -21,9 +21,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..audit import ALL_PORTS
-from ..polatis_audit import Write
-from .calient import port_of
+from drivers.audit import ALL_PORTS
+from drivers.scpi.audit import Write
+from drivers.tl1.calient import port_of
 
 __all__ = ["CalientTl1AuditModel", "PolatisTl1AuditModel", "Write"]
 
@@ -56,7 +56,8 @@ class _Command:
 
 def split_commands(text: str) -> list[str]:
     """The commands in sent text: cut at `;` outside double quotes; text a line break ends without a `;`
-    is left out (the switch denies it), as is a command longer than the switch takes."""
+    is left out (the switch denies it), as is a command longer than the switch takes.
+    """
     commands: list[str] = []
     buf: list[str] = []
     quoted = escaped = discarding = False
@@ -244,7 +245,8 @@ class PolatisTl1AuditModel(_Model):
 class CalientTl1AuditModel(_Model):
     """Calient TL1: ENT-CRS enters a cross-connect, ACT-CRS makes it a circuit, CANC-CRS takes the circuit
     away (the entry stays), DLT-CRS deletes an inactive entry. ED-PORT is a write that changes no circuit.
-    Port k (drivers/tl1/calient.py's numbering) is ingress k on its input side, egress N+k on its output."""
+    Port k (drivers/tl1/calient.py's numbering) is ingress k on its input side, egress N+k on its output.
+    """
 
     writes_verbs = frozenset({"ENT-CRS", "ACT-CRS", "CANC-CRS", "DLT-CRS", "ED-PORT"})
 

@@ -24,10 +24,9 @@ import operator
 import re
 from collections.abc import Callable, Iterable
 
-from testbed.capabilities import Identity
-
-from ..errors import DeviceCommandError, DeviceProtocolError
-from .transport import Tl1Denied, Tl1Message, Tl1Transport, combined_refusals
+from drivers.capabilities import Identity
+from drivers.errors import DeviceCommandError, DeviceProtocolError
+from drivers.transports.tl1 import Tl1Denied, Tl1Message, Tl1Transport, combined_refusals
 
 PORTS_PER_SLOT = 8
 SLOTS_PER_SHELF = 8

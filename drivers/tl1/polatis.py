@@ -20,10 +20,9 @@ import operator
 import re
 from collections.abc import Iterable, Sequence
 
-from testbed.capabilities import Identity
-
-from ..errors import DeviceProtocolError, switch_ports_hint
-from .transport import Tl1Denied, Tl1Message, Tl1Transport, combined_refusals
+from drivers.capabilities import Identity
+from drivers.errors import DeviceProtocolError, switch_ports_hint
+from drivers.transports.tl1 import Tl1Denied, Tl1Message, Tl1Transport, combined_refusals
 
 _SIZE = re.compile(r"SIZE=(\d+)x(\d+)", re.IGNORECASE)
 _SERIAL = re.compile(r"SN=([^,\s]+)")
@@ -159,7 +158,8 @@ class PolatisTl1:
 
     def _write(self, verb: str, aids: list[str], *, check: bool = True) -> None:
         """One command per AID, all in flight at once (their moves overlap); with check=False the answers are
-        collected by the next check_errors() or wait_settled()."""
+        collected by the next check_errors() or wait_settled().
+        """
         ctags = [self.transport.send(verb, aid, "") for aid in aids]
         if not check:
             self._in_flight += ctags

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..audit import AuditSink
-from .base import MessageTransport, TransportSettings
+from drivers.audit import AuditSink
+from drivers.transports.base import MessageTransport, TransportSettings
 
 __all__ = ["MessageTransport", "TransportSettings", "open_transport"]
 
@@ -15,11 +15,11 @@ def open_transport(settings: TransportSettings, device: str, audit: AuditSink | 
     never needs pyvisa importable, and vice versa.
     """
     if settings.type == "visa":
-        from .visa import VisaTransport
+        from drivers.transports.visa import VisaTransport
 
         return VisaTransport(settings, device, audit)
     if settings.type == "serial":
-        from .serial import SerialTransport
+        from drivers.transports.serial import SerialTransport
 
         return SerialTransport(settings, device, audit)
     raise ValueError(

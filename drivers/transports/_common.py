@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from .base import TransportSettings
+from drivers.transports.base import TransportSettings
 
 
 def no_delay(sock: object) -> None:

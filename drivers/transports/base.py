@@ -1,5 +1,6 @@
 """What every line-oriented transport is configured with and offers (the transports import this, never the
-package, so the package can choose among them without a cycle)."""
+package, so the package can choose among them without a cycle).
+"""
 
 from __future__ import annotations
 

@@ -22,10 +22,10 @@ from contextlib import contextmanager
 import serial
 from serial.urlhandler import protocol_socket
 
-from ..audit import AuditSink, record
-from ..errors import DeviceConnectionError, DeviceTimeout
-from ._common import dropped_hint, no_delay, serial_open_hint, strip_reply, timeout_hint
-from .base import TransportSettings
+from drivers.audit import AuditSink, record
+from drivers.errors import DeviceConnectionError, DeviceTimeout
+from drivers.transports._common import dropped_hint, no_delay, serial_open_hint, strip_reply, timeout_hint
+from drivers.transports.base import TransportSettings
 
 try:  # a vanished USB adapter fails tcflush() with termios.error, which is not an OSError
     import termios

@@ -18,10 +18,10 @@ import pyvisa
 from pyvisa import constants
 from pyvisa.errors import VisaIOError
 
-from ..audit import AuditSink, record
-from ..errors import DeviceConnectionError, DeviceTimeout
-from ._common import dropped_hint, no_delay, refused_hint, serial_open_hint, strip_reply, timeout_hint
-from .base import TransportSettings
+from drivers.audit import AuditSink, record
+from drivers.errors import DeviceConnectionError, DeviceTimeout
+from drivers.transports._common import dropped_hint, no_delay, refused_hint, serial_open_hint, strip_reply, timeout_hint
+from drivers.transports.base import TransportSettings
 
 RESOURCE_HINT = (
     "VISA resource strings look like 'TCPIP0::10.0.0.5::5025::SOCKET' (raw SCPI over TCP) or "

@@ -6,7 +6,7 @@ on egress port e enters switch T on ingress port i. Light goes from host A port 
 it can be followed from A:p's ingress through a circuit to an egress, and from there either to B:q's
 receiver (B:q's egress on that switch) or over a trunk into the next switch's ingress, and so on:
 
-- OCS (emulators/polatis.py): the engine holds ingress -> egress, neither port is moving (a moving
+- OCS (emulators/scpi/ocs.py): the engine holds ingress -> egress, neither port is moving (a moving
   port is dark), both are enabled and not failed.
 - Photonic chip (emulators/mesh/chip.py, inputs 1..N, outputs N+1..2N): |T[o][i]|^2 >= 0.5, i.e. the
   chip carries most of input i's light to output o (a half-set or drifted cell does not count).
@@ -97,7 +97,8 @@ def parse_fibres(raw: Any) -> dict[tuple[str, str], FibreEnd]:
 
 def parse_trunks(raw: Any) -> dict[tuple[str, int], TrunkFibre]:
     """The spec's trunk list ({from, egress, to, ingress, loss_db}) -> {(from switch, egress): TrunkFibre};
-    ValueError naming the bad entry."""
+    ValueError naming the bad entry.
+    """
     if not isinstance(raw, list):
         raise ValueError(f"trunks must be a list of objects, got {type(raw).__name__}")
     out: dict[tuple[str, int], TrunkFibre] = {}
@@ -182,7 +183,8 @@ class LightPaths:
 
     def hop(self, src: FibreEnd, dst: FibreEnd, now: float, cache: dict | None = None) -> tuple[bool, str]:
         """Does light leaving src's transmitter reach dst's receiver, through one switch or several, within
-        the loss budget? (lit, why)"""
+        the loss budget? (lit, why)
+        """
         switch, ingress = src.switch, src.ingress
         loss = 0.0
         steps: list[str] = []
@@ -234,7 +236,8 @@ class LightPaths:
         self, name: str, i: int, want: int | None, dst: FibreEnd, now: float, cache: dict | None
     ) -> tuple[int | None, str, float]:
         """Light entering switch `name` on ingress i: (the egress it leaves on, what it crossed, loss dB), or
-        (None, why it stops here, 0). It goes on only to `want` (dst's egress, on dst's switch) or a trunk."""
+        (None, why it stops here, 0). It goes on only to `want` (dst's egress, on dst's switch) or a trunk.
+        """
         device = self.devices.get(name)
         kind = getattr(device, "kind", None)
         if kind == "ocs":
@@ -307,7 +310,8 @@ def couple_trunk_light(trunks: Mapping[tuple[str, int], TrunkFibre], devices: Ma
     way, whichever switch the light entered. The feeds are evaluated when a port is read (no polling); a
     loop of circuits through trunks reads dark rather than recursing. Not modelled: a chip's photodiodes
     read the light arriving over a trunk, but the light a chip sends into a trunk is its noiseless output
-    (no photodiode noise is drawn for it)."""
+    (no photodiode noise is drawn for it).
+    """
     evaluating: set[TrunkFibre] = set()
     for trunk in trunks.values():
         read = _egress_reader(devices.get(trunk.src), trunk.egress)

@@ -317,7 +317,8 @@ class DataPlane:
 
     def link(self, src_host: str, src_port: str, dst_host: str, dst_port: str, target_port: int) -> str:
         """The relay address ("127.0.0.1:P") src_host:src_port uses to reach dst_host:dst_port's rank
-        listening on 127.0.0.1:target_port; the same arguments give the same relay."""
+        listening on 127.0.0.1:target_port; the same arguments give the same relay.
+        """
         if isinstance(target_port, bool) or not isinstance(target_port, int) or not 1 <= target_port <= 65535:
             raise ValueError(f"target_port must be a TCP port 1..65535, got {target_port!r}")
         src = self.paths.fibre(src_host, src_port)

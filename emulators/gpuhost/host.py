@@ -182,7 +182,8 @@ class GpuHostEngine:
         """Start one job program as a real child process in a new process group (session).
 
         Output redirected to a log file goes through a pipe the host copies into the file, line by line:
-        the host then knows when each line was written (ground truth) and wakes `tail -F` readers at once."""
+        the host then knows when each line was written (ground truth) and wakes `tail -F` readers at once.
+        """
         # A host tool (the straggler agent) is no CUDA program: it holds no GPU, and a lost GPU or driver
         # leaves it running.
         tool = argv[0] in HOST_TOOLS
@@ -236,7 +237,8 @@ class GpuHostEngine:
 
     def _copy_output(self, job: Job, pipe, sink: int) -> None:
         """Carry a job's output from its pipe into its log file; each complete line is timestamped (the
-        moment the host reads it, before anyone can see it in the file) in the ground truth."""
+        moment the host reads it, before anyone can see it in the file) in the ground truth.
+        """
         partial = b""
         try:
             while chunk := os.read(pipe.fileno(), 65536):
@@ -301,7 +303,8 @@ class GpuHostEngine:
 
     def raise_xid(self, index: int, xid: int = 63) -> dict:
         """An Xid the GPU survives (63: row remapping pending, 94: contained ECC): a kernel log line only;
-        the GPU stays visible and its processes keep running."""
+        the GPU stays visible and its processes keep running.
+        """
         with self._lock:
             gpu = self._gpu(index)
             pci = f"PCI:0000:{gpu.short_bus_id[5:7]}:00"

@@ -60,7 +60,8 @@ class _Sink(list):
 
     A command line's quick commands (`nvidia-smi ...; echo ...; dmesg`) thus reach the client in one SSH
     packet, as from sshd reading the shell's pipe after they wrote; what streams (`tail -f`, a foreground
-    process) flushes each piece as it comes."""
+    process) flushes each piece as it comes.
+    """
 
     def __init__(self, write: Callable[[str], None] | None = None, pending: list | None = None) -> None:
         super().__init__()
@@ -142,7 +143,8 @@ class Shell:
 
     def run(self, command: str, stream: Stream | None = None) -> Result:
         """Run one exec request; returns (stdout, stderr, exit status). With a stream, the output goes to
-        it as it is produced and the returned stdout and stderr are empty."""
+        it as it is produced and the returned stdout and stderr are empty.
+        """
         # sshd hands the command to the shell as a C string: nothing after a NUL byte reaches it.
         command = command.partition("\0")[0]
         try:
@@ -494,7 +496,8 @@ class Shell:
         st: _State,
     ) -> Result:
         """`tail -f/-F FILE`: print the initial part, then every `interval` seconds what was appended. With
-        a pid: once that process is gone, read the file a last time and exit 0 (GNU tail's --pid)."""
+        a pid: once that process is gone, read the file a last time and exit 0 (GNU tail's --pid).
+        """
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         fh, ino, pos, missing = None, None, 0, False
 
@@ -751,7 +754,8 @@ _BLANKS = re.compile(r"[ \t\r\n]+")  # shlex's whitespace; str.split() would als
 
 def _words(command: str) -> list[str]:
     """shlex.split(command, posix=True), without its character-by-character scan when there is no quoting
-    to interpret (a health probe's command line is 200 characters, and 64 hosts share one twin)."""
+    to interpret (a health probe's command line is 200 characters, and 64 hosts share one twin).
+    """
     if _QUOTING.search(command):
         return shlex.split(command, comments=False, posix=True)
     return [w for w in _BLANKS.split(command) if w]
@@ -834,7 +838,8 @@ def _tail_part(data: bytes, lines: int, nbytes: int | None, from_start: bool) ->
 
 def _pump(proc: subprocess.Popen, st: _State) -> bool:
     """Forward a foreground process's stdout and stderr as they are written, until both pipes close.
-    False if the reader went away first (its pipes are then closed: the process gets SIGPIPE)."""
+    False if the reader went away first (its pipes are then closed: the process gets SIGPIPE).
+    """
     pipes = [(f, sink) for f, sink in ((proc.stdout, st.out), (proc.stderr, st.err)) if f is not None]
     try:
         with selectors.DefaultSelector() as sel:

@@ -147,7 +147,8 @@ class Config:
 
 def parse_args(argv: list[str]) -> Config:
     """torchrun's command line, as this stand-in accepts it; argparse's exit (status 2, usage on stderr) for
-    anything else."""
+    anything else.
+    """
     p = build_parser()
     ns = p.parse_args(argv)
     for dest, names, _ in UNSUPPORTED:
@@ -259,7 +260,8 @@ class RendezvousError(Exception):
 @dataclass
 class Assignment:
     """What the rendezvous gives a node: its group rank, its workers' first global rank, the sizes, and the
-    address workers bootstrap their own communication from."""
+    address workers bootstrap their own communication from.
+    """
 
     group_rank: int
     group_world_size: int
@@ -272,7 +274,8 @@ class Assignment:
 class Store:
     """The rendezvous store one launcher hosts: it collects each node's join, and once all --nnodes have joined
     answers every one of them with its assignment. Its socket stays open while the launcher runs (torchrun's
-    agent store: under `static`, MASTER_PORT is this port)."""
+    agent store: under `static`, MASTER_PORT is this port).
+    """
 
     def __init__(self, listener: socket.socket, cfg: Config, deadline: float) -> None:
         self.listener, self.cfg, self.deadline = listener, cfg, deadline
@@ -368,7 +371,8 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def rendezvous(cfg: Config, keep: list) -> Assignment:
     """Meet the other launchers at the endpoint; `keep` receives the sockets that must stay open while the
-    job runs (the store, MASTER_PORT's holder)."""
+    job runs (the store, MASTER_PORT's holder).
+    """
     deadline = time.monotonic() + cfg.rdzv_timeout_s
     host, port = cfg.endpoint
     join = {"run_id": cfg.run_id, "backend": cfg.rdzv_backend, "nproc": cfg.nproc_per_node, "pid": os.getpid()}
@@ -585,7 +589,8 @@ def _check_program(cfg: Config) -> str | None:
 def _log_dirs(cfg: Config) -> tuple[str, str | None]:
     """DefaultLogsSpecs' layout, <log_dir>/<run_id>_<random>/attempt_0, where each worker's error file goes
     (TORCHELASTIC_ERROR_FILE); and the folder made for it when no --log-dir was given, removed at exit. That
-    folder is a temporary one, as torchrun's; on an emulated host, in the host's own home (its /tmp)."""
+    folder is a temporary one, as torchrun's; on an emulated host, in the host's own home (its /tmp).
+    """
     made = None
     base = cfg.log_dir
     if not base:

@@ -23,7 +23,7 @@ import math
 import re
 
 from emulators.mesh.chip import MeshChip
-from emulators.scpi import Reply
+from emulators.scpi.engine import Reply
 
 V_FULL, I_FULL = 12.0, 24.0
 CHANNELS_PER_MODULE = 8

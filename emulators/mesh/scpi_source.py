@@ -12,7 +12,7 @@ Channels are 1-based: SOURce<h+1> drives heater h. Units are SCPI base units (V,
 from __future__ import annotations
 
 from emulators.mesh.chip import MeshChip
-from emulators.scpi import Call, ScpiEngine, ScpiError, parse_channel_list, parse_float
+from emulators.scpi.engine import Call, ScpiEngine, ScpiError, parse_channel_list, parse_float
 
 V_LIMIT, I_LIMIT = 12.0, 0.024
 

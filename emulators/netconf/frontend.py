@@ -121,7 +121,8 @@ class _Interface(paramiko.ServerInterface):
 
 class NetconfFrontend:
     """`NetconfFrontend(engine, spec, **options)`: options are NetconfOptions' fields (revision, base11, ...),
-    also read from a `netconf` mapping on the spec if it has one; the twin passes none (the defaults)."""
+    also read from a `netconf` mapping on the spec if it has one; the twin passes none (the defaults).
+    """
 
     def __init__(self, engine: Any, spec: Any, **options: Any) -> None:
         self.options = _options(spec, options)

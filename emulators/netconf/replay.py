@@ -1,4 +1,5 @@
-"""Replaying a NETCONF run (`testbed replay`, testbed/replay.py) through the switch's NETCONF server, without SSH.
+"""Replaying a NETCONF run (`testbed replay`, testbed/ops/audit_replay.py) through the switch's NETCONF server,
+without SSH.
 
 What the polatis-netconf driver records (drivers/netconf/polatis.py, docs/protocols.md §7.10 "audit"): each <rpc>
 exactly as ncclient puts it on the wire as a "tx" record, each <rpc-reply> as received as "rx", and notes in
@@ -17,7 +18,7 @@ How the replies are compared:
 - switch-motion (the project's module, docs/protocols.md §7.8) says only when the mirrors settle:
   `settle-remaining-us` is compared as present, not by value, and `moving-port` is left out. The answer's `at` is
   when the emulator's mirrors settle: the driver asks again only after sleeping that long, so what it sends next
-  is fed no earlier, as after an SCPI `*OPC?` (testbed/replay.py's rules); nothing else in a reply depends on
+  is fed no earlier, as after an SCPI `*OPC?` (testbed/ops/audit_replay.py's rules); nothing else in a reply depends on
   time except opm-power, which the emulator reads at the recorded moment;
 - a reply the driver never got: `(timeout)` is "timing" (it only says the switch was slow); a lost connection,
   or no reply recorded at all (the run stopped mid-RPC), is "skip": nothing to compare;
@@ -58,7 +59,7 @@ from emulators.netconf.server import (
     parse_xml,
     split,
 )
-from emulators.replay import Exchange
+from emulators.scpi.replay import Exchange
 
 # The client hello the emulator's session is opened with: both base versions, as ncclient's default device
 # handler advertises (docs/protocols.md §7.4, [T]).
@@ -81,8 +82,9 @@ TIMEOUT = "(timeout)"
 
 
 class NetconfReplay:
-    """The NETCONF front end's replay session (the shape testbed.replay.ReplaySession names): recorded <rpc>s
-    in, <rpc-reply>s out, compared as canonical lines."""
+    """The NETCONF front end's replay session (the shape testbed.ops.audit_replay.ReplaySession names): recorded <rpc>s
+    in, <rpc-reply>s out, compared as canonical lines.
+    """
 
     def __init__(self, engine: Any, options: NetconfOptions | None = None) -> None:
         self._now = 0.0
@@ -114,7 +116,8 @@ class NetconfReplay:
     def recorded(self, text: str) -> list[str]:
         """The reply as canonical lines; a message without one: its first note, `(timeout)` or
         `(connection lost: ...)`; nothing if nothing was recorded. Notes after a reply (a session opened or
-        failing to open before the next message) are not about this message and are left out."""
+        failing to open before the next message) are not about this message and are left out.
+        """
         reply, notes = split_records(text)
         if reply.strip():
             return reply_lines(reply)
@@ -125,7 +128,8 @@ class NetconfReplay:
 
     def verdict(self, message: str, recorded: list[str], emulated: list[str]) -> str:
         """Every reply is compared (NETCONF answers every RPC, RFC 6241 §4.2: an edit's <ok/> too); one the
-        driver gave up waiting for is "timing"; a lost connection, or nothing recorded, is "skip"."""
+        driver gave up waiting for is "timing"; a lost connection, or nothing recorded, is "skip".
+        """
         first = recorded[0] if recorded else ""
         if first == TIMEOUT:
             return "timing"
@@ -136,7 +140,8 @@ class NetconfReplay:
 
 def split_records(text: str) -> tuple[str, list[str]]:
     """The concatenated rx text of one message -> (its <rpc-reply>, the driver's notes after it). The reply, when
-    there is one, comes first: the driver records it, or a note in its place, before anything else."""
+    there is one, comes first: the driver records it, or a note in its place, before anything else.
+    """
     starts = [m.start() for m in _NOTE.finditer(text) if m.start() == 0 or text[m.start() - 1] in ">)"]
     if not starts:
         return text, []
@@ -174,7 +179,8 @@ def canonical_lines(root: ET.Element) -> list[str]:
     with the leaves (child elements without children) sorted, list keys first, then the blocks of its other
     children, sorted.
     Names carry a prefix where the namespace changes (nc, opsw, motion, else {uri}); the root's parent namespace is
-    NETCONF's. Leaf text is stripped; blank text between elements is formatting."""
+    NETCONF's. Leaf text is stripped; blank text between elements is formatting.
+    """
     return _block(root, NC_NS, "")
 
 

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import defusedxml.ElementTree as SafeET
 from defusedxml import DefusedXmlException
 
-from emulators.polatis import SwitchRefused
+from emulators.scpi.ocs import SwitchRefused
 
 NC_NS = "urn:ietf:params:xml:ns:netconf:base:1.0"
 OPSW_NS = "http://www.polatis.com/yang/optical-switch"
@@ -160,7 +160,8 @@ def _esc(text: str, attr: bool = False) -> str:
 
 def to_xml(elem: ET.Element, parent_ns: str | None = None) -> str:
     """Serialise with a default namespace per element (xmlns="..." where it changes), as Polatis and ONOS write
-    it, not ElementTree's ns0: prefixes. Only unqualified attributes and xml:lang are kept."""
+    it, not ElementTree's ns0: prefixes. Only unqualified attributes and xml:lang are kept.
+    """
     ns, local = split(elem.tag)
     parts = [f"<{local}"]
     if ns != parent_ns:
@@ -213,7 +214,8 @@ def _is_content(f: ET.Element) -> bool:
 
 def select(data: ET.Element, fnodes: list[ET.Element]) -> list[ET.Element] | None:
     """The children of `data` that the sibling filter nodes `fnodes` select; None if a content match fails
-    (then `data` itself is not selected)."""
+    (then `data` itself is not selected).
+    """
     content = [f for f in fnodes if _is_content(f)]
     for f in content:
         if not any(_name_match(f, d) and _text(d) == _text(f) for d in data):
@@ -246,7 +248,8 @@ def select(data: ET.Element, fnodes: list[ET.Element]) -> list[ET.Element] | Non
 
 def _wanted_ports(fnodes: list[ET.Element]) -> set[int] | None:
     """Ports a filter on a port list names by port-id content match, or None (all ports): a 512-port switch
-    should not read 512 power monitors for a query about two."""
+    should not read 512 power monitors for a query about two.
+    """
     wanted: set[int] = set()
     for top in fnodes:
         entries = list(top)
@@ -313,7 +316,8 @@ class ServerSession:
 
     def handle_hello(self, message: bytes) -> bool:
         """The client's hello; returns whether the session goes on in chunked framing (base:1.1 on both sides).
-        Raises SessionEnd for a hello the session cannot go on from."""
+        Raises SessionEnd for a hello the session cannot go on from.
+        """
         try:
             root = parse_xml(message)
         except RpcError as exc:
@@ -774,7 +778,8 @@ _SIZE_IN_MODEL = re.compile(r"\d+x\d+")
 
 def _product(engine: Any) -> tuple[str, str, str, str]:
     """manufacturer, model-name, serial-number, software-version from the SCPI identity (*IDN?), with the model
-    name's NxM made to match the switch's real size: ONOS and the driver read the size from it."""
+    name's NxM made to match the switch's real size: ONOS and the driver read the size from it.
+    """
     fields = [f.strip() for f in engine.spec.idn.split(",")] + ["Unknown"] * 4
     vendor, model, serial, firmware = fields[:4]
     size = f"{engine.size}x{engine.size}"

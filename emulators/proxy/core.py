@@ -208,7 +208,8 @@ class FaultProxy:
         self, name: Any, type: Any, stream: Any, toxicity: Any, attributes: dict[str, Any]
     ) -> dict[str, Any]:
         """add_toxic with the attributes as a dict, for JSON callers (HTTP API, twin control): an attribute
-        named like a parameter ("name", "type", ...) is then a clear "no attribute" error, not a TypeError."""
+        named like a parameter ("name", "type", ...) is then a clear "no attribute" error, not a TypeError.
+        """
         toxic = make_toxic(name, type, stream, toxicity, attributes)
         if toxic.name in self._toxics:
             raise ConflictError(f"toxic {toxic.name!r} already exists on proxy {self.name!r}")
@@ -266,7 +267,8 @@ class FaultProxy:
 
     def connections(self) -> list[dict[str, Any]]:
         """Recent connections (closed ones first, then open), with the toxics applied to each and
-        the latency each latency toxic drew per chunk, for tests that check repeatability."""
+        the latency each latency toxic drew per chunk, for tests that check repeatability.
+        """
         return [*self._history, *(c.describe() for c in self._conns.values())]
 
     # --- per-connection plumbing -----------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Emulated BMCs speaking Redfish (the DMTF standard), one per emulated GPU host: service.py is one BMC's
-resources and power control without a transport, server.py serves every BMC of a twin over HTTPS."""
+resources and power control without a transport, server.py serves every BMC of a twin over HTTPS.
+"""
 
 from emulators.redfish.server import RedfishServer
 from emulators.redfish.service import RESET_TYPES, RedfishService

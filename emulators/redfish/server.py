@@ -257,7 +257,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """A request the HTTP parser refused (bad request line, too many headers, unknown method): a Redfish
-        error body instead of the standard library's HTML page."""
+        error body instead of the standard library's HTML page.
+        """
         self.close_connection = True
         if getattr(self, "request_version", None) in (None, "", "HTTP/0.9"):
             self.request_version = "HTTP/1.0"  # answered with a status line and headers all the same

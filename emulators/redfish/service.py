@@ -195,7 +195,8 @@ class _Session:
 
 class RedfishService:
     """One BMC: its account (one user, one password), its sessions, the host it powers. Thread-safe: each
-    connection is served on a thread of its own."""
+    connection is served on a thread of its own.
+    """
 
     def __init__(self, name: str, target: PowerTarget, user: str, password: str) -> None:
         self.name = name

@@ -1,7 +1,7 @@
 """The TL1 front ends of the emulated switch: Polatis and Calient dialects on the one switch model.
 
 Each front end is a TCP server on 127.0.0.1 (ephemeral port; a lab's Polatis answers TL1 on 3082, a
-Calient on 3083 with an `agent>` prompt) whose every command is mapped onto emulators/polatis.py's public
+Calient on 3083 with an `agent>` prompt) whose every command is mapped onto emulators/scpi/ocs.py's public
 model API, so SCPI, TL1 and NETCONF clients change the same circuits with the same switching time, dark
 moving ports and light. What the dialects accept, answer and deny: docs/protocols.md §8.
 
@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable
 
 from emulators.frontends import TWIN_PASSWORD
-from emulators.polatis import PolatisEngine, SwitchRefused
+from emulators.scpi.ocs import PolatisEngine, SwitchRefused
 from emulators.spec import OcsSpec
 from emulators.tl1 import grammar as g
 from emulators.tl1.grammar import Command, Tl1Error
@@ -363,7 +363,8 @@ _DOTTED = re.compile(r"(\d{1,4})\.(\d{1,4})\.(\d{1,4})")
 class CalientTl1Frontend(Tl1Frontend):
     """Calient TL1: N bidirectional ports named <shelf>.<slot>.<port>; port k's input side is the model's
     ingress k, its output side the model's egress N+k. A cross-connect is entered (ENT-CRS) and then
-    activated (ACT-CRS: the mirrors move); CANC-CRS deactivates it and DLT-CRS deletes an inactive one."""
+    activated (ACT-CRS: the mirrors move); CANC-CRS deactivates it and DLT-CRS deletes an inactive one.
+    """
 
     prompt = b"\r\nagent>"
     moves = frozenset({"ACT-CRS", "CANC-CRS"})

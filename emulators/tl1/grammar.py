@@ -218,7 +218,8 @@ def keywords(blocks: list[str]) -> dict[str, str]:
 
 def clip(text: str, n: int = 40) -> str:
     """Text safe to send inside a comment: printable, short, no comment terminator and no `;` (clients such as
-    Quali's take the first `;` for the end of the response, wherever it is)."""
+    Quali's take the first `;` for the end of the response, wherever it is).
+    """
     text = "".join(c if " " <= c <= "~" else "?" for c in text).replace("*/", "*?").replace(";", ",")
     return text if len(text) <= n else text[: n - 3] + "..."
 

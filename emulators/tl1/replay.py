@@ -1,4 +1,4 @@
-"""Replaying a run's TL1 audit log through a fresh TL1 front end (`testbed replay`, testbed/replay.py).
+"""Replaying a run's TL1 audit log through a fresh TL1 front end (`testbed replay`, testbed/ops/audit_replay.py).
 
 The audit holds each command the driver sent as one tx record (`VERB:tid:aid:ctag:...;\\r\\n`, ACT-USER's password
 masked as `***`) and the switch's output as rx records, raw chunks as they were read: a chunk may end in the
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emulators.frontends import TWIN_PASSWORD
-from emulators.replay import Exchange
+from emulators.scpi.replay import Exchange
 
 # A response's first line after the header: `M  <ctag> <completion code>` (§8.3).
 _M_LINE = re.compile(r"M\s+(\S+)\s+(COMPLD|DENY|PRTL|DELAY|RTRV)")
@@ -53,7 +53,7 @@ _M_LINE = re.compile(r"M\s+(\S+)\s+(COMPLD|DENY|PRTL|DELAY|RTRV)")
 _AUTONOMOUS = re.compile(r"(?:\*C|\*\*|\*|A)\s+\S+\s+[A-Z][A-Z0-9-]*(?:\s+[A-Z0-9-]+)*")
 # A GR-833 occurrence date and time inside a line: `<MM-DD>,<HH-MM-SS>` (§8.7).
 _OCCURRED = re.compile(r"(?<![\d-])\d\d-\d\d,\d\d-\d\d-\d\d(?![\d-])")
-# The ACT-USER as audited: its password replaced by `***` (testbed/redact.py's pattern, §8.4).
+# The ACT-USER as audited: its password replaced by `***` (testbed/results/redact.py's pattern, §8.4).
 _MASKED_LOGIN = re.compile(r"(\s*ACT-USER:[^:;]*:[^:;]*:[^:;]*::)\*\*\*(?=;)", re.IGNORECASE)
 _LOGIN = re.compile(r"\s*ACT-USER\s*:", re.IGNORECASE)
 
@@ -151,8 +151,9 @@ class _Waiting:
 
 
 class Tl1Replay:
-    """The TL1 front ends' replay session (emulators/replay.py's interface), on a front end built without
-    any server: a Tl1Session is fed each recorded command and what it sends is collected."""
+    """The TL1 front ends' replay session (emulators/scpi/replay.py's interface), on a front end built without
+    any server: a Tl1Session is fed each recorded command and what it sends is collected.
+    """
 
     def __init__(self, frontend: Any) -> None:  # an emulators.tl1.frontend.Tl1Frontend (which imports this)
         self.frontend = frontend
@@ -214,7 +215,8 @@ class Tl1Replay:
         none (CANC-USER as it closes). "timing" when the recording holds answers but none to a command the
         emulator answered: the switch never answered it in time (the driver's timeout; or not yet, should a
         read have stopped short), so the group says when, not what. Else "compare", also when the switch
-        answered a command the emulator did not (that answer is a disagreement)."""
+        answered a command the emulator did not (that answer is a disagreement).
+        """
         if not recorded:
             return "skip"
         answered, emulated_ctags = _ctags(recorded), _ctags(emulated)

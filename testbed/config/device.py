@@ -1,6 +1,7 @@
 """What every device of the inventory has (a driver, a transport, a node, read_only), and what every switch has
 (ports: ingress 1..size, egress size+1..2*size). A device family's inventory model extends one of these
-(testbed/families)."""
+(testbed/families).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pydantic import Field, field_validator
 from testbed.config.common import Strict
 from testbed.config.switch_transports import NetconfTransport, Tl1Transport
 from testbed.config.transports import SerialTransport, SshTransport, TransportConfig, VisaTransport
-from testbed.registry import Registry
+from testbed.contracts.registry import Registry
 
 TRANSPORTS: Registry[type[TransportConfig]] = Registry(
     "transport type", "testbed.transports", lambda model: typing.get_args(model.model_fields["type"].annotation)[0]
@@ -28,7 +29,8 @@ Transport = Annotated[Union[tuple(TRANSPORTS)], Field(discriminator="type")]  # 
 class FaultProxyConfig(Strict):
     """The lab's Toxiproxy (Shopify's) in front of this device's TCP port: where its HTTP API is and the
     proxy's name there. The device's own transport address is then the proxy's listen address, as the lab wired
-    it. A lab run applies the transport.* faults on this device through that API (docs/faults.md)."""
+    it. A lab run applies the transport.* faults on this device through that API (docs/faults.md).
+    """
 
     api: str = Field(description="the Toxiproxy HTTP API: http://HOST:PORT (Toxiproxy listens on 8474 by default)")
     proxy: str = Field(min_length=1, description="the name of the proxy in front of this device on that server")
@@ -83,7 +85,8 @@ class SwitchConfig(DeviceConfig):
     def write_problems(self, name: str, ports, doing: str, who: str, verb: str) -> list[str]:
         """Why the inventory's interlocks refuse a write to `ports` of this switch (name: its name): read-only,
         or ports reserved or not allowed. `doing` completes "read-only in the inventory, but ..."; `who` and
-        `verb` make "<who> would <verb> port(s) ..." (the planner's circuits, link.down's disable)."""
+        `verb` make "<who> would <verb> port(s) ..." (the planner's circuits, link.down's disable).
+        """
         problems = []
         if self.read_only:
             problems.append(f"{name} is read-only in the inventory, but {doing}")

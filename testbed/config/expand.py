@@ -200,7 +200,8 @@ class _Expander:
 
     def _device(self, key: Any, name: Any, i: int | None, own: Any, group: tuple[str, dict] | None) -> Any:
         """One device of the entry `key`: its own fields (compiled templates when `key` is a range), over its
-        group's defaults."""
+        group's defaults.
+        """
         env: dict[str, Value] = {"name": name} if i is None else {"name": name, "i": i}
         if i is not None:
             self.origins[("devices", name)] = Origin(("devices", key), None, "", f"devices.{key}")
@@ -292,7 +293,8 @@ class _Expander:
 
 def _compile(value: Any, known: set[str], loc: Loc, note: str) -> Any:
     """`value` with every string that has braces compiled to a Template, each checked against the variables
-    `known` here: a syntax error or an unknown placeholder is found once, at its key, not once per expansion."""
+    `known` here: a syntax error or an unknown placeholder is found once, at its key, not once per expansion.
+    """
     if isinstance(value, str):
         if "{" not in value and "}" not in value:
             return value

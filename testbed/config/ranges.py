@@ -55,7 +55,8 @@ def compress(names: Iterable[str], *, keep_order: bool = False, min_run: int = M
 
     keep_order=False treats `names` as a set: duplicates are dropped and the result is in a sorted order.
     keep_order=True keeps the list as given, duplicates included; only runs of adjacent names that count up
-    become ranges, so expanding the result gives back the very list."""
+    become ranges, so expanding the result gives back the very list.
+    """
     return [text for text, _ in compress_counted(names, keep_order=keep_order, min_run=min_run)]
 
 
@@ -73,7 +74,8 @@ def compress_counted(
 
 def _runs(names: list[str], min_run: int) -> list[tuple[str, int, tuple]]:
     """(range or name, how many names it stands for, a sort key) for every run of adjacent names that count
-    up, in the order of `names`."""
+    up, in the order of `names`.
+    """
     out: list[tuple[str, int, tuple]] = []
     run: list[tuple[str, _Numbered]] = []
 
@@ -109,7 +111,8 @@ def _runs(names: list[str], min_run: int) -> list[tuple[str, int, tuple]]:
 def _set_order(names: list[str]):
     """A sort key for a set of names that puts every run a range can hold next to each other: by prefix and
     suffix, then by how a range would pad the number, then by number. Unpadded numbers that continue a padded
-    run take its padding (h098, h099, h100, h101 -> h[098:101]); other unpadded ones stay unpadded."""
+    run take its padding (h098, h099, h100, h101 -> h[098:101]); other unpadded ones stay unpadded.
+    """
     numbered = {name: info for name in names if (info := _numbered(name)) is not None}
     padded: set[tuple[str, str, int, int]] = set()  # (prefix, suffix, width, number)
     unpadded: dict[tuple[str, str], list[int]] = {}

@@ -1,6 +1,7 @@
 """The transports of a switch's other management interfaces: TL1 over TCP and NETCONF over SSH. Passwords
 never go in the YAML: the inventory names the environment variable that holds one (`password_env`), read when
-the run starts, in the runner's process, and never written to a run's files."""
+the run starts, in the runner's process, and never written to a run's files.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Literal
 from pydantic import Field
 
 from testbed.config.transports import TransportConfig
-from testbed.errors import UserError
+from testbed.contracts.errors import UserError
 
-# What the twin's switches accept, and where the framework finds it in an emulated run (testbed/twin.py sets it).
+# What the twin's switches accept, and where the framework finds it in an emulated run (testbed/twin/bridge.py sets it).
 TWIN_PASSWORD_ENV = "TESTBED_TWIN_PASSWORD"  # noqa: S105 (the name of a variable)
 
 
@@ -42,7 +43,7 @@ class Tl1Transport(TransportConfig):
         return f"{self.user}@{self.host}:{self.port}"
 
     def settings(self):
-        from drivers.tl1.settings import Tl1Settings
+        from drivers.transports.tl1_settings import Tl1Settings
 
         password = _password(self.password_env, f"TL1 login to {self.address()}")
         return Tl1Settings(self.host, self.port, self.user, password, self.password_env, self.timeout_ms / 1000)

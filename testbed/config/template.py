@@ -55,7 +55,8 @@ def _tokens(text: str) -> list[tuple[str, str]]:
 
 class _Parser:
     """Recursive descent over: expr := term (('+'|'-') term)*; term := unary (('*'|'//'|'%') unary)*;
-    unary := '-' unary | atom; atom := INT | NAME | '(' expr ')'."""
+    unary := '-' unary | atom; atom := INT | NAME | '(' expr ')'.
+    """
 
     def __init__(self, text: str) -> None:
         self.text = text

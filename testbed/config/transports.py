@@ -107,7 +107,7 @@ class SshTransport(TransportConfig):
         return f"{self.user}@{self.host}:{self.port}"
 
     def settings(self):
-        from drivers.ssh_settings import SshSettings
+        from drivers.transports.ssh_settings import SshSettings
 
         return SshSettings(
             host=self.host,

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from testbed.errors import ConfigError, ConfigProblem
+from testbed.contracts.errors import ConfigError, ConfigProblem
 
 Loc = tuple[str | int, ...]
 
@@ -33,7 +33,8 @@ class Origin:
     source: its key path in the file (for the line); shown: the key path to print instead of the expanded one
     (a pattern's `fibres[0]`, not the 37th fibre it made), or None to print the expanded one (`devices.h017`);
     note: what tells this expansion from its siblings (`with n=5, k=1`); what: the shorthand, when problems
-    from its expansions are alike enough to report once (`devices.h[001:256]`), else ""."""
+    from its expansions are alike enough to report once (`devices.h[001:256]`), else "".
+    """
 
     source: Loc
     shown: Loc | None
@@ -84,7 +85,8 @@ class LocatedData:
 
     def problems(self, found: Iterable[tuple[Loc, str]]) -> list[ConfigProblem]:
         """Each (key path, message) at its file:line. A shorthand that expands to many alike problems (a bad field
-        in a range of 256 hosts) is reported once, at its line, with how many more it made."""
+        in a range of 256 hosts) is reported once, at its line, with how many more it made.
+        """
         out: list[ConfigProblem] = []
         alike: dict[tuple, list] = {}  # (line, source key path) -> [first problem, how many more, what]
         for loc, message in found:
@@ -206,7 +208,8 @@ def _build(node: yaml.Node, loc: Loc, lines: dict[Loc, int], problems: list[Conf
 
 def _scalar(node: yaml.Node, problems: list[ConfigProblem], name: str):
     """A scalar resolved exactly as yaml.safe_load resolves it (ints, floats, bools, nulls, timestamps);
-    an unknown tag such as `!python/object` is a problem at its line, not an exception."""
+    an unknown tag such as `!python/object` is a problem at its line, not an exception.
+    """
     try:
         value = yaml.constructor.SafeConstructor().construct_object(node, deep=True)
     except yaml.YAMLError as exc:

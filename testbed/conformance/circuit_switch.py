@@ -1,4 +1,4 @@
-"""Conformance checks for a CircuitSwitch driver (testbed.capabilities.CircuitSwitch).
+"""Conformance checks for a CircuitSwitch driver (drivers.capabilities.CircuitSwitch).
 
 Run them against a driver connected to a switch whose ports may be changed freely: an emulator, or a
 lab switch that is not in use. Every check leaves the switch without circuits and with its ports enabled.
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from drivers.capabilities import CircuitSwitch
 from drivers.errors import DeviceError
-from testbed.capabilities import CircuitSwitch
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 PORT_STATES = frozenset("EDF")

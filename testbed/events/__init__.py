@@ -1,6 +1,7 @@
 """Events: what a run records, in one vocabulary (schema), read back by one reader (jsonl).
 
-The bottom layer of the framework: it imports nothing of testbed but its errors."""
+The bottom layer of the framework: it imports nothing of testbed but its errors.
+"""
 
 from testbed.events.jsonl import JsonlError, JsonlFile, read_jsonl, set_aside_torn_line
 from testbed.events.ledger import InvokeLedger

@@ -1,5 +1,7 @@
 """results/README.md's event tables, generated from the schema (testbed/events/schema.py) and a glossary of
-its fields: `python -m testbed.events --readme results/README.md` rewrites them; a test keeps them equal."""
+its fields: `python -m testbed.results.event_tables --readme results/README.md` rewrites them; a test keeps them
+equal.
+"""
 
 from testbed.events.schema import SCHEMA, Measure, OperationFailed, OperationOk
 

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.errors import UserError
+from testbed.contracts.errors import UserError
 
 
 class JsonlError(UserError):
@@ -74,7 +74,8 @@ def _parse(out: JsonlFile, path: Path, number: int, raw: bytes) -> None:
 
 def set_aside_torn_line(path: Path) -> str | None:
     """Move a torn last line to PATH.torn, so that what is appended next starts on a line of its own and every
-    line left parses. Returns what was done (None: nothing was torn)."""
+    line left parses. Returns what was done (None: nothing was torn).
+    """
     if not path.is_file():
         return None
     with open(path, "rb+") as f:

@@ -6,7 +6,8 @@ from __future__ import annotations
 class InvokeLedger:
     """Which invokes are still open. Each completion (ok / fail / info) closes the oldest open invoke of the
     same operation on the same device: an operation such as fault.inject may wrap device operations, so a
-    device can have several open. The one rule for the runner (live), `testbed heal` and `testbed check`."""
+    device can have several open. The one rule for the runner (live), `testbed heal` and `testbed check`.
+    """
 
     def __init__(self) -> None:
         self._open: dict[tuple[str | None, str], list] = {}

@@ -2,8 +2,8 @@
 
 events.jsonl is the results format users' analyses read, so its names and fields are defined here once and
 used by every writer (the runner, heal) and reader (check, heal, report, plots, truth). results/README.md's
-event tables are generated from it (testbed/events/docs.py, `python -m testbed.events --readme results/README.md`;
-a test keeps them equal).
+event tables are generated from it (testbed/events/docs.py,
+`python -m testbed.results.event_tables --readme results/README.md`; a test keeps them equal).
 
 Four kinds of name:
 - framework events (`Op` below): run and trial boundaries, fabric snapshots, failover milestones, faults;
@@ -226,7 +226,8 @@ class FabricServiceConnect(TypedDict):
 
 class FabricServiceRequest(TypedDict):
     """A line a rank sent (`invalid`: why it is not a request); `t_server_ns` on the service's monotonic clock,
-    `t_job_ns` on the rank's. `rank` is the connection's (None before its hello)."""
+    `t_job_ns` on the rank's. `rank` is the connection's (None before its hello).
+    """
 
     conn: int
     rank: int | None

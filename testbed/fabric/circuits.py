@@ -19,8 +19,9 @@ import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from testbed.config.cabling import Fibre, Trunk
 from testbed.config.common import LINK_PATTERN
-from testbed.config.inventory import Fibre, Inventory, Trunk
+from testbed.fabric.inventory_view import InventoryView
 
 Pair = tuple[int, int]
 # A directed link: (source host, source port) -> (destination host, destination port).
@@ -34,7 +35,8 @@ class PathError(ValueError):
 @dataclass(frozen=True)
 class Route:
     """The light path of one link: the switches it crosses in order, the trunks between them (indices into
-    Inventory.trunks), the circuit each switch must hold, and the loss along it."""
+    Inventory.trunks), the circuit each switch must hold, and the loss along it.
+    """
 
     switches: tuple[str, ...]
     trunks: tuple[int, ...]
@@ -57,9 +59,10 @@ def link_label(link: Link) -> str:
     return f"{a}:{p} -> {b}:{q}"
 
 
-def links_to_circuits(links: Iterable[Link], inv: Inventory) -> dict[str, tuple[Pair, ...]]:
+def links_to_circuits(links: Iterable[Link], inv: InventoryView) -> dict[str, tuple[Pair, ...]]:
     """The circuits every switch must hold for `links` (routed in the order given; a link given twice is
-    routed once)."""
+    routed once).
+    """
     out: dict[str, set[Pair]] = {}
     busy: dict[int, str] = {}  # trunk index -> the link that already uses it
     for link in dict.fromkeys(links):
@@ -77,9 +80,10 @@ def links_to_circuits(links: Iterable[Link], inv: Inventory) -> dict[str, tuple[
     return {sw: tuple(sorted(pairs)) for sw, pairs in out.items()}
 
 
-def route_link(link: Link, inv: Inventory, busy: Mapping[int, str] | None = None) -> Route:
+def route_link(link: Link, inv: InventoryView, busy: Mapping[int, str] | None = None) -> Route:
     """The route of one link, avoiding the trunks in `busy` (index -> the link using it); PathError when
-    there is none or it does not fit the loss budget."""
+    there is none or it does not fit the loss budget.
+    """
     src, dst = link
     label = link_label(link)
     f_src, f_dst = inv.fibre_of(*src), inv.fibre_of(*dst)
@@ -116,12 +120,12 @@ def _budget(f_src: Fibre, f_dst: Fibre) -> float:
     return f_src.launch_power_dbm - f_dst.rx_sensitivity_dbm
 
 
-def _pass_loss(inv: Inventory, switch: str) -> float:
+def _pass_loss(inv: InventoryView, switch: str) -> float:
     dev = inv.switches().get(switch)
     return dev.pass_loss_db() if dev is not None else 0.0
 
 
-def _usable(t: Trunk, inv: Inventory) -> bool:
+def _usable(t: Trunk, inv: InventoryView) -> bool:
     """A run may set circuits on both ends of the trunk."""
     switches = inv.switches()
     for name, port in ((t.from_, t.egress), (t.to, t.ingress)):
@@ -131,9 +135,10 @@ def _usable(t: Trunk, inv: Inventory) -> bool:
     return True
 
 
-def _fewest_switches(start: str, goal: str, inv: Inventory, busy: Mapping[int, str]) -> list[int] | None:
+def _fewest_switches(start: str, goal: str, inv: InventoryView, busy: Mapping[int, str]) -> list[int] | None:
     """Trunk indices from `start` to `goal`: fewest switches, then lowest loss, then lowest indices
-    (Dijkstra over switches with that lexicographic cost); [] when start is goal; None when unreachable."""
+    (Dijkstra over switches with that lexicographic cost); [] when start is goal; None when unreachable.
+    """
     if start == goal:
         return []
     out_of: dict[str, list[tuple[int, Trunk]]] = {}
@@ -155,7 +160,7 @@ def _fewest_switches(start: str, goal: str, inv: Inventory, busy: Mapping[int, s
     return None
 
 
-def _no_path(label: str, start: str, goal: str, inv: Inventory, busy: Mapping[int, str]) -> str:
+def _no_path(label: str, start: str, goal: str, inv: InventoryView, busy: Mapping[int, str]) -> str:
     text = f"{label} needs a path from {start} to {goal}"
     if not inv.trunks:
         return text + ", and the inventory has no trunks (switch-to-switch fibres, `trunks:`) to make one"

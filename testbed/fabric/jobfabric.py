@@ -16,7 +16,7 @@ from testbed.fabric.circuits import Link
 from testbed.fabric.topology import duplex_ring, ring, torus2d_ring, torus_ring_ports
 
 if TYPE_CHECKING:
-    from testbed.config.playbook import JobFabric
+    from testbed.config.sections import JobFabric
 
 
 def fabric_links(fabric: JobFabric, hosts: list[str]) -> list[Link]:
@@ -37,7 +37,8 @@ def fabric_ports(fabric: JobFabric) -> list[str]:
 
 def ring_link_ports(fabric: JobFabric, rank: int) -> tuple[str, str] | None:
     """(rank's port, rank+1's port) of the duplex link that carries rank -> rank+1; None when the fabric is
-    one-way (no reverse ports), where no single link carries a connection both ways."""
+    one-way (no reverse ports), where no single link carries a connection both ways.
+    """
     if fabric.reverse_port is None:
         return None
     if fabric.topology == "torus2d":

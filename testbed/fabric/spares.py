@@ -1,12 +1,13 @@
 """Which spare replaces a failed host: same rack (shared-risk group) first, then the least used, and
-among equals a choice that is fixed by the seed, so a run can be repeated."""
+among equals a choice that is fixed by the seed, so a run can be repeated.
+"""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Mapping
 
-from testbed.config.inventory import Inventory
+from testbed.fabric.inventory_view import InventoryView
 
 
 class NoSpareError(RuntimeError):
@@ -15,7 +16,7 @@ class NoSpareError(RuntimeError):
 
 def choose_spare(
     failed: str,
-    inv: Inventory,
+    inv: InventoryView,
     *,
     in_use: set[str],
     used_count: Mapping[str, int],

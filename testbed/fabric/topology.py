@@ -30,7 +30,8 @@ def torus2d(
     """rows x cols torus, hosts[r * cols + c] at row r, column c: every row a ring on ports[0] (x), every
     column a ring on ports[1] (y), one way. With `reverse_ports` (x, y) every ring is duplex instead, as
     duplex_ring cables it: each host's ports[0] <-> the next host in its row's reverse_ports[0], and its
-    ports[1] <-> the next host in its column's reverse_ports[1] (four ports per host)."""
+    ports[1] <-> the next host in its column's reverse_ports[1] (four ports per host).
+    """
     if rows * cols != len(hosts):
         raise ValueError(f"a {rows}x{cols} torus needs {rows * cols} hosts, got {len(hosts)}")
     links: list[Link] = []
@@ -52,7 +53,8 @@ def torus_cycle(rows: int, cols: int) -> list[tuple[int, int]]:
     number of rows the last row ends in column 0, right above row 0 across the column's wrap-around link.
     With an odd number of rows and an even number of columns the same goes column by column. A torus with
     one row or one column is a ring. Both odd (and larger than 1): ValueError (such a cycle exists, but
-    this order does not give it)."""
+    this order does not give it).
+    """
     if rows == 1 or cols == 1:
         return [(i, 0) if cols == 1 else (0, i) for i in range(rows * cols)]
     if rows % 2 == 0:
@@ -73,7 +75,8 @@ def torus2d_ring(
     reverse_ports: tuple[str, str] | None = None,
 ) -> list[Link]:
     """torus2d with rank r (hosts[r]) placed at torus_cycle(rows, cols)[r], so that the ring over the ranks
-    (r -> r+1, as a ring all-reduce sends) runs on torus links."""
+    (r -> r+1, as a ring all-reduce sends) runs on torus links.
+    """
     if rows * cols != len(hosts):
         raise ValueError(f"a {rows}x{cols} torus needs {rows * cols} hosts, got {len(hosts)}")
     grid = [""] * len(hosts)
@@ -86,7 +89,8 @@ def torus_ring_ports(
     rank: int, rows: int, cols: int, ports: tuple[str, str], reverse_ports: tuple[str, str]
 ) -> tuple[str, str]:
     """(rank's port, next rank's port) of the duplex torus2d_ring link that joins rank and rank+1 (mod W):
-    the x or y link between them, taken from whichever end transmits on ports[axis]."""
+    the x or y link between them, taken from whichever end transmits on ports[axis].
+    """
     cycle = torus_cycle(rows, cols)
     (r0, c0), (r1, c1) = cycle[rank], cycle[(rank + 1) % len(cycle)]
     axis, here, there, size = (0, c0, c1, cols) if r0 == r1 else (1, r0, r1, rows)
@@ -98,14 +102,16 @@ def torus_ring_ports(
 def all_to_all_schedule(hosts: list[str], port: str = "p0") -> list[list[Link]]:
     """N-1 matchings that together connect every ordered pair once: in matching k, rank i transmits to
     rank i+k (mod N). Each matching is a permutation, so it fits a port with one transmitter and one
-    receiver per host."""
+    receiver per host.
+    """
     n = len(hosts)
     return [[((hosts[i], port), (hosts[(i + k) % n], port)) for i in range(n)] for k in range(1, n)]
 
 
 def duplex_ring(hosts: list[str], right_port: str = "p0", left_port: str = "p1") -> list[Link]:
     """A ring of duplex links, as labs cable one: each host's `right_port` to the next host's `left_port`,
-    light both ways (a TCP connection between neighbours needs both directions)."""
+    light both ways (a TCP connection between neighbours needs both directions).
+    """
     n = len(hosts)
     if n < 2:
         return []

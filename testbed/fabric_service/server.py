@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from testbed.fabric_service.protocol import (
+from hostside.fabric_protocol import (
     ENV_ADDRESS,
     ENV_TOKEN,
     FAILED,
@@ -126,7 +126,8 @@ class FabricService:
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop listening, end every connection (a rank's client sees a reset and reconnects to whatever serves
-        next) and wait up to `timeout_s` for their threads (a handler call under way is waited for)."""
+        next) and wait up to `timeout_s` for their threads (a handler call under way is waited for).
+        """
         if self._closed:
             return
         self._closed = True

@@ -3,18 +3,19 @@ the `testbed.families` entry-point group; its devices then validate in inventori
 like the built-in ones.
 
 PROCEDURES is every registered family's procedures, by name (what a device's actor runs,
-and the marks each may take)."""
+and the marks each may take).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from testbed.families import gpuhost, mesh, ocs
+from testbed.contracts.registry import Registry
+from testbed.families import gpu_host, ocs, photonic_mesh
 from testbed.families.base import DeviceFamily, ProcedureSpec, TwinSupport
-from testbed.registry import Registry
 
 FAMILIES: Registry[DeviceFamily] = Registry("device family", "testbed.families", lambda family: family.kind)
-for _family in (ocs.FAMILY, mesh.FAMILY, gpuhost.FAMILY):
+for _family in (ocs.FAMILY, photonic_mesh.FAMILY, gpu_host.FAMILY):
     FAMILIES.register(_family, builtin=True)
 
 
@@ -29,7 +30,8 @@ def family_of(device) -> DeviceFamily:
 
 class ProcedureMarks(dict):
     """Procedure name -> the marks it may take, with the union of all marks (a snapshot: the recorder checks
-    every event against it)."""
+    every event against it).
+    """
 
     def __init__(self, marks: dict[str, tuple[str, ...]]) -> None:
         super().__init__(marks)

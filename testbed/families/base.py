@@ -3,7 +3,7 @@
 A family gives (docs/architecture.md, "Adding a device family"):
 - `kind` and `model`: the inventory's `kind:` and the pydantic model of such a device (a DeviceConfig, or a
   SwitchConfig for a device that holds circuits between ports, so fibres may land on it);
-- `capability`: the typing.Protocol its drivers implement (testbed.capabilities);
+- `capability`: the typing.Protocol its drivers implement (drivers.capabilities);
 - `procedures`: what runs inside a device's actor, next to its driver, and the marks each may take;
 - `operations`: which procedure does each generic operation the engine asks for (identify, reconfigure,
   clear, calibrate, read_fabric);
@@ -16,7 +16,7 @@ A family gives (docs/architecture.md, "Adding a device family"):
   lives), or None when there is no emulator yet;
 - `ground_truth`: the twin's control op that returns the device's transfer matrix, if it has one.
 
-A driver (one wire protocol) is registered to a family by name (drivers/registry.py); nothing outside the
+A driver (one wire protocol) is registered to a family by name (testbed/families/drivers.py); nothing outside the
 driver assumes which protocol a family's device speaks.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from testbed.interlocks import Policy
+from testbed.families.interlocks import Policy
 
 Procedure = Callable[..., object]  # (driver, ctx, **kwargs) -> JSON-able value
 Problem = tuple[tuple, str]
@@ -42,7 +42,8 @@ class ProcedureSpec:
 class TwinSupport:
     """How the twin emulates a family's device. `spec(name, device, inventory, seed)` returns the emulator's
     spec as plain data (JSON-able, with "kind"); `refs` names the emulator's spec class and adapter
-    ("module:Name") when they are not among the emulators' built-in kinds (emulators/kinds.py)."""
+    ("module:Name") when they are not among the emulators' built-in kinds (emulators/kinds.py).
+    """
 
     spec: Callable[[str, Any, Any, int], dict]
     refs: tuple[str, str] | None = None
@@ -59,7 +60,7 @@ class DeviceFamily:
     policy: Callable[[str, Any], Policy | None] = lambda name, device: None
     check: Callable[[str, Any, Any], list[Problem]] = lambda name, device, inventory: []
     holds_fabric: bool = False
-    # Served from a process of its own rather than its node's shared hub (testbed/runner/hub.py): for the few
+    # Served from a process of its own rather than its node's shared hub (testbed/engine/hub.py): for the few
     # devices whose calls are latency-critical and CPU-heavy (a switch formats and checks hundreds of circuits
     # per change), so that they run in parallel and no other device's threads hold the GIL they need.
     own_process: bool = False

@@ -1,15 +1,16 @@
 """Fault kinds, each one definition (testbed.faults.base.FaultKind), registered by name. Another package adds
-its own under the `testbed.faults` entry-point group."""
+its own under the `testbed.faults` entry-point group.
+"""
 
 from __future__ import annotations
 
+from testbed.contracts.registry import Registry
 from testbed.faults.base import FaultEnv, FaultFailed, FaultKind, Injected, RankTarget
 from testbed.faults.link import LINK_FAULTS
 from testbed.faults.power import POWER_FAULTS
 from testbed.faults.rank import RANK_FAULTS
 from testbed.faults.straggle import STRAGGLE_FAULTS
 from testbed.faults.transport import TRANSPORT_FAULTS, ConnectionTarget, TransportFault
-from testbed.registry import Registry
 
 FAULT_KINDS: Registry[FaultKind] = Registry("fault kind", "testbed.faults", lambda kind: kind.name)
 for _kind in (*RANK_FAULTS, *POWER_FAULTS, *STRAGGLE_FAULTS, *TRANSPORT_FAULTS, *LINK_FAULTS):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 # A twin fault is scheduled this far ahead: more than a control request takes to reach the twin on a loaded
-# machine (~5 ms at worst on 2 cores). A trigger that still arrives late is sent again, further ahead.
+# machine (docs/tuning.md, "The twin's timing"). A trigger that still arrives late is sent again, further ahead.
 TRIGGER_LEAD_NS = 20_000_000
 TRIGGER_ATTEMPTS = 3
 
@@ -31,7 +31,8 @@ class FaultFailed(Exception):
 @dataclass(frozen=True)
 class RankTarget:
     """The rank a fault hits: its index, host, GPU on that host, its job handle (pid, log), and the playbook's
-    parameters of the fault (xid, duty, period_s)."""
+    parameters of the fault (xid, duty, period_s).
+    """
 
     index: int
     host: str
@@ -43,14 +44,15 @@ class RankTarget:
 @dataclass(frozen=True)
 class Injected:
     """When the fault took effect (monotonic ns), and whether the host's actor marked that moment itself
-    (a signal's midpoint, recorded with its result) rather than the twin's timed trigger."""
+    (a signal's midpoint, recorded with its result) rather than the twin's timed trigger.
+    """
 
     at_ns: int
     marked_by_device: bool = False
 
 
 class Twin(Protocol):
-    """The emulated twin's control, as the framework reaches it (testbed.twin.TwinHandle)."""
+    """The emulated twin's control, as the framework reaches it (testbed.twin.bridge.TwinHandle)."""
 
     def call(self, device: str | None, op: str, **args: Any) -> Any: ...
 
@@ -62,7 +64,8 @@ class Twin(Protocol):
 class FaultEnv:
     """What a fault kind may use during a run: the twin (None on a lab), the device procedures
     (`call(device, procedure, kwargs)` returns the procedure's result, marks included; raises on failure) and
-    the run's inventory (what a kind needs of a device besides its driver, e.g. a host's BMC)."""
+    the run's inventory (what a kind needs of a device besides its driver, e.g. a host's BMC).
+    """
 
     twin: Twin | None
     call: Callable[[str, str, dict], Any]
@@ -73,13 +76,13 @@ class HealLab(Protocol):
     """What `testbed heal` offers a kind: the dead run's devices and, if the twin outlived it, its control."""
 
     control: Any  # the twin's control (call(device, op, **args)), or None on a lab
-    inventory: Any  # the dead run's inventory (testbed.config.inventory.Inventory), or None
+    inventory: Any  # the dead run's inventory (testbed.documents.inventory.Inventory), or None
 
     def call(self, device: str, procedure: str, kwargs: dict, step: str) -> Any: ...
 
 
 class DeadFault(Protocol):
-    """A fault the dead run's history leaves active (testbed.dead_run.ActiveFault)."""
+    """A fault the dead run's history leaves active (testbed.ops.remains.ActiveFault)."""
 
     name: str
     kind: str
@@ -107,7 +110,8 @@ def fire_in_twin(twin: Twin, kind: str, device: str, op: str, args: dict) -> Inj
     """A timed trigger: the twin applies the fault at a moment chosen here, on the clock both share, and that
     moment is the injection time. (The midpoint of a call that delivers a fault is off by up to half the
     call, and on a loaded machine a call's two halves differ by milliseconds.) The twin's ground truth
-    records when it really took effect, so its lateness is measured, not assumed away."""
+    records when it really took effect, so its lateness is measured, not assumed away.
+    """
     lead = TRIGGER_LEAD_NS
     for _ in range(TRIGGER_ATTEMPTS):
         at = time.monotonic_ns() + lead

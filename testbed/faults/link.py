@@ -29,7 +29,8 @@ DISABLE, ENABLE = "disable_ports", "enable_ports"
 @dataclass(frozen=True)
 class PortTarget:
     """The ports a link.down takes out of service: the switch, its ports, the host port whose fibre they are
-    (None when the playbook named the ports), and the switch family's procedures that disable and enable."""
+    (None when the playbook named the ports), and the switch family's procedures that disable and enable.
+    """
 
     device: str
     ports: tuple[int, ...]
@@ -45,7 +46,8 @@ class PortTarget:
 
 def link_ports(inventory: Any, link: str) -> tuple[str, tuple[int, int]]:
     """(switch, (ingress, egress)) of a host port `host:port`, from the inventory's fibre map; LookupError
-    saying why not."""
+    saying why not.
+    """
     host, sep, port = link.partition(":")
     fibre = inventory.fibre_of(host, port) if sep else None
     if fibre is None:
@@ -56,7 +58,8 @@ def link_ports(inventory: Any, link: str) -> tuple[str, tuple[int, int]]:
 def port_problems(inventory: Any, device: str, ports: list[int], operation: Callable[[Any, str], str | None]) -> list:
     """What makes `ports` of `device` no target for link.down, as messages: no such device, one whose family
     cannot take ports out of service (`operation(device_config, name)`: the family's procedure for it), a
-    port the switch does not have."""
+    port the switch does not have.
+    """
     dev = inventory.devices.get(device)
     if dev is None:
         return [f"no device {device!r} in the inventory"]

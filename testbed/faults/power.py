@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.errors import UserError
+from testbed.contracts.errors import UserError
 from testbed.faults.base import DeadFault, FaultEnv, FaultFailed, HealLab, Injected, RankTarget, fire_in_twin
 
 BMC_EXAMPLE = "bmc: {address: https://HOST, user: USER, password_env: VARIABLE}"
@@ -21,7 +21,8 @@ BMC_EXAMPLE = "bmc: {address: https://HOST, user: USER, password_env: VARIABLE}"
 
 def bmc_args(inventory: Any, host: str, kind: str = "host.power_off") -> dict:
     """The host's BMC settings as gpu.power_off / gpu.power_on take them (password included, from the
-    environment); FaultFailed saying what to add or set when the inventory or the environment lacks them."""
+    environment); FaultFailed saying what to add or set when the inventory or the environment lacks them.
+    """
     dev = inventory.devices.get(host) if inventory is not None else None
     bmc = getattr(dev, "bmc", None)
     if bmc is None:
@@ -46,7 +47,8 @@ class HostPowerOff:
 
     def lab_refusal(self, inventory: Any, hosts: list[str]) -> str | None:
         """Why a lab run that may power off any of `hosts` cannot (None: it can): a host without `bmc:` in the
-        inventory, a BMC password variable not set, a CA file not there."""
+        inventory, a BMC password variable not set, a CA file not there.
+        """
         missing = [h for h in hosts if getattr(inventory.devices.get(h), "bmc", None) is None]
         if missing:
             these = ", ".join(missing)

@@ -2,7 +2,7 @@
 
 In the twin the emulated host runs the duty cycle itself (its `straggle` control op, fired as a timed trigger).
 On a lab the host runs it: the gpuhost procedure gpu.straggle_start starts testbed-straggle there over SSH
-(testbed/workload/straggle.py), and the moment its start line arrives, marked by the host's actor, is the
+(hostside/straggle_agent.py), and the moment its start line arrives, marked by the host's actor, is the
 injection. It is healed by gpu.straggle_stop: the agent is sent SIGTERM (it continues the rank as it ends) and
 the rank's process group SIGCONT once the agent is gone. `testbed heal` does the same from the dead run's
 history, which names the agent (the result of gpu.straggle_start) and the rank (docs/faults.md).

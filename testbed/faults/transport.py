@@ -48,7 +48,8 @@ MAX_ANSWER = 1024 * 1024  # a Toxiproxy answer is a few hundred bytes; more is n
 @dataclass(frozen=True)
 class ConnectionTarget:
     """The connection a transport fault breaks: the device behind the proxy, the toxic's name there (unique
-    in the run), which direction, and the toxic's attributes."""
+    in the run), which direction, and the toxic's attributes.
+    """
 
     device: str
     toxic: str
@@ -67,7 +68,8 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 class ToxiproxyApi:
     """One device's proxy on a Toxiproxy server: its toxics added and removed, the proxy enabled or not.
-    Every failure is a FaultFailed naming the device, the API, what was sent, what came back, what to change."""
+    Every failure is a FaultFailed naming the device, the API, what was sent, what came back, what to change.
+    """
 
     def __init__(self, device: str, api: str, proxy: str, timeout_s: float = 5.0) -> None:
         self.device, self.api, self.proxy, self.timeout_s = device, api.rstrip("/"), proxy, timeout_s
@@ -147,7 +149,8 @@ class ToxiproxyApi:
 
     def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, Any]:
         """(status, parsed JSON answer or None for an empty one); FaultFailed if no HTTP answer came back or
-        its body is not JSON."""
+        its body is not JSON.
+        """
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.api + path, data=data, method=method)
         req.add_header("Accept", "application/json")
@@ -258,7 +261,8 @@ class TransportFault:
 
     def lab_refusal(self, inventory: Any, devices: list[str]) -> str | None:
         """Why a lab run that puts this fault on `devices` cannot (None: it can): a device without a Toxiproxy
-        (`fault_proxy:`) in front of it in the inventory."""
+        (`fault_proxy:`) in front of it in the inventory.
+        """
         missing = [d for d in devices if getattr(inventory.devices.get(d), "fault_proxy", None) is None]
         if not missing:
             return None

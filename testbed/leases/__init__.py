@@ -4,7 +4,7 @@
     with held(store, {"ocs1": address}, me(run_id), wait=False):
         ...                             # the devices are this run's; renewed in the background; released after
 
-`testbed lease acquire / list / release` are the same operations by hand (testbed/leases/commands.py).
+`testbed lease acquire / list / release` are the same operations by hand (testbed/cli/leases.py).
 Emulated runs take no lease: the twin is nobody else's.
 """
 
@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Protocol
 
-from testbed.errors import UserError
+from testbed.contracts.errors import UserError
 from testbed.leases.table import Holder, Kind, Lease, LeaseTable, Refused
 
 RUN_LEASE_S = 60.0  # a run's lease: renewed every third of it while the run lives, so a dead run's lapses soon
@@ -87,7 +87,8 @@ def acquire(
     on_wait=None,
 ) -> list[Lease]:
     """Take the leases, all or none; with wait, try again until they are free (on_wait(blocking) is told
-    whenever what blocks changes). Raises LeaseHeld otherwise."""
+    whenever what blocks changes). Raises LeaseHeld otherwise.
+    """
     seen: set[str] = set()
     while True:
         result = store.acquire(devices, holder, kind, duration_s, note)
@@ -105,7 +106,8 @@ def acquire(
 @contextlib.contextmanager
 def held(store: LeaseStore, devices: dict[str, str], holder: Holder, *, wait: bool = False, on_wait=None):
     """A run's leases on `devices` for the block: taken (or waited for), renewed on a thread while the block
-    runs, released at its end. Yields the leases."""
+    runs, released at its end. Yields the leases.
+    """
     ttl = run_lease_s()
     leases = acquire(store, devices, holder, "run", ttl, wait=wait, on_wait=on_wait)
     ids = [lease.id for lease in leases]

@@ -55,7 +55,7 @@ class FileLeaseStore:
     @contextlib.contextmanager
     def _table(self):
         """The table, read and written back under an exclusive flock (every change is one read-modify-write)."""
-        from testbed.errors import UserError
+        from testbed.contracts.errors import UserError
 
         try:
             _make_shared_dir(self.path.parent)

@@ -95,7 +95,7 @@ class RayLeaseStore:
         return self._get(self._keeper.leases.remote())
 
     def _get(self, ref):
-        from testbed.errors import UserError
+        from testbed.contracts.errors import UserError
 
         try:
             return self._ray.get(ref, timeout=30)

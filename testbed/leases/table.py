@@ -99,7 +99,8 @@ class Refused:
 
 class LeaseTable:
     """Every lease of a store, with the rules for taking, renewing and releasing them. Pure: the caller passes
-    the time and keeps the table (a file, an actor)."""
+    the time and keeps the table (a file, an actor).
+    """
 
     def __init__(self, leases: list[Lease] | None = None) -> None:
         self.leases: list[Lease] = list(leases or [])
@@ -132,7 +133,8 @@ class LeaseTable:
         note: str = "",
     ) -> list[Lease] | Refused:
         """Lease every device (name -> address), or none of them. A reservation a user takes again on a device
-        they already reserve replaces the old one (a new end, a new note)."""
+        they already reserve replaces the old one (a new end, a new note).
+        """
         if duration_s <= 0:
             raise ValueError(f"a lease must last a positive time, not {duration_s} s")
         self.expire(now)
@@ -156,7 +158,8 @@ class LeaseTable:
 
     def renew(self, ids: list[str], duration_s: float, now: float) -> list[Lease]:
         """Extend the leases still held (to now + duration_s); returns those renewed. A lease that expired
-        meanwhile is not brought back: someone else may hold the device by now."""
+        meanwhile is not brought back: someone else may hold the device by now.
+        """
         self.expire(now)
         wanted, renewed, kept = set(ids), [], []
         for lease in self.leases:
@@ -169,7 +172,8 @@ class LeaseTable:
 
     def release(self, ids: list[str] | None = None, user: str | None = None, addresses: list[str] | None = None):
         """Release leases by id, or a user's reservations (on the given addresses, or all of them); returns
-        what was released."""
+        what was released.
+        """
 
         def matches(lease: Lease) -> bool:
             if ids is not None:

@@ -1,5 +1,6 @@
 """Step kinds, each one module (testbed.steps.base.StepModel), registered by `action`. Another package adds its
-own under the `testbed.steps` entry-point group; a playbook may then use it like a built-in one."""
+own under the `testbed.steps` entry-point group; a playbook may then use it like a built-in one.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from testbed.registry import Registry
+from testbed.contracts.registry import Registry
 from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, StepModel, Touches, walk
 from testbed.steps.collective_allreduce import CollectiveAllreduce, CollectiveStep
 from testbed.steps.device_calibrate import DeviceCalibrate
@@ -57,7 +58,8 @@ for _kind in (
 
 def step_union():
     """The union of every registered step kind, discriminated by `action`; kinds that nest steps (`parallel`)
-    are completed with it."""
+    are completed with it.
+    """
     union = Annotated[typing.Union[tuple(STEP_KINDS)], Field(discriminator="action")]  # noqa: UP007
     for kind in STEP_KINDS:
         if not kind.__pydantic_complete__:

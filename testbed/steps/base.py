@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field
 
 from testbed.config.common import Strict, param_name
-from testbed.errors import UserError
+from testbed.contracts.errors import UserError
 
 if TYPE_CHECKING:
     from rich.tree import Tree
@@ -49,7 +49,8 @@ class CheckContext:
 @dataclass
 class PlanContext:
     """What a step's planning may use: the trial's sweep point and seeded generator, and what the planner
-    resolved once for the whole playbook (every configuration's circuits, the ports the run manages)."""
+    resolved once for the whole playbook (every configuration's circuits, the ports the run manages).
+    """
 
     playbook: Any
     inventory: Any

@@ -4,7 +4,7 @@ ring that never changes or by recursive doubling with the topology reconfigured 
 The step picks one of its `cases` (algorithm, the fabric's label and the configurations it runs over), usually by
 a swept `case`. Per sweep point it puts the case's configuration in place before the job (the ring; for recursive
 doubling the last stage's, where every all-reduce ends, so every one starts alike), starts the job
-(testbed-train's collective mode, testbed/workload/collective.py, its routes in TESTBED_COLLECTIVE), and for
+(testbed-train's collective mode, hostside/collective.py, its routes in TESTBED_COLLECTIVE), and for
 recursive doubling serves the ranks' `setup` of each stage's configuration (a change starts once every rank
 asked). It records each measured all-reduce's time (`<measure>.time`, the slowest rank's, with the case, its
 algorithm and fabric, the size, and the part spent waiting for the fabric); the service records each change
@@ -54,7 +54,8 @@ class _Light:
 
 class CollectiveAllreduce(StepModel):
     """All-reduces of each message size, run by the job over one of `cases`: a ring, or recursive doubling whose
-    ranks ask the job's fabric service for each stage's configuration."""
+    ranks ask the job's fabric service for each stage's configuration.
+    """
 
     action: Literal["collective.allreduce"]
     case: Name | SweepRef = Field(description="which of `cases`, or `${name}`: a sweep parameter naming one")
@@ -134,7 +135,8 @@ class CollectiveAllreduce(StepModel):
 
 def duplex(configuration, hosts: list[str]) -> dict[tuple[int, int], tuple[str, str]]:
     """(rank, partner) -> (its port, the partner's port) for every link of the configuration between two ranks'
-    hosts that is lit both ways (the twin's data plane carries a TCP connection only over a duplex link)."""
+    hosts that is lit both ways (the twin's data plane carries a TCP connection only over a duplex link).
+    """
     index = {h: i for i, h in enumerate(hosts)}
     directed = {link for text in configuration.links for link in parse_link(text)}
     out: dict[tuple[int, int], tuple[str, str]] = {}
@@ -223,7 +225,7 @@ class CollectiveStep(Planned):
     job_timeout_s: float
 
     def execute(self, engine) -> None:
-        from testbed.runner.collective_job import run_collective_job  # the runner's side: the job, its service
+        from testbed.fabric_service.collective_job import run_collective_job  # the runner's side: the job, its service
 
         run_collective_job(self, engine)
 

@@ -1,5 +1,6 @@
 """device.calibrate: calibrate a device (a photonic chip's heaters); the calibration file is kept in the run
-folder, or loaded from `reuse`."""
+folder, or loaded from `reuse`.
+"""
 
 from __future__ import annotations
 

@@ -143,7 +143,8 @@ def show_circuits(node, circuits: dict[str, tuple[Pair, ...]]) -> None:
 def _crosstalk(engine, step: ApplyStep) -> None:
     """Per output port of a chip: power from every other input over power from the intended one, with all
     inputs lit alike. Photodiodes alone cannot separate the two, so this needs the device's own transfer
-    matrix, which only the twin has; on a real chip nothing is recorded."""
+    matrix, which only the twin has; on a real chip nothing is recorded.
+    """
     if engine.ground_truth is None:
         return
     for device, pairs in step.circuits.items():

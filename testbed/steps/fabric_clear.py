@@ -1,5 +1,6 @@
 """fabric.clear: remove every circuit on the ports this playbook's configurations use (other circuits, on
-ports the playbook does not name, are left alone)."""
+ports the playbook does not name, are left alone).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """fabric.cycle: apply every configuration of a schedule in turn (PipSwitch's all-to-all matchings), each one
-measured like a fabric.apply."""
+measured like a fabric.apply.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """failover: fail a rank, detect it, choose a spare, rewire the job's fabric through it, relaunch every rank from
 the last checkpoint and wait for the first step on the spare. Every milestone is a mark and every segment a
-`<measure>.<segment>` span (testbed/milestones.py):
+`<measure>.<segment>` span (testbed/results/milestones.py):
 
 fault_injected -> failure_detected -> spare_selected -> fabric_reconfigured -> link_verified ->
 job_relaunched -> job_ready -> first_step (a step after the checkpoint, on the spare).
@@ -25,17 +25,18 @@ from typing import Literal
 from pydantic import Field
 
 from testbed.config.common import Name
+from testbed.contracts.errors import StepFailed, raise_failures
 from testbed.events import Op
 from testbed.fabric.spares import choose_spare
-from testbed.milestones import segments_of
-from testbed.runner.errors import StepFailed, raise_failures
+from testbed.results.milestones import segments_of
 from testbed.steps.base import CheckContext, PlanContext, Planned, Problem, escape
 from testbed.steps.fault_detect import Detection, FaultDetectStep
 
 
 class Failover(Detection):
     """Fail a rank, detect it, choose a spare, rewire the fabric, relaunch from the last checkpoint and wait
-    for the first step on the spare; every milestone is recorded and `<measure>.<segment>` spans measured."""
+    for the first step on the spare; every milestone is recorded and `<measure>.<segment>` spans measured.
+    """
 
     action: Literal["failover"]
     timeout_ms: int = Field(120_000, gt=0, description="for each stage: detection, relaunch, first step")

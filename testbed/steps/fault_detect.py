@@ -1,5 +1,6 @@
 """fault.detect: watch every rank, inject a fault on one, and measure fault_injected -> failure_detected (the
-first watcher to see it); then heal the fault and stop the job."""
+first watcher to see it); then heal the fault and stop the job.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from testbed.config.common import Name
-from testbed.config.fault import Fault
 from testbed.faults import FAULT_KINDS
+from testbed.faults.model import Fault
 from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
 from testbed.steps.fault_inject import check_fault, describe_fault
 from testbed.steps.job_start import job_hosts
@@ -38,7 +39,8 @@ class Detection(StepModel):
 
 class FaultDetect(Detection):
     """Watch every rank, inject the fault, and measure fault_injected -> failure_detected; then heal the
-    fault and stop the job."""
+    fault and stop the job.
+    """
 
     action: Literal["fault.detect"]
     timeout_ms: int = Field(60_000, gt=0, description="give up waiting for a detection after this long")

@@ -3,7 +3,8 @@ after (the job's own reaction is what the playbook measures, e.g. a straggler's 
 
 A fault on a rank hits the job's rank (drawn from the seed for rank:random); a fault on a connection
 (transport.*) breaks the link between the framework and a device through the twin's fault proxy; a fault on
-ports (link.down) takes a switch's ports out of service through the switch's own procedures."""
+ports (link.down) takes a switch's ports out of service through the switch's own procedures.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from testbed.config.fault import Fault
 from testbed.families import family_of
-from testbed.faults import FAULT_KINDS, ConnectionTarget, RankTarget
+from testbed.faults import FAULT_KINDS, ConnectionTarget, RankTarget, recording
 from testbed.faults.link import DISABLE, ENABLE, PortTarget, interlock_problems, link_ports, port_problems
-from testbed.runner import faulting
+from testbed.faults.model import Fault
 from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
 from testbed.steps.job_start import needs_job
 
@@ -68,7 +68,8 @@ def _port_target_problems(fault, inventory) -> list[Problem]:
 
 def plan_port_target(kind: str, fault, ctx: PlanContext) -> PortTarget:
     """The switch ports a link.down disables this trial (its link drawn from a list), refused by the
-    inventory's interlocks as the planner refuses any write (the switch's actor checks them again)."""
+    inventory's interlocks as the planner refuses any write (the switch's actor checks them again).
+    """
     link = ctx.draw(fault.link) if fault.link is not None else None
     try:
         switch, ports = link_ports(ctx.inventory, link) if link is not None else (fault.device, fault.ports)
@@ -186,12 +187,12 @@ class FaultInjectStep(Planned):
     def _hold(self, engine, target, device: str, data: dict) -> None:
         if self.when_s:
             engine.stopping.wait(self.when_s)  # the playbook's schedule for the fault, not synchronisation
-        faulting.inject(engine, self.kind, target, self.label, device, data)
+        recording.inject(engine, self.kind, target, self.label, device, data)
         try:
             # How long the playbook keeps the fault (part of the experiment); an abort cuts it short.
             engine.stopping.wait(self.duration_s)
         finally:
-            faulting.heal(engine, self.kind, target, self.label, device, data)
+            recording.heal(engine, self.kind, target, self.label, device, data)
 
     def devices(self, plan) -> Touches:
         if self.device is not None:

@@ -1,6 +1,7 @@
 """hosts.health: identify and health-check hosts in parallel (every GPU host of the inventory unless `hosts`);
 each answer is a `health` event and a row of the summary's table, and the whole check's wall time, as the
-coordinator sees it (Ray included), is the `health.wall` span."""
+coordinator sees it (Ray included), is the `health.wall` span.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """job.measure: time the job's next `steps` iterations from its own progress lines (on `rank`'s host); the
 span is their mean (one value per window, as Opus reports iteration time: a straggler stalls every few steps,
-which a median of the intervals would hide), with the intervals kept beside it."""
+which a median of the intervals would hide), with the intervals kept beside it.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from testbed.steps.job_start import needs_job
 
 class JobMeasure(StepModel):
     """Time the job's next `steps` iterations from its own progress lines (on `rank`'s host); the
-    span is their mean (one value per window, as Opus reports iteration time)."""
+    span is their mean (one value per window, as Opus reports iteration time).
+    """
 
     action: Literal["job.measure"]
     steps: int = Field(10, ge=2, le=100_000)

@@ -1,5 +1,6 @@
 """job.start: set up the job's fabric (if it has one), start every rank at once, wait for steady progress on
-all of them."""
+all of them.
+"""
 
 from __future__ import annotations
 

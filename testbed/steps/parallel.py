@@ -1,5 +1,6 @@
 """parallel: run the nested steps at the same time; the step ends when all have ended. Faults in one parallel
-step are active together (the max_concurrent_faults interlock counts them)."""
+step are active together (the max_concurrent_faults interlock counts them).
+"""
 
 from __future__ import annotations
 

@@ -29,7 +29,8 @@ class RailIterate(StepModel):
     rails never change), on-demand (each phase waits for its reconfiguration), provisioning (the next
     configuration is requested as soon as a phase's traffic ends, hidden behind its compute). Each change
     takes the switch's own time plus `delay_ms` (the OCS delay emulated as a sleep per change, as Opus's
-    testbed does, so a real fast switch can stand in for slower ones)."""
+    testbed does, so a real fast switch can stand in for slower ones).
+    """
 
     action: Literal["rail.iterate"]
     workload: Name

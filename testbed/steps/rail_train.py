@@ -1,7 +1,7 @@
 """rail.train: a workload card's iterations run by the job itself, which asks the fabric service for its rails.
 
 Where rail.iterate times a card of pauses itself, here the playbook's job (testbed-train, whose phased mode is
-testbed/workload/phased.py) runs the iterations: each phase moves real bytes to the rank's partners over the
+hostside/phased.py) runs the iterations: each phase moves real bytes to the rank's partners over the
 phase's own circuits, and the rank asks the job's fabric service for them (docs/rail_train.md):
 - static: the card's `static` configuration (every phase's traffic on a rail of its own) is put in place before
   the job and never changed; the ranks never ask;
@@ -36,7 +36,8 @@ Route = tuple[int, str, str]  # (partner rank, this rank's port, the partner's p
 
 class RailTrain(StepModel):
     """Run a workload card's iterations as the job itself (testbed-train's phased mode): real bytes per phase
-    over the phase's circuits, which the ranks ask the fabric service for (static, on-demand, provisioning)."""
+    over the phase's circuits, which the ranks ask the fabric service for (static, on-demand, provisioning).
+    """
 
     action: Literal["rail.train"]
     workload: Name
@@ -172,7 +173,7 @@ class RailTrainStep(Planned):
     job_timeout_s: float
 
     def execute(self, engine) -> None:
-        from testbed.runner.rail_job import run_rail_job  # the runner's side: the job, its fabric service
+        from testbed.fabric_service.rail_job import run_rail_job  # the runner's side: the job, its fabric service
 
         run_rail_job(self, engine)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 CASES = sorted((Path(__file__).parent / "cases").glob("*.yaml"))
 
@@ -57,7 +57,8 @@ def test_validate_reports_each_problem_at_file_line_and_key(case: Path, capsys, 
 
 def test_every_shipped_file_validates(repo, capsys):
     """Every inventory, and every playbook against the default lab, but the Opus playbooks (opus-*.yaml), which
-    name the hosts of playbooks/inventory/opus-2048.yaml."""
+    name the hosts of playbooks/inventory/opus-2048.yaml.
+    """
     files = sorted(p for p in (repo / "playbooks").rglob("*.yaml"))
     opus = [str(p) for p in files if p.name.startswith("opus-") and p.parent.name == "playbooks"]
     rest = [str(p) for p in files if str(p) not in opus]

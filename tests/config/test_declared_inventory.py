@@ -1,9 +1,10 @@
 """A playbook may name the inventory it is written for (`inventory:`, relative to its file): the commands use
-it when no --inventory is given, and a name that leads nowhere is reported at its line."""
+it when no --inventory is given, and a name that leads nowhere is reported at its line.
+"""
 
 from __future__ import annotations
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 
 def test_a_playbook_runs_its_plan_on_the_inventory_it_names(repo, capsys):

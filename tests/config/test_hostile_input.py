@@ -7,10 +7,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from testbed.config.inventory import Inventory
-from testbed.config.playbook import Playbook
 from testbed.config.yamlfile import MAX_NODES, parse_yaml, validate
-from testbed.errors import ConfigError
+from testbed.contracts.errors import ConfigError
+from testbed.documents.inventory import Inventory
+from testbed.documents.playbook import Playbook
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.text(max_size=20)

@@ -1,5 +1,6 @@
 """Host ranges, groups and fibre patterns: expanded at load into the plain inventory, with every problem still at
-its file:line. The Opus inventory (2048 GPUs) in 45 lines is exactly the lab bench/opus_scale.py builds in code."""
+its file:line. The Opus inventory (2048 GPUs) in 45 lines is exactly the lab bench/opus_scale.py builds in code.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from testbed.cli import main
-from testbed.config import load_inventory, load_playbook
+from testbed.cli.main import main
 from testbed.config.expand import MAX_EXPANDED, parse_range
-from testbed.config.inventory import Inventory
-from testbed.errors import ConfigError
+from testbed.contracts.errors import ConfigError
+from testbed.documents import load_inventory, load_playbook
+from testbed.documents.inventory import Inventory
 from testbed.plan import make_plan
 
 OPUS = "playbooks/inventory/opus-2048.yaml"

@@ -1,5 +1,6 @@
 """testbed.config.ranges.compress is the inverse of the inventory's range expansion: what it writes, an
-inventory expands back to exactly the names it was given."""
+inventory expands back to exactly the names it was given.
+"""
 
 from __future__ import annotations
 
@@ -123,7 +124,8 @@ def test_the_compressed_set_does_not_depend_on_the_order_given(listed, random):
 @given(st.lists(st.integers(0, 1200), unique=True, max_size=80), st.sampled_from([0, 2, 3, 4]))
 def test_every_run_of_three_or_more_names_is_one_range(numbers, width):
     """h[...] at any padding: each maximal run of 3+ consecutive numbers is one range, the rest plain names.
-    (Padded, a run may continue past the padding: h098, h099, h100 is h[098:100].)"""
+    (Padded, a run may continue past the padding: h098, h099, h100 is h[098:100].)
+    """
     listed = names("h", numbers, width)
     written = compress(listed)
     assert sorted(expand_spares(written)) == sorted(listed)

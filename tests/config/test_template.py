@@ -1,5 +1,6 @@
 """The template language of ranges, groups and patterns: what it computes, what it refuses, and that no input makes
-it do anything but return a value or raise TemplateError (fuzzed)."""
+it do anything but return a value or raise TemplateError (fuzzed).
+"""
 
 from __future__ import annotations
 

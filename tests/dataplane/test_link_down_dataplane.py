@@ -1,6 +1,7 @@
 """link.down in the twin's data plane: the Polatis SCPI driver, over TCP, disables a host fibre's two switch
 ports; the circuits through them read dark and the relays between the hosts stop carrying bytes (open
-connections are reset, new ones refused); enabling the ports carries bytes again."""
+connections are reset, new ones refused); enabling the ports carries bytes again.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import socket
 import pytest
 from dataplane_harness import recv_exact, refused, wait_reset
 
-from drivers.polatis import PolatisScpi
+from drivers.scpi.polatis import PolatisScpi
 from drivers.transports import TransportSettings, open_transport
 
 A_TO_B, B_TO_A = (1, 10), (2, 9)  # gpu01:p0 -> gpu02:p0 and back, on ocs1

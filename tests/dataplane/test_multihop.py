@@ -22,7 +22,7 @@ from emulators.dataplane import LightPaths
 from emulators.dataplane.paths import couple_trunk_light, parse_trunks
 from emulators.mesh.chip import MeshChip
 from emulators.mesh.spec import MeshSpec
-from emulators.polatis import DARK_DBM, PolatisEngine
+from emulators.scpi.ocs import DARK_DBM, PolatisEngine
 from emulators.spec import OcsSpec, TwinSpec
 from emulators.twin import TwinProcess
 

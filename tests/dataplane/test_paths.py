@@ -10,8 +10,8 @@ import pytest
 from emulators.dataplane import LightPaths, parse_fibres
 from emulators.mesh.chip import MeshChip
 from emulators.mesh.spec import MeshSpec
-from testbed.config import load_inventory
-from testbed.twin import twin_spec
+from testbed.documents import load_inventory
+from testbed.twin.bridge import twin_spec
 
 # An ideal 4x4 chip: no fabrication spread, no crosstalk, instant heaters. With no drive every cell is
 # in CROSS, which carries input 4 to output 8 only; a heater at P_pi (30 mW) puts its cell in BAR.

@@ -1,7 +1,8 @@
-"""testbed-train's phased mode (testbed/workload/phased.py) on two emulated hosts, through the twin's data plane:
+"""testbed-train's phased mode (hostside/phased.py) on two emulated hosts, through the twin's data plane:
 a phase whose circuit is not up stalls (its connections are refused) and goes on the moment the circuit is set;
 a wrongly wired switch breaks the job after --timeout, with an error naming the phase; every byte the ranks say
-they had delivered is a byte the data plane carried."""
+they had delivered is a byte the data plane carried.
+"""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def start(ctl, timeout: float, iterations: int = 2) -> tuple[list[subprocess.Pop
         relays.append(relay)
         phase = {"name": "tp", "config": "tp", "compute_ms": 5, "bytes": PAYLOAD, "to": [[peer, relay]], "from": [peer]}
         spec = {"mode": "static", "iterations": iterations, "phases": [phase]}
-        cmd = [sys.executable, "-m", "testbed.workload.train", "--rank", str(rank), "--world-size", "2"]
+        cmd = [sys.executable, "-m", "hostside.train", "--rank", str(rank), "--world-size", "2"]
         cmd += ["--peers", f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}", "--timeout", str(timeout)]
         env = {"PATH": "/usr/bin:/bin", "TESTBED_RAIL": json.dumps(spec)}
         procs.append(

@@ -1,6 +1,7 @@
 """A job's torus fabric, planned and then held by a real OCS engine, gives the workload's ring lit light paths
 under the twin's rules: every rank r reaches rank r+1 over a duplex torus link, before and after a failover
-swaps a host for a spare (the switch goes through the minimal change)."""
+swaps a host for a spare (the switch goes through the minimal change).
+"""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ from types import SimpleNamespace
 import pytest
 
 from emulators.dataplane import LightPaths
-from emulators.polatis import PolatisEngine
+from emulators.scpi.ocs import PolatisEngine
 from emulators.spec import OcsSpec
-from testbed.config.inventory import Inventory
-from testbed.config.playbook import JobFabric
+from testbed.config.sections import JobFabric
+from testbed.documents.inventory import Inventory
 from testbed.fabric.circuits import links_to_circuits
-from testbed.fabric.diff import circuit_diff
 from testbed.fabric.jobfabric import fabric_links, ring_link_ports
 from testbed.fabric.topology import torus2d
-from testbed.twin import twin_spec
+from testbed.families.switching import circuit_diff
+from testbed.twin.bridge import twin_spec
 
 PORTS = ["p0", "p1", "p2", "p3"]
 SIZE = 48

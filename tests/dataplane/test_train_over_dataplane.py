@@ -53,7 +53,7 @@ class Job:
                             target_port=ports[peer],
                         )
                     )
-            cmd = [sys.executable, "-m", "testbed.workload.train", "--rank", str(rank), "--peers", ",".join(peers)]
+            cmd = [sys.executable, "-m", "hostside.train", "--rank", str(rank), "--peers", ",".join(peers)]
             cmd += ["--bind", "127.0.0.1", "--steps", "1000000", "--dim", "8", "--step-time", "0.005"]
             cmd += ["--timeout", str(timeout)]
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -6,13 +6,14 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-import drivers.registry as registry
+import testbed.contracts.registry as registry_module
+import testbed.families.drivers as drivers_module
 from drivers.errors import DeviceConnectionError
-from drivers.polatis import PolatisScpi
-from drivers.registry import DRIVERS, ENTRY_POINT_GROUP, available_drivers, make_driver
+from drivers.scpi.polatis import PolatisScpi
 from drivers.transports import TransportSettings
 from drivers.transports.serial import SerialTransport
 from drivers.transports.visa import VisaTransport
+from testbed.families.drivers import BUILTIN_DRIVERS, DRIVERS, ENTRY_POINT_GROUP, driver_registry, make_driver
 
 
 def test_polatis_over_visa_and_serial(closed_port):
@@ -48,14 +49,21 @@ def test_third_party_driver_from_an_entry_point(monkeypatch):
     def fake_entry_points(group):
         assert group == ENTRY_POINT_GROUP
         return [
-            EntryPoint("lab-switch", "drivers.registry:_polatis_scpi", group),
+            EntryPoint("lab-switch", "testbed.families.drivers:_polatis_scpi", group),
             EntryPoint("polatis-scpi", "nonexistent.module:shadow", group),  # may not replace a built-in
         ]
 
-    monkeypatch.setattr(registry, "entry_points", fake_entry_points)
-    monkeypatch.setattr(registry, "_polatis_scpi", lambda *a: made.setdefault("args", a))
-    assert set(available_drivers()) == {"lab-switch", *registry.DRIVERS}
+    monkeypatch.setattr(registry_module, "entry_points", fake_entry_points)
+    monkeypatch.setattr(drivers_module, "_polatis_scpi", lambda *a: made.setdefault("args", a))
+    registry = driver_registry()
+    assert set(registry.names()) == {"lab-switch", *(d.name for d in BUILTIN_DRIVERS)}
     settings = TransportSettings("visa", "TCPIP0::h::5025::SOCKET")
-    make_driver("lab-switch", "ocs9", settings, None)
+    spec = registry.get("lab-switch")
+    assert (spec.family, spec.transports) == (None, None)  # a bare factory: any family, any transport
+    spec.factory("ocs9", settings, None)
     assert made["args"] == ("ocs9", settings, None)
-    assert isinstance(make_driver("polatis-scpi", "ocs1", settings), PolatisScpi)  # the built-in
+    assert registry.get("polatis-scpi") is next(d for d in BUILTIN_DRIVERS if d.name == "polatis-scpi")
+
+
+def test_drivers_share_the_registry_type_of_every_seam():
+    assert isinstance(DRIVERS, registry_module.Registry)

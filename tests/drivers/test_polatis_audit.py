@@ -1,6 +1,6 @@
-"""drivers/polatis_audit.py, the driver's model of its SCPI that `testbed check` replays audit logs through.
+"""drivers/scpi/audit.py, the driver's model of its SCPI that `testbed check` replays audit logs through.
 
-It must agree with the emulator's engine (emulators/polatis.py) on the circuits any line leaves, valid or
+It must agree with the emulator's engine (emulators/scpi/ocs.py) on the circuits any line leaves, valid or
 not: hand-written cases first, then differential fuzzing against a fresh engine fed the same lines one
 by one on one session (what check.py's `_replay` did with the engine).
 
@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drivers.polatis import PolatisScpi
-from drivers.polatis_audit import _ROOT, ALL_PORTS, PolatisAuditModel, Write
-from emulators.polatis import PolatisEngine
+from drivers.scpi.audit import _ROOT, ALL_PORTS, PolatisAuditModel, Write
+from drivers.scpi.polatis import PolatisScpi
+from emulators.scpi.ocs import PolatisEngine
 from emulators.spec import OcsSpec
 
 FUZZ = settings(max_examples=300, deadline=None)
@@ -29,7 +29,8 @@ FUZZ = settings(max_examples=300, deadline=None)
 
 def engine_replay(size: int, start: dict[int, int], lines: list[str]) -> tuple[dict[int, int], list[list[int]]]:
     """The circuits a fresh engine holds after `lines`, and the error codes each line raised (recorded as
-    pushed: a `:SYST:ERR?` or `*CLS` later in the same line would empty the queue)."""
+    pushed: a `:SYST:ERR?` or `*CLS` later in the same line would empty the queue).
+    """
     engine = PolatisEngine(OcsSpec(name="m", size=size, switching_time_ms=0, jitter_ms=0), clock=lambda: 0.0)
     engine.conn = dict(start)
     engine.conn_to = {e: i for i, e in start.items()}
@@ -47,7 +48,8 @@ def engine_replay(size: int, start: dict[int, int], lines: list[str]) -> tuple[d
 
 def both(size: int, start: dict[int, int], lines: list[str]) -> tuple[dict[int, int], list[list[int]]]:
     """Replay through the model and the engine; they must agree, and the engine must not have crashed.
-    Returns the circuits and the error codes the engine raised per line."""
+    Returns the circuits and the error codes the engine raised per line.
+    """
     model = PolatisAuditModel(size).replay(start, lines)
     engine, errors = engine_replay(size, start, lines)
     assert model == engine, (lines, errors)

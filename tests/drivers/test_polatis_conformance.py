@@ -10,12 +10,12 @@ from dataclasses import replace
 
 import pytest
 
+from drivers.capabilities import CircuitSwitch, Identity
 from drivers.errors import DeviceCommandError
-from drivers.polatis import PolatisScpi
+from drivers.scpi.polatis import PolatisScpi
 from drivers.transports import TransportSettings, open_transport
 from emulators import spec as spec_mod
 from emulators import twin as twin_mod
-from testbed.capabilities import CircuitSwitch, Identity
 
 SIZE = 32  # ingress 1..32, egress 33..64
 SWITCHING_MS = 25

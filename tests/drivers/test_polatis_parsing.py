@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from drivers.capabilities import CircuitSwitch, Identity
 from drivers.errors import DeviceCommandError, DeviceConnectionError, DeviceProtocolError, DeviceTimeout
-from drivers.polatis import PolatisScpi
-from testbed.capabilities import CircuitSwitch, Identity
+from drivers.scpi.polatis import PolatisScpi
 
 
 class FakeSwitch:

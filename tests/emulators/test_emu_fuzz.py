@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emulators.endpoints import LineChannel
-from emulators.polatis import PolatisEngine
+from emulators.scpi.ocs import PolatisEngine
 from emulators.spec import OcsSpec
 
 IDN = OcsSpec("x").idn

@@ -18,11 +18,11 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drivers.polatis_audit import PolatisAuditModel
+from drivers.scpi.audit import PolatisAuditModel
 from drivers.tl1.audit import CalientTl1AuditModel, PolatisTl1AuditModel
 from drivers.tl1.calient import aid_of
 from emulators.frontends import TWIN_PASSWORD
-from emulators.polatis import DARK_DBM, PolatisEngine
+from emulators.scpi.ocs import DARK_DBM, PolatisEngine
 from emulators.spec import OcsSpec
 from emulators.tl1.frontend import CalientTl1Frontend, PolatisTl1Frontend
 from emulators.truth import GroundTruth
@@ -39,7 +39,8 @@ TL1_VERBS = {False: ["OPR-PORT-SHUTTER", "opr-port-shutter"], True: ["RLS-PORT-S
 
 class Switch:
     """One engine (size n, a lit circuit i -> n+i on every ingress) with its SCPI session and a logged-in
-    session of each TL1 dialect, and the ground truth in a file."""
+    session of each TL1 dialect, and the ground truth in a file.
+    """
 
     def __init__(self, n: int, truth_path) -> None:
         circuits = [[i, n + i] for i in range(1, n + 1)]

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from drivers.errors import DeviceTimeout
-from drivers.ssh import SshSettings, SshTransport
+from drivers.transports.ssh import SshSettings, SshTransport
 from emulators.gpuhost.device import GpuHostAdapter
 from emulators.gpuhost.host import GpuHostEngine
 from emulators.gpuhost.shell import Shell, Stream, _words

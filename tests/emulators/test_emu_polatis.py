@@ -1,4 +1,4 @@
-"""The Polatis OCS engine (emulators/polatis.py) in virtual time: grammar, state model, timing, faults."""
+"""The Polatis OCS engine (emulators/scpi/ocs.py) in virtual time: grammar, state model, timing, faults."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from emulators.polatis import DARK_DBM, PolatisEngine
+from emulators.scpi.ocs import DARK_DBM, PolatisEngine
 from emulators.spec import OcsSpec
 
 IDN = "Polatis,N-OST-32x32-LU1-DMHNS,000001,6.5.2.18"

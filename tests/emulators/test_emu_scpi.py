@@ -1,4 +1,4 @@
-"""The generic SCPI engine (emulators/scpi.py), in virtual time, on a toy multi-channel source."""
+"""The generic SCPI engine (emulators/scpi/engine.py), in virtual time, on a toy multi-channel source."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from emulators.scpi import (
+from emulators.scpi.engine import (
     Call,
     ScpiEngine,
     ScpiError,
@@ -15,7 +15,7 @@ from emulators.scpi import (
     parse_int,
     split_top_level,
 )
-from emulators.scpi import _split_top_level_chars as split_by_characters
+from emulators.scpi.engine import _split_top_level_chars as split_by_characters
 
 
 class ToySource(ScpiEngine):

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_FIFO"), reason="no POSIX 
 
 def in_a_thread(nice: int) -> dict:
     """realtime_thread() on a fresh thread whose nice value is `nice`: what it yielded, and the thread's
-    policy and nice inside and after."""
+    policy and nice inside and after.
+    """
     seen: dict = {}
 
     def body() -> None:

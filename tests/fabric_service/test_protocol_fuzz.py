@@ -1,5 +1,6 @@
 """The fabric service's parser takes any bytes: a typed request (or answer), or a ProtocolError, never another
-exception; what the encoder writes, the parser reads back unchanged."""
+exception; what the encoder writes, the parser reads back unchanged.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from testbed.fabric_service.protocol import (
+from hostside.fabric_protocol import (
     MAX_LINE,
     Answer,
     Hello,

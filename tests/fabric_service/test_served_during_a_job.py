@@ -1,7 +1,8 @@
 """The fabric service served during a job (issue 18, part 2): an emulated run whose two training ranks ask
 for tp, dp, a configuration the playbook does not allow, then tp again, every five steps (testbed-train
 --fabric-phases); the coordinator applies what they ask for on the twin's switches, once per phase however
-many ranks ask, refuses the rest, and records every request and answer."""
+many ranks ask, refuses the rest, and records every request and answer.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 INVENTORY = "playbooks/inventory/emulated-rack.yaml"
 

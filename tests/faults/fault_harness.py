@@ -67,7 +67,7 @@ def inject_proxy_fault(control, device: str, fault: str, timeout_s: float) -> No
 
 def make_actor(device: str, driver: str, settings):
     """The runner's DeviceActor, used in-process (no Ray): it records each call as ok, fail or info."""
-    from testbed.runner.device_actor import DeviceActor
+    from testbed.engine.device_actor import DeviceActor
 
     interval = sys.getswitchinterval()
     try:

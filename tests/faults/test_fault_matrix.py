@@ -26,7 +26,7 @@ import pytest
 from fault_harness import OCS, wait_until
 
 from drivers.errors import DeviceConnectionError, DeviceError, DeviceTimeout
-from drivers.polatis import PolatisScpi
+from drivers.scpi.polatis import PolatisScpi
 from drivers.transports import TransportSettings, open_transport
 from emulators.control import TwinControl
 

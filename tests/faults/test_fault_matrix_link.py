@@ -20,12 +20,12 @@ from collections.abc import Iterator
 import pytest
 
 from drivers.audit import ALL_PORTS
-from drivers.registry import driver_spec, make_driver
 from emulators.frontends import TWIN_PASSWORD, TWIN_PASSWORD_ENV
 from emulators.twin import TwinProcess
-from testbed.config.inventory import Inventory
+from testbed.documents.inventory import Inventory
 from testbed.families import family_of
-from testbed.twin import point_at_twin, twin_spec
+from testbed.families.drivers import driver_spec, make_driver
+from testbed.twin.bridge import point_at_twin, twin_spec
 
 DRIVERS = {  # switch -> (driver, transport as a lab's inventory gives it)
     "scpi1": ("polatis-scpi", {"type": "visa", "resource": "TCPIP0::192.0.2.10::5025::SOCKET"}),
@@ -86,7 +86,7 @@ def lab() -> Iterator[Inventory]:
 
 def actor_for(inv: Inventory, name: str):
     """The runner's DeviceActor, in process, with the family's interlock policy on every write."""
-    from testbed.runner.device_actor import DeviceActor
+    from testbed.engine.device_actor import DeviceActor
 
     dev = inv.devices[name]
     interval = sys.getswitchinterval()
@@ -151,9 +151,10 @@ def test_link_down_through_each_driver(lab, switch):
 
 def test_a_driver_without_port_control_is_refused_naming_it():
     """link.down on a switch whose driver cannot disable ports fails before sending anything, naming the
-    driver (every driver of this project can: a plugin's may not)."""
+    driver (every driver of this project can: a plugin's may not).
+    """
+    from testbed.families.context import ProcedureContext
     from testbed.families.ocs import procedures
-    from testbed.procedures.context import ProcedureContext
 
     class CircuitsOnly:  # a third-party driver that only makes circuits
         def connections(self) -> dict[int, int]:

@@ -1,4 +1,4 @@
-"""Driver x fault matrix for the GPU-host SSH driver (drivers/ssh.py, drivers/gpuhost.py), through the
+"""Driver x fault matrix for the GPU-host SSH driver (drivers/transports/ssh.py, drivers/gpuhost.py), through the
 twin's fault proxy in front of the emulated host's SSH server.
 
 Host key checking stays on through the proxy: the twin's known_hosts lists the host's real key under the
@@ -27,13 +27,13 @@ from collections.abc import Iterator
 import pytest
 from fault_harness import PROXY_FAULTS, TYPED, inject_proxy_fault, make_actor, timed_run
 
+from drivers.capabilities import JobHandle
 from drivers.errors import DeviceConnectionError, DeviceError
-from drivers.registry import make_driver
-from drivers.ssh import SshSettings
+from drivers.transports.ssh import SshSettings
 from emulators.gpuhost.spec import GpuHostSpec
 from emulators.spec import TwinSpec
 from emulators.twin import TwinProcess
-from testbed.capabilities import JobHandle
+from testbed.families.drivers import make_driver
 
 DEVICE = "gpu01"
 HOST = GpuHostSpec(DEVICE, gpus=2, seed=5, jobs=("testbed-train",))

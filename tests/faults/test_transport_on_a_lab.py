@@ -17,14 +17,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from drivers.errors import DeviceError
-from drivers.registry import make_driver
-from testbed.cli import main
-from testbed.config import load_inventory
-from testbed.dead_run import ActiveFault
-from testbed.errors import ConfigError
+from testbed.cli.main import main
+from testbed.contracts.errors import ConfigError
+from testbed.documents import load_inventory
+from testbed.families.drivers import make_driver
 from testbed.faults import FAULT_KINDS, ConnectionTarget, FaultEnv, FaultFailed
 from testbed.faults.transport import ToxiproxyApi
-from testbed.heal import Lab
+from testbed.ops.heal import HealDevices
+from testbed.ops.remains import ActiveFault
 
 LAB = """\
 name: proxied-lab
@@ -144,7 +144,7 @@ def test_a_lab_run_with_a_transport_fault_on_a_device_without_fault_proxy_is_ref
 
 def test_heal_after_a_crash_removes_the_dead_runs_toxics_and_enables_the_proxy(lab, ctl):
     inventory, driver, ends = lab
-    heal = Lab(inventory, recorder=None, control=None)  # a lab: no twin control
+    heal = HealDevices(inventory, recorder=None, control=None)  # a lab: no twin control
     api = ToxiproxyApi.of(inventory, "ocs1", "transport.latency")
     api.add_toxic("latency-3", "latency", "downstream", {"latency": 400})
     api.add_toxic("theirs", "slicer", "upstream", {"average_size": 4})  # someone else's: left alone

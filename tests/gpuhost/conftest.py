@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from drivers.ssh import SshSettings
+from drivers.transports.ssh import SshSettings
 from emulators.gpuhost.device import GpuHostAdapter
 from emulators.gpuhost.spec import GpuHostSpec
 

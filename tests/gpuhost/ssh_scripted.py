@@ -20,7 +20,7 @@ from pathlib import Path
 
 import paramiko
 
-from drivers.ssh import SshSettings
+from drivers.transports.ssh import SshSettings
 from emulators.gpuhost.keys import new_ed25519, write_private
 
 

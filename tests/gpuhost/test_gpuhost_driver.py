@@ -7,11 +7,11 @@ import os
 
 import pytest
 
+from drivers.capabilities import GpuHost, GpuInfo
 from drivers.errors import DeviceCommandError, DeviceConnectionError, DeviceProtocolError
 from drivers.gpuhost import GpuHostSsh
-from drivers.registry import make_driver
-from drivers.ssh import ExecResult
-from testbed.capabilities import GpuHost, GpuInfo
+from drivers.transports.ssh import ExecResult
+from testbed.families.drivers import make_driver
 
 
 @pytest.fixture
@@ -55,7 +55,8 @@ def test_every_exec_is_audited_and_the_connection_is_reused(driver, gpu_host):
 
 def test_the_connection_sends_without_nagle(driver):
     """SSH writes small messages back to back; with Nagle the second waits for the first's acknowledgement, which
-    a host may delay 40 ms: every connect and many commands paid it (drivers/ssh.py, _connect)."""
+    a host may delay 40 ms: every connect and many commands paid it (drivers/transports/ssh.py, _connect).
+    """
     import socket
 
     driver.identify()
@@ -160,7 +161,7 @@ def test_changed_host_key_is_refused(settings, tmp_path):
 
 
 def test_a_known_hosts_file_is_read_again_once_it_changes(settings, tmp_path):
-    # The driver parses a known_hosts file once for all its connections (drivers/ssh.py _known_hosts); a file
+    # The driver parses a known_hosts file once for all its connections (drivers/transports/ssh.py _known_hosts); a file
     # fixed after a refusal (the key added, as the hint says) is read again, and a hashed entry
     # (`ssh-keygen -H`) still matches.
     import paramiko

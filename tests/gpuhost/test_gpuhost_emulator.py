@@ -185,7 +185,8 @@ def test_the_twin_process_serves_gpu_hosts_and_their_control_ops(openssh):
 def test_a_timed_fault_takes_effect_at_its_moment_and_never_before(tmp_path):
     """fault_injected of an emulated failover is the moment the twin was told to apply the fault: the twin
     must not apply it earlier (the truth log's fault time is at or after it), must answer only once it has
-    applied it, and must refuse a moment that has passed (nothing applied) or an op that cannot be timed."""
+    applied it, and must refuse a moment that has passed (nothing applied) or an op that cannot be timed.
+    """
     truth = tmp_path / "truth.jsonl"
     spec = TwinSpec([GpuHostSpec("h1", gpus=2), OcsSpec("ocs1", size=4)], truth_log=str(truth))
     with TwinProcess(spec) as twin:
@@ -214,7 +215,8 @@ def test_a_timed_fault_takes_effect_at_its_moment_and_never_before(tmp_path):
 def test_timed_faults_at_once_leave_the_twins_switch_interval_and_collector_as_they_were(tmp_path):
     """A timed op holds the GIL through its last millisecond by raising the process's switch interval, and
     pauses the garbage collector while it waits; two at the same moment (faults on two hosts) must not leave
-    the twin with the raised interval or without its collector for good."""
+    the twin with the raised interval or without its collector for good.
+    """
     pytests = sys.getswitchinterval()
     sys.setswitchinterval(GIL_SWITCH_S)  # as `serve` sets it in the twin's process
     twins = sys.getswitchinterval()  # as the interpreter rounds it

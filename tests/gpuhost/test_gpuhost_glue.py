@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-import testbed.twin as twin
-from drivers.registry import make_driver
+import testbed.twin.bridge as twin
 from emulators.gpuhost.spec import GpuHostSpec
-from testbed.config.inventory import Inventory
+from testbed.documents.inventory import Inventory
 from testbed.families import PROCEDURES
-from testbed.procedures.context import ProcedureContext
+from testbed.families.context import ProcedureContext
+from testbed.families.drivers import make_driver
 
 INV = {
     "name": "lab",

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from ssh_scripted import Answer, Drop, Hold, ScriptedSsh
 
+from drivers.capabilities import JobHandle
 from drivers.errors import DeviceCommandError, DeviceConnectionError, DeviceError, DeviceProtocolError, DeviceTimeout
 from drivers.gpuhost import GpuHostSsh
-from drivers.ssh import SshTransport
-from testbed.capabilities import JobHandle
+from drivers.transports.ssh import SshTransport
 
 TIMEOUT = 1.0
 BOUND = TIMEOUT * 3 + 1.0  # "never a hang"
@@ -140,7 +140,7 @@ def test_a_step_that_is_not_an_ascii_number_is_a_line_without_a_step(host):
 
 def run_in_actor(settings, procedure: str):
     """The call as a run records it: the runner's DeviceActor, in-process (no Ray)."""
-    from testbed.runner.device_actor import DeviceActor
+    from testbed.engine.device_actor import DeviceActor
 
     interval = sys.getswitchinterval()
     actor = DeviceActor("gpu01", "ssh", settings)

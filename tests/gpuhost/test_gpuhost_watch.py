@@ -1,5 +1,6 @@
 """Watching a job for failure: streamed log lines and process exit on one channel, health probes, and the
-failure-detection procedures (gpu.watch_job / wait_step / kill_job / health) against the emulated host."""
+failure-detection procedures (gpu.watch_job / wait_step / kill_job / health) against the emulated host.
+"""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ import paramiko
 import pytest
 
 from drivers.arrival import SO_TIMESTAMPNS, Arrivals, rx_stamped
+from drivers.capabilities import JobHandle
 from drivers.errors import DeviceCommandError
 from drivers.gpuhost import GpuHostSsh
-from drivers.registry import make_driver
-from drivers.ssh import StreamChunk
+from drivers.transports.ssh import StreamChunk
 from emulators.gpuhost.keys import new_ed25519
-from testbed.capabilities import JobHandle
 from testbed.families import PROCEDURES
-from testbed.procedures.context import ProcedureContext
+from testbed.families.context import ProcedureContext
+from testbed.families.drivers import make_driver
 
 TRAIN = ["testbed-train", "--steps", "100000", "--step-time", "0.01"]
 
@@ -181,7 +182,8 @@ def test_health_reports_lost_gpus_xids_and_a_missing_driver(driver, gpu_host, ct
 
 def test_detection_latency_of_a_gpu_failure(driver, gpu_host, ctx):
     """fail_gpu at a recorded monotonic time -> watch_job's failure_detected mark. The distribution goes to
-    the report (printed, run with -s); the test asserts only what must hold: causality and the diagnosis."""
+    the report (printed, run with -s); the test asserts only what must hold: causality and the diagnosis.
+    """
     tap = Tap(driver)
     latencies = []
     for trial in range(20):
@@ -313,7 +315,8 @@ def channel_pair():
 
 def test_a_line_is_timed_when_it_arrived_not_when_it_was_read(channel_pair):
     """A step line ends a measured failover: its time must be when its packet reached us, even if the
-    reading thread wakes late (on a busy machine, a millisecond or more). Each packet keeps its own time."""
+    reading thread wakes late (on a busy machine, a millisecond or more). Each packet keeps its own time.
+    """
     ours, theirs = channel_pair
     arrivals = Arrivals(ours)
     theirs.sendall(b"step 41\n")
@@ -337,7 +340,8 @@ def test_a_line_is_timed_when_it_arrived_not_when_it_was_read(channel_pair):
 @pytest.mark.skipif(SO_TIMESTAMPNS is None, reason="kernel receive stamps are read on Linux x86_64 / aarch64")
 def test_the_kernel_stamps_when_a_segment_arrived_whoever_reads_it_later():
     """On Linux the SSH socket hands over the kernel's receive stamp of each segment, on CLOCK_MONOTONIC:
-    a step line is timed when it reached the machine, before any thread was scheduled to read it."""
+    a step line is timed when it reached the machine, before any thread was scheduled to read it.
+    """
     with socket.create_server(("127.0.0.1", 0)) as server:
         ours = rx_stamped(socket.create_connection(server.getsockname(), timeout=5))
         theirs, _ = server.accept()

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from drivers.capabilities import GpuHost, GpuInfo, Identity
 from drivers.errors import DeviceCommandError, DeviceConnectionError
-from drivers.registry import make_driver
-from drivers.ssh import SshSettings
+from drivers.transports.ssh import SshSettings
 from emulators.gpuhost.keys import new_ed25519, write_private
-from testbed.capabilities import GpuHost, GpuInfo, Identity
 from testbed.families import PROCEDURES
-from testbed.procedures.context import ProcedureContext
+from testbed.families.context import ProcedureContext
+from testbed.families.drivers import make_driver
 
 SSHD = "/usr/sbin/sshd"
 STEPPER = 'i=0; while :; do i=$((i+1)); echo "step $i loss 0.5"; sleep 0.02; done'

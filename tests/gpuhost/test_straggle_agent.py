@@ -1,7 +1,8 @@
-"""testbed-straggle, the host-side agent of host.straggle on a lab (testbed/workload/straggle.py), on local
+"""testbed-straggle, the host-side agent of host.straggle on a lab (hostside/straggle_agent.py), on local
 child processes: it stops the target's process group for its duty of every period, and whichever way it ends
 (SIGTERM, SIGINT, SIGHUP, the target gone) it leaves the group running; SIGKILL alone can leave it stopped,
-which is why heal sends SIGCONT to the group as well (tests/gpuhost/test_straggle_lab.py)."""
+which is why heal sends SIGCONT to the group as well (tests/gpuhost/test_straggle_lab.py).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from proc_state import state, stopped_fraction, wait_state
 
-from testbed.workload.straggle import parse
+from hostside.straggle_agent import parse
 
 AGENT = shutil.which("testbed-straggle", path=os.path.dirname(sys.executable)) or "testbed-straggle"
 
@@ -139,7 +140,7 @@ def test_the_console_script_says_what_is_wrong_with_its_arguments():
 
 
 def test_the_agent_imports_nothing_of_the_framework():
-    code = "import sys, testbed.workload.straggle; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+    code = "import sys, hostside.straggle_agent; print(sorted(m for m in sys.modules if m.split('.')[0] in "
     code += "('testbed', 'drivers', 'pydantic', 'rich', 'ray', 'paramiko', 'yaml', 'numpy')))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert r.stdout.strip() == "['testbed', 'testbed.workload', 'testbed.workload.straggle']"
+    assert r.stdout.strip() == "[]"

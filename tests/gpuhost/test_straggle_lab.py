@@ -3,7 +3,8 @@ testbed-straggle on an emulated host's SSH server, which runs it as a real proce
 fault kind's lab path goes through the gpuhost procedures in the runner's DeviceActor; `testbed heal` ends an
 agent a dead run left running, and continues a rank an agent killed outright left stopped.
 
-The emulated host's processes are children of this test process, so the rank's state is read in /proc."""
+The emulated host's processes are children of this test process, so the rank's state is read in /proc.
+"""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ import pytest
 from proc_state import state, stopped_fraction, wait_state
 
 from drivers.errors import DeviceCommandError
-from drivers.registry import make_driver
-from testbed.config.inventory import Inventory
-from testbed.dead_run import find
+from testbed.documents.inventory import Inventory
+from testbed.engine.device_actor import DeviceActor
 from testbed.events import Op, read_jsonl
+from testbed.families.drivers import make_driver
 from testbed.faults import FAULT_KINDS, FaultEnv, FaultFailed, RankTarget
-from testbed.heal import Lab
-from testbed.recorder import Recorder
-from testbed.runner.device_actor import DeviceActor
+from testbed.ops.heal import HealDevices
+from testbed.ops.remains import find
+from testbed.results.recorder import Recorder
 
 KIND = FAULT_KINDS.get("host.straggle")
 
@@ -55,8 +56,9 @@ def actor(settings) -> DeviceActor:
 
 
 def lab_env(act: DeviceActor) -> FaultEnv:
-    """What the engine gives a fault kind on a lab (testbed.runner.faulting.fault_env): no twin, and the
-    device procedures, each returning its OpResult or raising when it did not succeed."""
+    """What the engine gives a fault kind on a lab (testbed.faults.recording.fault_env): no twin, and the
+    device procedures, each returning its OpResult or raising when it did not succeed.
+    """
 
     def call(device: str, procedure: str, kwargs: dict):
         assert device == "gpu01"
@@ -196,9 +198,10 @@ def test_the_heal_of_a_lab_straggle_continues_a_rank_its_killed_agent_left_stopp
 def dead_run(tmp_path, settings, rank, *, duty: float, period_s: float, finished: bool) -> list[dict]:
     """Record what a runner that dies in the middle of a lab straggle leaves in its history: the fault's
     injection (its outcome `ok`, or still open when not `finished`) and the start of the agent inside it,
-    recorded as the runner records a device call. The agent is left running on the host."""
+    recorded as the runner records a device call. The agent is left running on the host.
+    """
     recorder = Recorder(tmp_path, "dead")
-    lab = Lab(inventory_for(settings), recorder)
+    lab = HealDevices(inventory_for(settings), recorder)
     step = "host.straggle on rank 0, duty 0.5"
     data = {"fault": "host.straggle@rank0", "kind": "host.straggle", "rank": 0, "host": "gpu01", "gpu": 0}
     data |= {"pid": rank.pid, "duration_s": 600.0}
@@ -220,7 +223,7 @@ def heal_dead(tmp_path, settings) -> tuple[str, list[dict]]:
     events = read_jsonl(tmp_path / "events.jsonl").records
     (fault,) = find(events).faults
     recorder = Recorder(tmp_path, "heal")
-    lab = Lab(inventory_for(settings), recorder)  # no twin control: a lab
+    lab = HealDevices(inventory_for(settings), recorder)  # no twin control: a lab
     try:
         how = KIND.heal_after_crash(lab, fault)
     finally:

@@ -1,6 +1,7 @@
 """The straggler agent's commands on a real OpenSSH server and a real bash (tests/gpuhost/test_real_sshd.py's
 sshd, with testbed-straggle on its sessions' PATH as `pip install testbed` puts it on a lab host's): the same
-start, pgrep, kill and ps lines the emulated host runs do the same there."""
+start, pgrep, kill and ps lines the emulated host runs do the same there.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The emulated host's torchrun (emulators/gpuhost/torchrun.py): torchrun's command line (fuzzed: what it does
 not know is refused as argparse refuses it, with status 2), a real rendezvous among the launchers, torchrun's
 environment for each worker, a failed worker or a signal ending all of them, and the host's allowlist; and the
-emulated host running it as `torchrun` over SSH, its workers in the job a lost GPU takes down."""
+emulated host running it as `torchrun` over SSH, its workers in the job a lost GPU takes down.
+"""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drivers.registry import make_driver
 from emulators.gpuhost import torchrun
+from testbed.families.drivers import make_driver
 
 PYTHON = sys.executable
 STANDIN = [PYTHON, "-m", "emulators.gpuhost.torchrun"]
@@ -123,7 +124,8 @@ PROGRAM_ARGS = st.lists(st.text("abcdefghij0123456789-=_.", max_size=8), max_siz
 )
 def test_fuzz_known_options_parse_and_an_unknown_one_is_refused(options, unknown, args):
     """Options torchrun has are read as torchrun reads them; any option it has not, anywhere before the
-    program, is refused (exit 2), and everything after the program is the program's."""
+    program, is refused (exit 2), and everything after the program is the program's.
+    """
     argv: list[str] = ["--rdzv-endpoint", "127.0.0.1:29400"]
     for name, value in options.items():
         argv += [name] if value is None else [name, value]
@@ -211,7 +213,8 @@ def test_launchers_meet_and_each_worker_gets_torchruns_environment(tmp_path):
 @pytest.mark.timeout(60)
 def test_c10d_ranks_nodes_by_address_and_pid_not_by_node_rank(tmp_path):
     """As DynamicRendezvousHandler does: --node-rank is ignored, node 0 is the lowest (address, pid), and
-    MASTER_ADDR / MASTER_PORT are node 0's address and a port it holds."""
+    MASTER_ADDR / MASTER_PORT are node 0's address and a port it holds.
+    """
     port = free_port()
     common = ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "c"]
     common += ["--local-addr", "127.0.0.1"]
@@ -331,11 +334,12 @@ def test_the_emulated_host_runs_torchrun_and_a_lost_gpu_takes_its_workers(driver
 @pytest.mark.timeout(60)
 def test_testbed_train_takes_torchruns_contract_without_rank_arguments(tmp_path):
     """RANK, WORLD_SIZE and LOCAL_RANK from torchrun, the ring's addresses from TESTBED_PEERS (passed on by
-    torchrun); each rank writes its output to its own log (TESTBED_RANK_LOG), and they learn together."""
+    torchrun); each rank writes its output to its own log (TESTBED_RANK_LOG), and they learn together.
+    """
     peers = ",".join(f"127.0.0.1:{free_port()}" for _ in range(2))
     env = {"TESTBED_PEERS": peers, "TESTBED_RANK_LOG": "logs/rank{rank}.log"}
     argv = ["--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--no-python"]
-    proc = launch([*argv, PYTHON, "-m", "testbed.workload.train", "--steps", "5", "--timeout", "10"], env, cwd=tmp_path)
+    proc = launch([*argv, PYTHON, "-m", "hostside.train", "--steps", "5", "--timeout", "10"], env, cwd=tmp_path)
     out, err = proc.communicate(timeout=50)
     assert proc.returncode == 0, err
     assert "step" not in out  # the ranks' output is in their own logs
@@ -351,6 +355,6 @@ def test_testbed_train_says_where_the_ring_is_missing():
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
     env.pop("TESTBED_PEERS", None)
     proc = subprocess.run(
-        [PYTHON, "-m", "testbed.workload.train"], env={**env, "MASTER_PORT": "1"}, capture_output=True, text=True
+        [PYTHON, "-m", "hostside.train"], env={**env, "MASTER_PORT": "1"}, capture_output=True, text=True
     )
     assert proc.returncode == 2 and "Give --peers, --hostfile or TESTBED_PEERS" in proc.stderr

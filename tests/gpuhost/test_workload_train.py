@@ -27,7 +27,7 @@ def launch(world: int, tmp_path, *extra: str) -> list[subprocess.Popen]:
             [
                 sys.executable,
                 "-m",
-                "testbed.workload.train",
+                "hostside.train",
                 "--rank",
                 str(r),
                 "--peers",
@@ -91,14 +91,15 @@ def test_a_hung_rank_makes_the_others_time_out(tmp_path):
 
 
 THREADS_AFTER_IMPORT = (
-    "import os, testbed.workload.train\nprint(len(os.listdir('/proc/self/task')), os.environ['OPENBLAS_NUM_THREADS'])"
+    "import os, hostside.train\nprint(len(os.listdir('/proc/self/task')), os.environ['OPENBLAS_NUM_THREADS'])"
 )
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts threads in /proc")
 def test_a_rank_runs_on_one_thread_unless_the_user_asks_for_more(monkeypatch):
     """Ranks share a host with the twin here (and with their own data loaders on a lab): NumPy's BLAS must not
-    start a thread per core for a 64-wide model. A user's own setting is kept."""
+    start a thread per core for a 64-wide model. A user's own setting is kept.
+    """
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         monkeypatch.delenv(name, raising=False)
     out = subprocess.run([sys.executable, "-c", THREADS_AFTER_IMPORT], capture_output=True, text=True, check=True)

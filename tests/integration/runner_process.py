@@ -1,5 +1,6 @@
 """`testbed` as a separate process, for the tests that kill parts of a run: start it, wait until its
-events.jsonl shows a point of the run, read what it wrote."""
+events.jsonl shows a point of the run, read what it wrote.
+"""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def start_run(repo: Path, args: list[str]) -> subprocess.Popen:
 
 def read_events(path: Path) -> list[dict]:
     """Every line of a finished run's events.jsonl. Strict: a torn last line the run should not have left
-    fails the test (the framework's reader leaves it out and reports it)."""
+    fails the test (the framework's reader leaves it out and reports it).
+    """
     events = read_jsonl(path)
     assert events.torn is None, events.torn
     return events.records

@@ -1,5 +1,6 @@
 """A device actor whose worker process dies mid-call (kill -9): Ray restarts it, the call is recorded as
-`info` (its outcome is unknown), and the run goes on or stops by the playbook's `on_actor_death`."""
+`info` (its outcome is unknown), and the run goes on or stops by the playbook's `on_actor_death`.
+"""
 
 from __future__ import annotations
 

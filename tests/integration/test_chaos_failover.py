@@ -1,7 +1,8 @@
 """playbooks/chaos-failover.yaml on the twin: every trial a seeded random device fault starts a failover
 while a seeded random network fault hits the OCS's connection (through the twin's fault proxy). The history
 is complete and consistent (`testbed check`), every fault is healed, operations whose outcome the network
-hid are recorded as info, and the failover recovers by rewiring again once the connection is back."""
+hid are recorded as info, and the failover recovers by rewiring again once the connection is back.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 TRIALS = 6  # with seed 7 these draw timeout, latency, slicer, down, slow_close and timeout again
 pytestmark = pytest.mark.timeout(400)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.check import check_run
-from testbed.cli import main
+from testbed.cli.main import main
+from testbed.ops.check import check_run
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,8 @@
 1 MiB over a duplex ring on the OCS that never changes, and by recursive doubling with the topology reconfigured
 per stage on the OCS and on the photonic chip. Every rank checks its sums (the step fails unless all agree);
 recursive doubling on the OCS pays every stage's switch (a lower bound from the switching time); the report gives
-the sizes x cases table with the crossovers and the figure; the run checks; the plan shows each stage."""
+the sizes x cases table with the crossovers and the figure; the run checks; the plan shows each stage.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import re
 
 import pytest
 
-from testbed.cli import main
-from testbed.collective_view import collective_data, crossover
+from testbed.cli.main import main
+from testbed.results.collective_view import collective_data, crossover
 
 PLAYBOOK = """\
 name: collective-small

@@ -1,5 +1,6 @@
-"""The engine reaches its hubs over their direct channels (testbed/runner/direct.py) once they are up, and a hub
-Ray restarts after its process died gets a new channel: its calls went through Ray meanwhile."""
+"""The engine reaches its hubs over their direct channels (testbed/engine/direct.py) once they are up, and a hub
+Ray restarts after its process died gets a new channel: its calls went through Ray meanwhile.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from rich.console import Console
 
 import testbed
-from testbed.runner.dispatch import ActorLost
+from testbed.engine.dispatch import ActorLost
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

@@ -96,7 +96,8 @@ def stop(proc: subprocess.Popen) -> None:
 )
 def test_the_printed_line_works_as_it_is(repo, tmp_path, inventory, role, expect):
     """The line `testbed emulate` prints for a NETCONF or TL1 switch, pasted into a shell: ncclient as it is,
-    or a plain TCP session."""
+    or a plain TCP session.
+    """
     proc, command = printed_command(repo, inventory, role)
     try:
         assert command.startswith("python3 -c ")

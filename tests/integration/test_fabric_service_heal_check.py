@@ -5,7 +5,8 @@
 - `testbed check` finds a request whose answer is missing from the history, and a circuit on the service's ports
   that none of its configurations has (both written into copies of a real run's folder).
 
-The lab is a standalone twin (its own process, as `testbed emulate` runs it), so it outlives the runner."""
+The lab is a standalone twin (its own process, as `testbed emulate` runs it), so it outlives the runner.
+"""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from runner_process import cli, read_events, start_run, wait_for
 from test_kill9 import kill9, running
 
 from emulators.twin import TwinProcess
-from testbed.cli import main
-from testbed.config import load_inventory, load_playbook
+from testbed.cli.main import main
+from testbed.documents import load_inventory, load_playbook
 from testbed.plan import make_plan
-from testbed.twin import point_at_twin, twin_spec
+from testbed.twin.bridge import point_at_twin, twin_spec
 
 PLAYBOOK = """\
 name: service-kill9

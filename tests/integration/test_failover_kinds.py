@@ -1,5 +1,6 @@
 """A failover from a hung rank (process.hang: the rank stops, detected by its stalled progress) heals the hang
-on the rank it hit, and the job fabric's light check uses the playbook's own thresholds."""
+on the rank it hit, and the job fabric's light check uses the playbook's own thresholds.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 pytestmark = pytest.mark.timeout(300)
 

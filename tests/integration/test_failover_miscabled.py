@@ -1,7 +1,8 @@
 """A failover that rewires the wrong ports fails, in the twin exactly as in a miscabled lab: the spares' p0
 fibres really land on other switch ports than the fibre map says. With light checks the failover stops at
 link verification; without them the relaunched job cannot communicate and makes no progress. Either way
-the trial is reported as failed."""
+the trial is reported as failed.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 # Each spare's p0 transmits into (and receives from) ports the map does not say: 21/53 and 22/54 are free.
 MISCABLED = [("gpu09", 17, 49, 21, 53), ("gpu10", 19, 51, 22, 54)]  # host, map ingress/egress, real ones

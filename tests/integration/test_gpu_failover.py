@@ -1,7 +1,8 @@
 """Spare-GPU failover over the OCS, end to end on the twin: every milestone in order, the spare resumes
 from the checkpoint, the ring is rewired through it, the report has the milestone table and figures, and
 the measured failover agrees with the twin's ground truth (the playbook's default 20 trials, as a user runs
-it)."""
+it).
+"""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import numpy as np
 import pytest
 from privileges import may_use_realtime
 
-from testbed.cli import main
+from testbed.cli.main import main
 from testbed.events import read_jsonl
-from testbed.milestones import MILESTONES, SEGMENTS
+from testbed.results.milestones import MILESTONES, SEGMENTS
 
 TRIALS = 20
 # 20 failovers take ~35 s on an idle 2-core machine; the margin is for a loaded one.
@@ -117,7 +118,8 @@ def test_the_measured_failover_agrees_with_the_twins_ground_truth(run_dir):
     more (a watch that starts late, or a coordinator busy as the step arrives, each once added 2 to 90 ms),
     and never by tens of ms. The tail is scheduling noise on a 2-core machine, so the p99 figure against the
     2 ms target comes from `python bench/run_all.py`, not from here. The fault is a timed trigger: the twin
-    never applies it before the moment the framework records as fault_injected."""
+    never applies it before the moment the framework records as fault_injected.
+    """
     truth = json.loads((run_dir / "summary.json").read_text())["ground_truth"]
     assert truth["failovers"] == truth["matched"] == TRIALS, truth["unmatched"]
     errors = np.abs([row["error_ms"] for row in truth["per_trial"]])
@@ -132,7 +134,8 @@ def test_the_measured_failover_agrees_with_the_twins_ground_truth(run_dir):
 
 def test_the_ground_truth_is_the_twins_own_account(run_dir):
     """The fault the twin applied killed the very rank the framework saw fail, and the spare's step lines
-    continue from the checkpoint: the truth log is evidence, not a copy of the framework's events."""
+    continue from the checkpoint: the truth log is evidence, not a copy of the framework's events.
+    """
     truth = read_jsonl(run_dir / "twin_truth.jsonl").records
     evs = events(run_dir)
     for row in json.loads((run_dir / "summary.json").read_text())["ground_truth"]["per_trial"]:

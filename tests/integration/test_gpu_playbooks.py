@@ -1,5 +1,6 @@
 """GPU-host playbooks end to end on the twin: a parallel health check, and failure detection of a real
-training job whose ranks are killed or whose GPU falls off the emulated bus."""
+training job whose ranks are killed or whose GPU falls off the emulated bus.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 INVENTORY = "playbooks/inventory/emulated-rack.yaml"
 

@@ -1,6 +1,7 @@
-"""The run's devices are served by one hub actor per node (testbed/runner/hub.py); a switch, and a device marked
+"""The run's devices are served by one hub actor per node (testbed/engine/hub.py); a switch, and a device marked
 `isolated` in the inventory, have a process of their own, so a crash of its driver's process takes no other
-device down."""
+device down.
+"""
 
 from __future__ import annotations
 

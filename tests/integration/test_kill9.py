@@ -3,7 +3,8 @@ lab from it, and `testbed check` passes on the healed run.
 
 The lab is a standalone twin (its own process, as `testbed emulate` runs it) reached through an inventory
 that points at it: for the runner and for heal it is a real lab that outlives them. A second test kills
-an `--emulate` run, whose twin dies with it."""
+an `--emulate` run, whose twin dies with it.
+"""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ import pytest
 import yaml
 from runner_process import cli, read_events, start_run, wait_for_event
 
-from drivers.registry import make_driver
 from drivers.transports import TransportSettings
 from emulators.twin import TwinProcess
-from testbed.config import load_inventory, load_playbook
+from testbed.documents import load_inventory, load_playbook
+from testbed.engine.ray_session import leftovers, runner_identity
+from testbed.families.drivers import make_driver
 from testbed.plan import make_plan
-from testbed.runner.ray_session import leftovers, runner_identity
-from testbed.twin import point_at_twin, twin_spec
+from testbed.twin.bridge import point_at_twin, twin_spec
 
 PLAYBOOK = """\
 name: hang-kill9

@@ -1,6 +1,7 @@
 """The warm session (testbed.Lab): runs that need the same devices reuse the twin and the hubs, each run is
 still a run of its own (folder, ground truth, check), the session holds its devices' locks, and another
-playbook's devices replace the ones up."""
+playbook's devices replace the ones up.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import pytest
 from rich.console import Console
 
 import testbed
-from testbed.check import check_run
-from testbed.errors import UserError
-from testbed.runner.locks import device_locks
+from testbed.contracts.errors import UserError
+from testbed.engine.locks import device_locks
+from testbed.ops.check import check_run
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

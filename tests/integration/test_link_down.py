@@ -1,6 +1,7 @@
 """link.down end to end: a playbook run in the twin injects and heals it through the switch's own commands and
 `testbed check` passes the run; the twin's ground truth agrees with what the run recorded; a runner killed
-with the link down leaves the ports disabled, and `testbed heal` enables them again."""
+with the link down leaves the ports disabled, and `testbed heal` enables them again.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ import yaml
 from runner_process import cli, read_events, start_run, wait_for_event
 
 from emulators.twin import TwinProcess
-from testbed.check import check_run
-from testbed.cli import main
-from testbed.config import load_inventory, load_playbook
+from testbed.cli.main import main
+from testbed.documents import load_inventory, load_playbook
+from testbed.ops.check import check_run
 from testbed.plan import make_plan
-from testbed.truth import TRUTH_FILE
-from testbed.twin import point_at_twin, twin_spec
+from testbed.results.accuracy import TRUTH_FILE
+from testbed.twin.bridge import point_at_twin, twin_spec
 
 PLAYBOOK = """\
 name: link-down
@@ -92,7 +93,8 @@ def test_a_link_down_run_in_the_twin_passes_check_and_matches_the_ground_truth(r
 @pytest.fixture()
 def lab(repo, tmp_path):
     """A standalone twin of the playbook's switch (a lab that outlives its runner), and an inventory file
-    pointing at it."""
+    pointing at it.
+    """
     inventory = load_inventory(str(repo / "playbooks/inventory/emulated-rack.yaml")).model
     playbook_file = tmp_path / "link.yaml"
     playbook_file.write_text(LONG)

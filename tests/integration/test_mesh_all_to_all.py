@@ -1,5 +1,6 @@
 """The photonic chip as a circuit switch, end to end: calibrate, cycle the all-to-all matchings with light
-verified on every output, report per matching, and `testbed check` the run."""
+verified on every output, report per matching, and `testbed check` the run.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 TRIALS = 2
 

@@ -1,11 +1,12 @@
 """Failover with the photonic chip as the fabric: the chip is calibrated, reprogrammed for the spare (one
-of the job's own chip-cabled spares), and the job resumes on it from the checkpoint."""
+of the job's own chip-cabled spares), and the job resumes on it from the checkpoint.
+"""
 
 from __future__ import annotations
 
 import json
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 
 def test_failover_over_the_chip_resumes_on_a_chip_cabled_spare(ray_cluster, repo, tmp_path):

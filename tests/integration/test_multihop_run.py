@@ -1,13 +1,14 @@
 """A link between hosts on two switches, end to end: `testbed run --emulate` routes it over the inventory's
 trunks, sets one circuit on each switch, and verifies light on both, where the light on the second
-switch's egress came through the first switch and the trunk (the twin couples the switches' monitors)."""
+switch's egress came through the first switch and the trunk (the twin couples the switches' monitors).
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 INVENTORY = """\
 name: two-switches

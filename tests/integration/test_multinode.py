@@ -1,5 +1,6 @@
 """Devices pinned to Ray nodes get their actors there: a 3-node test cluster on this machine, two
-switches pinned to two labelled control hosts, a run through the CLI joining that cluster."""
+switches pinned to two labelled control hosts, a run through the CLI joining that cluster.
+"""
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cli import main
-from testbed.config import load_inventory
+from testbed.cli.main import main
+from testbed.documents import load_inventory
 
 TRIALS = 8
 

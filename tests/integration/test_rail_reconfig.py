@@ -1,12 +1,13 @@
 """The Opus rail sweep on the twin: provisioning hides a small OCS delay behind compute, on-demand pays for
 every change, and a delay longer than the compute window stalls both. Lower bounds only (each follows
-from the switching time and the delays), so a busy machine cannot make the test pass wrongly."""
+from the switching time and the delays), so a busy machine cannot make the test pass wrongly.
+"""
 
 from __future__ import annotations
 
 import json
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 PLAYBOOK = """\
 name: rail-small

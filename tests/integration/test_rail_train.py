@@ -2,7 +2,8 @@
 phase's circuits on the twin and ask the fabric service for them. Provisioning hides a delay that fits in a
 phase's compute, on-demand pays for every change, a delay longer than the compute stalls both; the bytes the
 ranks delivered per phase are the bytes the twin's data plane carried. Lower bounds only (each follows from the
-switching time and the delays), so a busy machine cannot make the test pass wrongly."""
+switching time and the delays), so a busy machine cannot make the test pass wrongly.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import json
 
 import pytest
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 PLAYBOOK = """\
 name: rail-train-small
@@ -37,7 +38,7 @@ steps:
 """
 SWITCHING_MS = 25  # the emulated rack's OCS
 COMPUTE_MS = 60 + 40
-MESSAGE = 20  # testbed/workload/phased.py's header
+MESSAGE = 20  # hostside/phased.py's header
 
 
 def events(run_dir) -> list[dict]:

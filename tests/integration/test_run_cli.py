@@ -1,5 +1,6 @@
 """`testbed run` as a separate process (the console script, exit codes, --ray-address), and a run whose
-light check fails as it would on the lab: a circuit from a port no host transmits on stays dark."""
+light check fails as it would on the lab: a circuit from a port no host transmits on stays dark.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 DARK_PLAYBOOK = """\
 name: dark-port

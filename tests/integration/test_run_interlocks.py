@@ -4,14 +4,15 @@ The planner can only check what the playbook names. What a switch already holds 
 time: here another group's circuit occupies ingress 1 towards a reserved egress port (40), and the
 playbook's configuration needs ingress 1. Making the change would cut that circuit, a write to a reserved
 port; the actor's guard refuses it before anything is sent, the run records the refusal, and the other
-group's circuit is still there at the end."""
+group's circuit is still there at the end.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 INVENTORY = """\
 name: shared-switch

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 
 def serial_inventory(repo: Path, tmp_path: Path) -> Path:

@@ -1,11 +1,12 @@
 """A persistent straggler slows the whole ring: with one rank stopped half of every period, the job's mean
-iteration time roughly doubles (a lower bound of 1.5x is asserted); the fault is injected and healed."""
+iteration time roughly doubles (a lower bound of 1.5x is asserted); the fault is injected and healed.
+"""
 
 from __future__ import annotations
 
 import json
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 
 def test_one_straggling_rank_slows_the_whole_job(ray_cluster, repo, tmp_path):

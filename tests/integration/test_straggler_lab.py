@@ -5,7 +5,8 @@ straggler is the duty-cycle agent testbed-straggle the run starts on the host (d
 - a run: the straggler slows the whole ring, and is healed (its agent gone, the rank running);
 - SIGTERM mid-fault: the runner's own abort heals it;
 - kill -9 mid-fault: the agent keeps running; `testbed heal` ends it from the run's history and continues
-  the rank; `testbed check` passes on the healed run."""
+  the rank; `testbed check` passes on the healed run.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ import yaml
 from runner_process import cli, read_events, start_run, wait_for_event
 
 from emulators.twin import TwinProcess
-from testbed.config import load_inventory, load_playbook
+from testbed.documents import load_inventory, load_playbook
 from testbed.plan import make_plan
-from testbed.twin import point_at_twin, twin_spec
+from testbed.twin.bridge import point_at_twin, twin_spec
 
 JOB = """\
 job:

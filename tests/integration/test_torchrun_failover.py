@@ -1,5 +1,6 @@
 """`launcher: torchrun` through the CLI on the twin (Ray hubs, as a user runs it): failovers of a torchrun job
-measure every milestone, agree with the twin's ground truth, and `testbed check` finds the run sound."""
+measure every milestone, agree with the twin's ground truth, and `testbed check` finds the run sound.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cli import main
-from testbed.milestones import MILESTONES
+from testbed.cli.main import main
+from testbed.results.milestones import MILESTONES
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.cli import main
+from testbed.cli.main import main
 
 HOSTS = [f"gpu{i:02d}" for i in range(1, 9)]  # gpu07 and gpu08 are the spares
 PORTS = ["p0", "p1", "p2", "p3"]

@@ -137,12 +137,13 @@ def emulated_lab(repo: Path, *args: str):
 @pytest.fixture(scope="module")
 def lab(repo, tmp_path_factory):
     """`testbed emulate --fault-proxy` of the default rack: what it printed, the hand-written inventory, and
-    the OCS's proxy through the Toxiproxy API the inventory names."""
+    the OCS's proxy through the Toxiproxy API the inventory names.
+    """
     folder = tmp_path_factory.mktemp("our-lab")
     with emulated_lab(repo, "--fault-proxy") as printed:
         inventory = folder / "our-lab.yaml"
         inventory.write_text(hand_written_inventory(printed))
-        from testbed.config import load_inventory
+        from testbed.documents import load_inventory
 
         proxy = ToxiproxyApi.of(load_inventory(inventory).model, "ocs1", "test")
         yield printed, inventory, folder, proxy

@@ -1,5 +1,6 @@
 """The lease rules a shared lab relies on, case by case (testbed/leases/table.py), and the lease file's and the
-duration's parsers under arbitrary input."""
+duration's parsers under arbitrary input.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from testbed.errors import UserError
-from testbed.leases.commands import parse_duration
+from testbed.cli.leases import parse_duration
+from testbed.contracts.errors import UserError
 from testbed.leases.table import Holder, LeaseTable, Refused
 
 ALICE = Holder("alice", "ctrl-a", 100)

@@ -21,12 +21,12 @@ from test_mesh_engine32 import DirectBench  # noqa: E402
 
 from drivers.mesh import layout  # noqa: E402
 from drivers.mesh.calibration import CalibrationSettings, calibrate  # noqa: E402
-from drivers.registry import make_driver  # noqa: E402
 from drivers.transports import TransportSettings  # noqa: E402
 from emulators.devices import build_device  # noqa: E402
 from emulators.mesh.chip import MeshChip  # noqa: E402
 from emulators.mesh.spec import MeshSpec  # noqa: E402
 from testbed.fabric.topology import all_to_all_schedule  # noqa: E402
+from testbed.families.drivers import make_driver  # noqa: E402
 
 
 def score(t: np.ndarray, perm: list[int]) -> tuple[float, float]:

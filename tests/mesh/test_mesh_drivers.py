@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from drivers.capabilities import PhotonicMesh
 from drivers.errors import DeviceCommandError
 from drivers.mesh import NotCalibrated, layout
 from drivers.mesh.calibration import Calibration
-from drivers.registry import make_driver
 from drivers.transports import TransportSettings
-from testbed.capabilities import PhotonicMesh
 from testbed.families import PROCEDURES
-from testbed.procedures.context import ProcedureContext
+from testbed.families.context import ProcedureContext
+from testbed.families.drivers import make_driver
 
 
 def routed_fraction(lt, dev, perm):
@@ -91,7 +91,7 @@ def test_reconfigure_procedure_like_a_switch(mesh_device, tmp_path):
     assert held[2] != 9 and out["removed"] >= 1  # 2->9 gave way; 4's don't-care circuit counts too
     # drift that calibration does not know about -> the light check fails with a typed error
     lt.call(dev.chip.set_input_power, 4, -40.0)
-    from testbed.procedures.errors import VerificationError
+    from testbed.families.verify import VerificationError
 
     with pytest.raises(VerificationError, match="no light"):
         PROCEDURES["mesh.reconfigure"](mesh, ctx, circuits=[(4, 10)], managed=[4, 10], timeout_s=0.05)

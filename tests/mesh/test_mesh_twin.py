@@ -6,8 +6,8 @@ from pathlib import Path
 
 from emulators.mesh.spec import MeshSpec
 from emulators.spec import TwinSpec
-from testbed.config import load_inventory
-from testbed.twin import point_at_twin, twin_spec
+from testbed.documents import load_inventory
+from testbed.twin.bridge import point_at_twin, twin_spec
 
 INVENTORY = Path(__file__).resolve().parents[2] / "playbooks" / "inventory" / "emulated-rack.yaml"
 

@@ -1,6 +1,7 @@
 """Fixtures for the NETCONF tests: the twin (its own process, as a run uses it) and switches whose NETCONF front end
 runs on an event loop of this process, for front-end options the twin does not take (module revision, base:1.0
-only, short time bounds) and for looking at the engine directly. Both are real SSH servers on 127.0.0.1."""
+only, short time bounds) and for looking at the engine directly. Both are real SSH servers on 127.0.0.1.
+"""
 
 from __future__ import annotations
 

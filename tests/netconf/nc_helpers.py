@@ -10,7 +10,7 @@ from drivers.netconf.polatis import PolatisNetconf
 from drivers.netconf.settings import NetconfSettings
 from emulators import spec as spec_mod
 from emulators.netconf.frontend import NetconfFrontend
-from emulators.polatis import PolatisEngine
+from emulators.scpi.ocs import PolatisEngine
 
 SIZE = 8  # ingress 1..8, egress 9..16
 LIT = {1: 0.0, 2: -3.0}  # dBm arriving on ingress ports

@@ -1,7 +1,8 @@
 """drivers/netconf/audit.py, the model `testbed check` replays NETCONF audit logs through, against the emulator's
 NETCONF server (emulators/netconf/server.py): hand-written cases first, then differential fuzzing. Both read
 the same RPC text; they must agree on the circuits after every RPC, accepted or refused, and `writes()` must name
-every port an accepted edit changed."""
+every port an accepted edit changed.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from drivers.audit import ALL_PORTS
 from drivers.netconf.audit import PolatisNetconfAuditModel
 from emulators.netconf.server import NetconfOptions, NetconfServer
-from emulators.polatis import PolatisEngine
+from emulators.scpi.ocs import PolatisEngine
 from emulators.spec import OcsSpec
 
 N = 4  # ingress 1..4, egress 5..8
@@ -153,7 +154,8 @@ def test_writes():
 @st.composite
 def rarely(draw, common, rare, one_in: int = 25):
     """Mostly `common`, about one draw in `one_in` from `rare` (an edit has many leaves, and one bad leaf refuses it
-    all). The rare pick sits mid-range: hypothesis favours the ends of an integer range."""
+    all). The rare pick sits mid-range: hypothesis favours the ends of an integer range.
+    """
     return draw(rare) if draw(st.integers(0, one_in - 1)) == one_in // 2 else draw(common)
 
 

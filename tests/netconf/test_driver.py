@@ -1,7 +1,8 @@
 """PolatisNetconf (drivers/netconf/polatis.py) end to end against the emulated switch's NETCONF front end, over
 real SSH on 127.0.0.1: the circuit-switch conformance suite on the twin (module revision 2018-03-22, list `pair`)
 and on a switch served in-process with revision 2017-02-09 (list `pairs`), then what the suite does not look at:
-the audit records, the error messages, wait_settled, the revision, a dropped session, password login."""
+the audit records, the error messages, wait_settled, the revision, a dropped session, password login.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import time
 import pytest
 from nc_helpers import LIT, SIZE, ocs_spec, settings_for
 
+from drivers.capabilities import CircuitSwitch
 from drivers.errors import DeviceCommandError, DeviceConnectionError
 from drivers.netconf import make_polatis_netconf, polatis_netconf_audit
 from drivers.netconf.polatis import PolatisNetconf
 from emulators.frontends import TWIN_PASSWORD
-from testbed.capabilities import CircuitSwitch
 from testbed.conformance import circuit_switch_suite
 
 

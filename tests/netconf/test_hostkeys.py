@@ -1,5 +1,6 @@
 """Host keys are verified: a switch whose key is not the one known_hosts lists, or is not listed at all, is refused
-with a DeviceConnectionError that names the file and the host:port, before anything is sent to it."""
+with a DeviceConnectionError that names the file and the host:port, before anything is sent to it.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """An unmodified ncclient against the emulator, with nothing of the project on the client side: the twin's client
 key and the host key listed in its known_hosts, raw XML for get-config and edit-config, in both framings (base:1.1
-chunked, and base:1.0 end-of-message from a client that only advertises 1.0 or against a 1.0-only server)."""
+chunked, and base:1.0 end-of-message from a client that only advertises 1.0 or against a 1.0-only server).
+"""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ compared as XML content, so a reply written differently agrees and a reply that 
 cross-connect, another power) is reported, and only that one.
 
 (Named test_netconf_replay.py: tests/replay/test_replay.py has the basename test_replay.py, and two test modules
-of one basename in folders without __init__.py cannot be collected in one pytest run.)"""
+of one basename in folders without __init__.py cannot be collected in one pytest run.)
+"""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.replay import main, replay_run
+from testbed.ops.audit_replay import main, replay_run
 
 NC_NS = "urn:ietf:params:xml:ns:netconf:base:1.0"
 OPSW_NS = "http://www.polatis.com/yang/optical-switch"
@@ -120,7 +121,8 @@ def test_a_cross_connect_the_device_reported_differently_is_the_one_disagreement
 
 def _rewritten(reply: str) -> str:
     """The same reply as another server might write it: ElementTree's `ns0:` prefixes instead of default
-    namespaces, indented, every list and every entry's leaves in reverse order, decimals without trailing zeros."""
+    namespaces, indented, every list and every entry's leaves in reverse order, decimals without trailing zeros.
+    """
     root = ET.fromstring(reply.encode())
     for elem in root.iter():
         elem[:] = list(reversed(elem))

@@ -1,6 +1,7 @@
 """The NETCONF server's framing and XML handling under hostile input: whatever arrives, a session answers with an
 rpc-error or is closed, never crashes and never hangs. First the pure parts (emulators/netconf/framing.py and
-server.py) under hypothesis, then the same faults over a real SSH channel (a raw paramiko client)."""
+server.py) under hypothesis, then the same faults over a real SSH channel (a raw paramiko client).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from emulators.netconf.framing import EOM, FrameReader, FramingError, frame
 from emulators.netconf.server import NetconfServer
-from emulators.polatis import PolatisEngine
+from emulators.scpi.ocs import PolatisEngine
 from emulators.spec import OcsSpec
 
 NC = "urn:ietf:params:xml:ns:netconf:base:1.0"

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-# pytester runs the user suites in this process and afterwards forgets the modules they imported; numpy
-# cannot be imported twice in one process, so what the plugin loads is imported once, here, and kept.
-import drivers.registry  # noqa: F401
 import drivers.transports.visa  # noqa: F401
 import emulators.twin  # noqa: F401
 import testbed.conformance  # noqa: F401
-import testbed.runner.run  # noqa: F401
-import testbed.twin  # noqa: F401
+import testbed.engine.run  # noqa: F401
+
+# pytester runs the user suites in this process and afterwards forgets the modules they imported; numpy
+# cannot be imported twice in one process, so what the plugin loads is imported once, here, and kept.
+import testbed.families.drivers  # noqa: F401
+import testbed.twin.bridge  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 RACK = REPO / "playbooks" / "inventory" / "emulated-rack.yaml"
@@ -38,10 +39,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def plugin_args() -> list[str]:
-    """`-p testbed.pytest_plugin` until the `pytest11` entry point is installed; then pytest loads it itself
-    (and loading it both ways would register the same module twice)."""
-    installed = any(ep.value.startswith("testbed.pytest_plugin") for ep in entry_points(group="pytest11"))
-    return [] if installed else ["-p", "testbed.pytest_plugin"]
+    """`-p testbed.twin.pytest_plugin` until the `pytest11` entry point is installed; then pytest loads it itself
+    (and loading it both ways would register the same module twice).
+    """
+    installed = any(ep.value.startswith("testbed.twin.pytest_plugin") for ep in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "testbed.twin.pytest_plugin"]
 
 
 @pytest.fixture

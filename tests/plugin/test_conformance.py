@@ -1,5 +1,6 @@
 """The circuit-switch conformance suite: the built-in Polatis driver on the twin passes it, and a driver
-that lets a raw exception escape fails it, naming the check and what to change."""
+that lets a raw exception escape fails it, naming the check and what to change.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import operator
 import pytest
 from conftest import RACK
 
-from drivers.polatis import PolatisScpi
+from drivers.scpi.polatis import PolatisScpi
 from drivers.transports import TransportSettings, open_transport
 from emulators.spec import OcsSpec, TwinSpec
 from emulators.twin import TwinProcess
@@ -84,7 +85,7 @@ def test_a_wrong_size_is_reported_with_both_values(make):
 SUITE = """
 import operator
 import pytest
-from drivers.polatis import PolatisScpi
+from drivers.scpi.polatis import PolatisScpi
 from testbed.conformance import circuit_switch_suite
 
 class SloppyPolatis(PolatisScpi):

@@ -1,5 +1,6 @@
 """The pytest plugin as a user meets it: fixtures that boot the twin of an inventory and hand out the real
-drivers on it, run in a user's own test suite (pytester)."""
+drivers on it, run in a user's own test suite (pytester).
+"""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from drivers.redfish import RedfishSettings
-from drivers.ssh import SshSettings
+from drivers.transports.ssh import SshSettings
 from emulators.frontends import TWIN_PASSWORD
 from emulators.twin import TwinProcess
 

@@ -1,5 +1,6 @@
 """One twin for the folder: two emulated GPU hosts, each with its BMC (Redfish over HTTPS) and its SSH server,
-in a twin process of its own as a run starts it. Each test finds both hosts powered on, with no jobs."""
+in a twin process of its own as a run starts it. Each test finds both hosts powered on, with no jobs.
+"""
 
 from __future__ import annotations
 

@@ -26,18 +26,18 @@ import yaml
 from bmc_twin import endpoints, ssh_settings
 from rich.console import Console
 
-from drivers.registry import make_driver
 from emulators.frontends import TWIN_PASSWORD
-from testbed.cli import main
-from testbed.config.inventory import Inventory
-from testbed.dead_run import find
+from testbed.cli.main import main
+from testbed.documents.inventory import Inventory
+from testbed.engine.device_actor import DeviceActor
 from testbed.events import Op, read_jsonl
+from testbed.families.drivers import make_driver
 from testbed.faults import FAULT_KINDS, FaultEnv, FaultFailed, RankTarget
-from testbed.heal import Lab, heal_run
-from testbed.recorder import Recorder
-from testbed.results import run_info, write_json
-from testbed.runner.device_actor import DeviceActor
-from testbed.twin import TwinHandle
+from testbed.ops.heal import HealDevices, heal_run
+from testbed.ops.remains import find
+from testbed.results.folder import run_info, write_json
+from testbed.results.recorder import Recorder
+from testbed.twin.bridge import TwinHandle
 
 KIND = FAULT_KINDS.get("host.power_off")
 PASSWORD_ENV = "LAB_BMC_PASSWORD"
@@ -86,8 +86,9 @@ def actor(inv: Inventory) -> DeviceActor:
 
 
 def lab_env(act: DeviceActor, inv: Inventory, results: list) -> FaultEnv:
-    """What the engine gives a fault kind on a lab (testbed.runner.faulting.fault_env): no twin, the device
-    procedures (each returning its OpResult, raising when it did not succeed), the run's inventory."""
+    """What the engine gives a fault kind on a lab (testbed.faults.recording.fault_env): no twin, the device
+    procedures (each returning its OpResult, raising when it did not succeed), the run's inventory.
+    """
 
     def call(device: str, procedure: str, kwargs: dict):
         result = act.run(procedure, kwargs)
@@ -167,14 +168,15 @@ def test_in_the_twin_the_kind_keeps_its_timed_trigger(twin, ctl):
 
 def dead_run(tmp_path, twin, inv: Inventory) -> int:
     """What a runner that died during host.power_off on a lab leaves: run.json (as a run writes it, redacted)
-    and its events: the rank started, the fault injected through the BMC (the host is left off), no heal."""
+    and its events: the rank started, the fault injected through the BMC (the host is left off), no heal.
+    """
     info = run_info("dead", "p.yaml", {"name": "power"}, "lab.yaml", inv.model_dump(mode="json"), 0, 1, False, None)
     exited = subprocess.Popen(["true"])
     exited.wait()
     info["runner"] = {"pid": exited.pid, "hostname": socket.gethostname()}  # a runner that is gone
     write_json(tmp_path / "run.json", info)
     recorder = Recorder(tmp_path, "dead")
-    lab = Lab(inv, recorder)
+    lab = HealDevices(inv, recorder)
     rank = start_rank(twin)
     recorder.emit("ok", "gpu.start_job", device="gpu01", step="job.start", data={"value": dataclasses.asdict(rank)})
     step = "host.power_off on rank 0"
@@ -214,8 +216,8 @@ def test_testbed_heal_powers_the_host_on_through_its_bmc(tmp_path, twin, ctl, bm
 
 
 def test_heal_after_crash_without_a_bmc_says_to_add_one(twin, ctl):
-    lab = Lab(lab_inventory(twin, with_bmc=False), None)  # a lab: no twin control
-    from testbed.dead_run import ActiveFault
+    lab = HealDevices(lab_inventory(twin, with_bmc=False), None)  # a lab: no twin control
+    from testbed.ops.remains import ActiveFault
 
     fault = ActiveFault("host.power_off@rank0", "host.power_off", "gpu01", {"host": "gpu01"}, None, True)
     with pytest.raises(FaultFailed, match=r"the inventory gives gpu01 none; add bmc: \{address: https://HOST"):
@@ -271,7 +273,8 @@ def test_a_lab_run_whose_bmc_password_is_not_set_is_refused_naming_the_variable(
 
 def test_a_lab_run_powers_a_rank_host_off_and_on_through_its_bmc(twin, ctl, tmp_path, monkeypatch, testbed_run):
     """`testbed run` on a lab (no --emulate; the twin only stands in for the lab's machines): the fault goes
-    from the runner through the host's hub actor to its BMC, and back on when the fault's hold ends."""
+    from the runner through the host's hub actor to its BMC, and back on when the fault's hold ends.
+    """
     monkeypatch.setenv(PASSWORD_ENV, TWIN_PASSWORD)  # the run's process inherits it, as from a lab's shell
     monkeypatch.setenv("TESTBED_LOCK_DIR", str(tmp_path / "locks"))
     devices = {}

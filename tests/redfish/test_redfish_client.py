@@ -1,7 +1,8 @@
 """DMTF's own Redfish client library, used directly (not through our driver), against the twin's emulated BMC:
 what any Redfish tool a lab already has would do. A session login, the standard walk from the service root
 to the ComputerSystem, the Reset action with the values the system advertises, HTTP Basic instead of a
-session, and a logout that frees the session."""
+session, and a logout that frees the session.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import os
 import redfish
 from bmc_twin import endpoints, ssh_settings
 
-from drivers.registry import make_driver
 from emulators.frontends import TWIN_PASSWORD
+from testbed.families.drivers import make_driver
 
 
 def client(ep: dict):
@@ -82,12 +83,13 @@ def test_unmodified_client_with_http_basic_and_its_error_messages(twin, ctl):
 
 def test_the_commands_testbed_emulate_prints_for_a_bmc_work_as_printed(twin, ctl):
     """`testbed emulate` prints, for each host, how to reach its BMC with ordinary tools: the redfish library's
-    one-liner and curl, both verifying the twin's certificate."""
+    one-liner and curl, both verifying the twin's certificate.
+    """
     import shutil
     import subprocess
     import sys
 
-    from testbed.emulate_cmd import endpoint_lines
+    from testbed.twin.standalone import endpoint_lines
 
     lines = {
         line.split(": ", 1)[0]: line.split(": ", 1)[1]

@@ -1,7 +1,8 @@
 """The BMC driver (drivers/redfish.py) against the twin's emulated BMC: what a lab relies on when it powers a
 host off and on through Redfish. Powering off really takes the host down (its job's processes die, its SSH
 port refuses); powering on brings SSH back; PowerState is read back each time; every exchange is audited,
-the password never."""
+the password never.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from bmc_twin import bmc_settings, endpoints, ssh_settings
 
 from drivers.errors import DeviceCommandError
 from drivers.redfish import RedfishBmc
-from drivers.registry import make_driver
 from emulators.frontends import TWIN_PASSWORD
+from testbed.families.drivers import make_driver
 
 
 def ssh_refuses(ep: dict) -> bool:

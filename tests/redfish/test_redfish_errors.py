@@ -1,6 +1,7 @@
 """The mistakes a lab makes with a BMC, and what it is told: a wrong password, a certificate that does not
 verify, the password variable not set, an inventory entry that cannot work. Each message names the host, the
-BMC's address and what to change; none shows the password; a refused call changes nothing on the host."""
+BMC's address and what to change; none shows the password; a refused call changes nothing on the host.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from bmc_twin import bmc_settings, endpoints
 from drivers.errors import DeviceCommandError, DeviceConnectionError
 from drivers.redfish import RedfishBmc
 from emulators.redfish.server import self_signed_certificate
-from testbed.config import load_inventory
-from testbed.errors import UserError
-from testbed.families.gpuhost import BmcConfig
+from testbed.contracts.errors import UserError
+from testbed.documents import load_inventory
+from testbed.families.gpu_host import BmcConfig
 
 WRONG = "n0t-the-bmc-password"
 

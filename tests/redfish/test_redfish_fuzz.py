@@ -4,7 +4,8 @@ registry MessageId and its message), never an internal error, and it keeps servi
 real emulated host's state (GpuHostEngine): a request the BMC refused leaves its power as it was.
 
 Directly on RedfishService.handle (methods, paths, headers, JSON bodies), and over a real HTTPS connection to
-RedfishServer (request lines, Content-Length, bodies: the framing this package adds to http.server's)."""
+RedfishServer (request lines, Content-Length, bodies: the framing this package adds to http.server's).
+"""
 
 from __future__ import annotations
 
@@ -73,7 +74,8 @@ def host(tmp_path_factory) -> GpuHostEngine:
 
 def check_response(response) -> dict | None:
     """What every answer must be: a status Redfish uses, OData-Version, and a Redfish error body for an
-    error; never a 500 (a bug in a handler)."""
+    error; never a 500 (a bug in a handler).
+    """
     assert response.status in {200, 201, 204, 400, 401, 404, 405, 411, 413, 503}, response.status
     assert response.headers.get("OData-Version") == "4.0"
     if response.status == 204:

@@ -1,5 +1,6 @@
 """Record and replay: a real emulated run's audit log replayed through a fresh emulator agrees with every
-recorded reply; a reply that differs (as a real device's would) is reported, and only that one."""
+recorded reply; a reply that differs (as a real device's would) is reported, and only that one.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import UserError
-from testbed.replay import main, replay_run
+from testbed.contracts.errors import UserError
+from testbed.ops.audit_replay import main, replay_run
 
 
 @pytest.fixture(scope="module")

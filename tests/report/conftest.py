@@ -1,5 +1,6 @@
 """Synthetic run folders, written the way `testbed run` writes them: events as testbed.events.Event fed to
-the real SummaryCollector, which writes trials.csv and builds summary.json."""
+the real SummaryCollector, which writes trials.csv and builds summary.json.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import numpy as np
 import pytest
 
 from testbed.events import Event
-from testbed.milestones import MILESTONES, measure_name, milestone_spans
-from testbed.results import SummaryCollector, write_json
+from testbed.results.folder import SummaryCollector, write_json
+from testbed.results.milestones import MILESTONES, measure_name, milestone_spans
 
 T0_NS = 5_000_000_000
 WALL0 = 1_700_000_000.0
@@ -61,7 +62,8 @@ def failover_run(
     skip: tuple[str, ...] = (),
 ) -> Path:
     """A failover run: per trial the job's first launch (job_ready, first_step), then the eight milestones
-    (minus `skip`), the failover.* measures the runner derives from them, and the trial's boundaries."""
+    (minus `skip`), the failover.* measures the runner derives from them, and the trial's boundaries.
+    """
     rng = np.random.default_rng(seed)
     w = RunWriter(path, "gpu-failover")
     w.trials = trials

@@ -1,4 +1,4 @@
-"""compare_runs / testbed.compare.main: two runs side by side, verdicts no stronger than the CIs allow."""
+"""compare_runs / testbed.results.compare.main: two runs side by side, verdicts no stronger than the CIs allow."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 import numpy as np
 from rich.console import Console
 
-from testbed.compare import FASTER, NO_CI, OVERLAP, SLOWER, compare_runs, main, verdict
+from testbed.results.compare import FASTER, NO_CI, OVERLAP, SLOWER, compare_runs, main, verdict
 
 
 def render(renderable) -> str:

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from testbed.events import Event
-from testbed.milestones import MILESTONES, SEGMENTS, milestone_prefixes, milestone_spans
-from testbed.report import milestone_table, milestone_tables
+from testbed.results.milestones import MILESTONES, SEGMENTS, milestone_prefixes, milestone_spans
+from testbed.results.report import milestone_table, milestone_tables
 
 MS = 1_000_000
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testbed.errors import UserError
-from testbed.plots import (
+from testbed.contracts.errors import UserError
+from testbed.results.plots import (
     CDF_FILE,
     LATENCY_CDF_FILE,
     SWEEP_FILE,
@@ -133,7 +133,7 @@ def test_headless_in_a_fresh_interpreter_without_display(runs):
     """No DISPLAY, no MPLBACKEND: the figures are drawn on the Agg canvas, pyplot is never imported."""
     run = runs("failover", trials=6)
     code = (
-        "import sys; from testbed.plots import write_plots; "
+        "import sys; from testbed.results.plots import write_plots; "
         f"paths = write_plots({str(run)!r}); "
         "assert 'matplotlib.pyplot' not in sys.modules; print(len(paths))"
     )

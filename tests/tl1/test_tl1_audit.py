@@ -1,6 +1,7 @@
 """drivers/tl1/audit.py, the TL1 drivers' models of their commands that `testbed check` replays audit logs
 through, held to the emulated front ends: hand-written cases, then differential fuzzing (random command
-sequences into a fresh switch through its TL1 front end, and through the model; the circuits must agree)."""
+sequences into a fresh switch through its TL1 front end, and through the model; the circuits must agree).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Each TL1 driver against its emulated front end, over real TCP in the twin: the circuit-switch conformance
 suite, then what the suite does not cover (one switch seen through SCPI and TL1, timing, alarms between
-responses, the in-progress acknowledgment, the audit log replayed as `testbed check` does)."""
+responses, the in-progress acknowledgment, the audit log replayed as `testbed check` does).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import time
 import pytest
 from tl1_harness import CALIENT, LIT, POLATIS, SIZE, SWITCHING_MS
 
+from drivers.capabilities import CircuitSwitch, Identity
 from drivers.errors import DeviceCommandError
-from drivers.polatis import PolatisScpi
+from drivers.scpi.polatis import PolatisScpi
 from drivers.tl1 import calient_tl1_audit, polatis_tl1_audit
 from drivers.transports import TransportSettings, open_transport
-from testbed.capabilities import CircuitSwitch, Identity
 from testbed.conformance import circuit_switch_suite
 
 
@@ -149,7 +150,8 @@ def test_the_audit_log_replays_to_what_the_switch_holds(make_driver, device):
 @pytest.mark.parametrize("device", [POLATIS, CALIENT])
 def test_commands_in_flight_together_move_together(make_driver, device):
     """A change sent with check=False is not waited for: the moves of a whole rail change overlap (TL1's
-    CTAGs match the answers up later), where waiting for each COMPLD would add up every switching time."""
+    CTAGs match the answers up later), where waiting for each COMPLD would add up every switching time.
+    """
     drv = make_driver(device)
     drv.size()
     old = [(i, SIZE + i) for i in range(1, 13)]

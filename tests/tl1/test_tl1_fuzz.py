@@ -1,7 +1,8 @@
 """Hostile input both ways. The emulated front ends' TL1 parser: malformed commands, over-long input, a
 missing `;`, bad CTAGs, bytes that are not ASCII: a DENY or a dropped command, never an exception, a hang or
 a session that stops answering. The drivers' response parser: garbled, truncated and interleaved output,
-autonomous messages, answers to other CTAGs: the right answer or a typed DeviceError, nothing else."""
+autonomous messages, answers to other CTAGs: the right answer or a typed DeviceError, nothing else.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tl1_harness import CALIENT, POLATIS, Local, Raw, ScriptedTl1, block, settin
 from drivers.errors import DeviceError, DeviceTimeout
 from drivers.tl1 import make_calient_tl1, make_polatis_tl1
 from drivers.tl1.calient import aid_of
-from drivers.tl1.transport import Tl1Reader, parse_block
+from drivers.transports.tl1 import Tl1Reader, parse_block
 from emulators.frontends import TWIN_PASSWORD
 
 QUICK = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,5 +1,6 @@
 """Logging in, and what a user sees when it fails: every failure a DeviceConnectionError that names the
-switch, its address and what to change, and the password nowhere (not in errors, not in the audit)."""
+switch, its address and what to change, and the password nowhere (not in errors, not in the audit).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from tl1_harness import CALIENT, POLATIS, ScriptedTl1, block, settings_for
 
 from drivers.errors import DeviceConnectionError
 from drivers.tl1 import make_calient_tl1, make_polatis_tl1
-from drivers.tl1.transport import Tl1Transport
+from drivers.transports.tl1 import Tl1Transport
 from emulators.frontends import TWIN_PASSWORD_ENV
-from testbed.redact import redact_text
+from testbed.results.redact import redact_text
 
 MAKERS = {POLATIS: make_polatis_tl1, CALIENT: make_calient_tl1}
 

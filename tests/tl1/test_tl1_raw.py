@@ -1,5 +1,6 @@
 """Each TL1 front end driven by hand over a plain socket: hand-written commands, no project code on the client
-side, the bytes checked as a telnet user or a third-party script would see them."""
+side, the bytes checked as a telnet user or a third-party script would see them.
+"""
 
 from __future__ import annotations
 

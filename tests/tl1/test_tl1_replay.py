@@ -1,7 +1,8 @@
 """Record and replay over TL1: a real emulated run whose switch was driven over Polatis or Calient TL1 replays
 through a fresh TL1 front end with every recorded answer agreeing; an answer the switch gave differently is
 the one disagreement; the raw output's framing (chunks cut anywhere, alarms, in-progress acknowledgments) and
-an answer that never came are read as the protocol says (docs/protocols.md §8)."""
+an answer that never came are read as the protocol says (docs/protocols.md §8).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from emulators.devices import OcsDevice
 from emulators.frontends import TWIN_PASSWORD
 from emulators.spec import OcsSpec
 from emulators.tl1.replay import ResponseReader
-from testbed.replay import main, replay_run
+from testbed.ops.audit_replay import main, replay_run
 
 INVENTORIES = {
     "polatis-tl1": "playbooks/inventory/emulated-rack-tl1.yaml",
@@ -132,7 +133,8 @@ ALARM = (  # §8.7, as another switch (SID) would send it
 
 def test_alarms_acknowledgments_and_chunks_cut_anywhere_change_nothing(run_copy):
     """Recorded output as a real switch may send it: an alarm and an in-progress acknowledgment before an
-    answer, and an answer cut in two chunks recorded either side of the next command."""
+    answer, and an answer cut in two chunks recorded either side of the next command.
+    """
     driver, run_dir = run_copy
     records = read_audit(run_dir)
     before = replay_run(run_dir).devices[0]
@@ -175,7 +177,8 @@ def slow_switch(frontend: str) -> OcsSpec:
 
 def test_a_slow_move_answers_in_progress_then_compld_when_settled():
     """§8.9: a move more than 2 s long is acknowledged `IP` at once and answered COMPLD when settled; the
-    acknowledgment is not compared, the COMPLD's time is the exchange's `at`."""
+    acknowledgment is not compared, the COMPLD's time is the exchange's `at`.
+    """
     session = OcsDevice.replay_session(slow_switch("tl1-polatis"), None)
     login = session.exchange("ACT-USER::admin:1::***;\r\n", 0.0)
     assert (login.lines, login.at) == (["M  1 COMPLD"], 0.0)
@@ -198,7 +201,8 @@ def test_a_slow_move_answers_in_progress_then_compld_when_settled():
 @pytest.mark.parametrize("dialect", ["polatis", "calient"])
 def test_output_cut_into_chunks_anywhere_reads_the_same(dialect):
     """The recorded chunks are raw reads: a cut may fall inside a line, a `\\r\\n`, a quoted string or a comment;
-    the answers read are the same wherever it falls (§8.3 framing, Calient's `agent>` prompt included)."""
+    the answers read are the same wherever it falls (§8.3 framing, Calient's `agent>` prompt included).
+    """
     local = Local(dialect, login=False)
     commands = [
         "ACT-USER::admin:1::wrong;",  # DENY: an error code and a comment

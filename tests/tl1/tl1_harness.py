@@ -1,5 +1,6 @@
 """Shared by the TL1 tests: one twin with a switch per dialect, drivers on it, and the front ends driven in
-process (no socket) for the fuzz tests."""
+process (no socket) for the fuzz tests.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import threading
 import time
 
 from drivers.tl1 import make_calient_tl1, make_polatis_tl1
-from drivers.tl1.settings import Tl1Settings
+from drivers.transports.tl1_settings import Tl1Settings
 from emulators.frontends import TWIN_PASSWORD
-from emulators.polatis import PolatisEngine
+from emulators.scpi.ocs import PolatisEngine
 from emulators.spec import OcsSpec, TwinSpec
 from emulators.tl1.frontend import CalientTl1Frontend, PolatisTl1Frontend
 
@@ -132,7 +133,8 @@ def block(ctag: str, status: str = "COMPLD", lines: list[str] = (), sid: str = "
 class ScriptedTl1:
     """Not a switch: a thread that logs anyone in and answers every other command with what
     `script(verb, ctag)` returns (bytes, or None to stay silent). For the driver's response parser.
-    `hang_ups`: that many commands (other than logins) are answered by closing the connection."""
+    `hang_ups`: that many commands (other than logins) are answered by closing the connection.
+    """
 
     def __init__(self, script, *, hang_ups: int = 0) -> None:
         self.script = script

@@ -1,15 +1,16 @@
 """The optical circuit switch family (kind `ocs`): the CircuitSwitch capability (with PortControl: ports out
 of service and back, for link.down), its procedures, its interlocks (allowed and reserved ports, read-only),
-its circuits as lab state, and its twin."""
+its circuits as lab state, and its twin.
+"""
 
 from __future__ import annotations
 
-from drivers.registry import driver_spec
-from testbed.capabilities import CircuitSwitch
+from drivers.capabilities import CircuitSwitch
 from testbed.families.base import DeviceFamily, ProcedureSpec, TwinSupport
+from testbed.families.drivers import driver_spec
+from testbed.families.interlocks import Policy
 from testbed.families.ocs import procedures
 from testbed.families.ocs.model import OcsDevice, OcsEmulation
-from testbed.interlocks import Policy
 
 CHANGE_MARKS = ("sent", "acked", "lit", "reverted")
 

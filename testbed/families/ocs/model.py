@@ -1,5 +1,6 @@
 """An optical circuit switch in the inventory: its ports, which of them a run may touch, and how the twin
-emulates it."""
+emulates it.
+"""
 
 from __future__ import annotations
 
@@ -39,5 +40,6 @@ class OcsDevice(SwitchConfig):
 
     def pass_loss_db(self) -> float:
         """Loss of light crossing the switch once (ingress -> egress), as the planner budgets it: the
-        insertion loss the twin also emulates (`emulation.insertion_loss_db`)."""
+        insertion loss the twin also emulates (`emulation.insertion_loss_db`).
+        """
         return self.emulation.insertion_loss_db

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 
+from drivers.capabilities import CircuitSwitch, PortControl
 from drivers.errors import DeviceCommandError
-from testbed.capabilities import CircuitSwitch, PortControl
-from testbed.fabric.diff import circuit_diff
-from testbed.procedures.context import ProcedureContext, forgets_on_error
-from testbed.procedures.errors import VerificationError
-from testbed.procedures.verify import check_holds, revert_unverified, wait_for_light
+from testbed.families import switching
+from testbed.families.context import ProcedureContext, forgets_on_error
+from testbed.families.switching import Change, Wording, circuit_diff
+from testbed.families.verify import VerificationError
 
 
 def identify(switch: CircuitSwitch, ctx: ProcedureContext, *, expected_size: int | None = None) -> dict:
@@ -40,84 +40,62 @@ def connections(switch: CircuitSwitch, ctx: ProcedureContext) -> dict[int, int]:
     return ctx.cache["connections"]
 
 
-@forgets_on_error("connections")
-def reconfigure(
-    switch: CircuitSwitch,
-    ctx: ProcedureContext,
-    *,
-    circuits: list[tuple[int, int]],
-    managed: list[int],
-    verify_light: bool = True,
-    min_power_dbm: float = -20.0,
-    timeout_s: float = 5.0,
-) -> dict:
-    """Make the switch hold `circuits`, removing other circuits on `managed` ports only.
+class _SwitchCircuits:
+    """An OCS as the commit-confirm change drives it (testbed.families.switching)."""
 
-    Marks: sent (first command written), acked (`*OPC?` answered: the switch has settled), lit (every
-    new egress port reads light above `min_power_dbm`).
+    cache_key = "connections"
+    wording = Wording(
+        holds_what="after the change the switch",
+        holds_sent="connections() (the circuits it holds)",
+        holds_hint="another client may be changing the switch, or the ports are failed",
+        light_what="egress port(s)",
+        light_sent="port_power() (the egress ports' power)",
+        light_hint="check that the hosts cabled to these circuits transmit (fibre map), that the ports are not "
+        "failed, or lower min_power_dbm in the playbook",
+    )
 
-    Commit-confirm (as NAPALM's): a change whose read-back or light is not verified within `timeout_s` is
-    reverted (the removed circuits back, the added ones gone, mark `reverted`), and the error says so, so
-    the failed operation in the history really left the switch as it was.
-    """
-    target = dict(circuits)
-    current = ctx.cache.get("connections")
-    if current is None:
-        current = switch.connections()
-    remove, add = circuit_diff(current, circuits, managed)
+    def __init__(self, switch: CircuitSwitch) -> None:
+        self.switch = switch
 
-    # Commands go back to back, and the error queue is read while the mirrors move: the switch executes
-    # commands in order, so the errors of both are queued by then, and the check costs no time of its
-    # own (on eight switches driven by one twin on two cores it was a tenth of the rail change). A
-    # refused change is reported before waiting for a move that may never come.
-    ctx.mark("sent")
-    if remove:
-        switch.disconnect(remove, check=False)
-    if add:
-        switch.connect(add, check=False)
-    switch.check_errors("the circuit change")
-    switch.wait_settled()
-    ctx.mark("acked")
+    def read(self) -> dict[int, int]:
+        return self.switch.connections()
 
-    now = switch.connections()
-    ctx.cache["connections"] = now
-    powers: dict[int, float] = {}
-    try:
-        check_holds(
-            target,
-            now,
-            ctx,
-            what="after the change the switch",
-            sent="connections() (the circuits it holds)",
-            hint="another client may be changing the switch, or the ports are failed",
-        )
-        if verify_light and target:
-            powers = wait_for_light(
-                switch.port_power,
-                ctx,
-                sorted(target.values()),
-                min_power_dbm,
-                timeout_s,
-                what="egress port(s)",
-                sent="port_power() (the egress ports' power)",
-                hint="check that the hosts cabled to these circuits transmit (fibre map), that the "
-                "ports are not failed, or lower min_power_dbm in the playbook",
-            )
-            ctx.mark("lit")
-    except VerificationError as exc:
-        revert_unverified(exc, ctx, lambda: _restore(switch, current, managed))
-    return {"added": len(add), "removed": len(remove), "min_power_dbm": min(powers.values()) if powers else None}
+    def change(self, current, target, managed) -> Change:
+        remove, add = circuit_diff(current, sorted(target.items()), managed)
+        return Change(holds=target, removed=remove, added=add)
+
+    def apply(self, change: Change) -> None:
+        # Commands go back to back, and the error queue is read while the mirrors move: the switch executes
+        # commands in order, so the errors of both are queued by then, and the check takes no time of its own.
+        # A refused change is reported before waiting for a move that may never come.
+        if change.removed:
+            self.switch.disconnect(change.removed, check=False)
+        if change.added:
+            self.switch.connect(change.added, check=False)
+        self.switch.check_errors("the circuit change")
+        self.switch.wait_settled()
+
+    def restore(self, before, managed) -> None:
+        remove, add = circuit_diff(self.switch.connections(), sorted(before.items()), managed)
+        if remove:
+            self.switch.disconnect(remove, check=False)
+        if add:
+            self.switch.connect(add, check=False)
+        self.switch.wait_settled()
+        self.switch.check_errors("reverting the unverified change")
+
+    def power(self, ports) -> dict[int, float]:
+        return self.switch.port_power(ports)
 
 
-def _restore(switch: CircuitSwitch, before: dict[int, int], managed: list[int]) -> None:
-    """Put the managed ports back as they were before the change."""
-    remove, add = circuit_diff(switch.connections(), sorted(before.items()), managed)
-    if remove:
-        switch.disconnect(remove, check=False)
-    if add:
-        switch.connect(add, check=False)
-    switch.wait_settled()
-    switch.check_errors("reverting the unverified change")
+reconfigure = switching.reconfigure_procedure(
+    _SwitchCircuits,
+    """Make the switch hold `circuits`, removing other circuits on `managed` ports only, commit-confirm.
+
+Marks: sent (first command written), acked (`*OPC?` answered: the switch has settled), lit (every new egress
+port reads light above `min_power_dbm`); reverted (the change was not verified and was undone:
+testbed.families.switching.reconfigure).""",
+)
 
 
 @forgets_on_error("connections")
@@ -144,7 +122,7 @@ def _port_control(switch, ctx: ProcedureContext) -> PortControl:
         driver = type(getattr(switch, "wrapped", switch)).__name__
         raise DeviceCommandError(
             f"its driver ({driver}) cannot take ports out of service: it has no {' / '.join(missing)} "
-            "(testbed.capabilities.PortControl)",
+            "(drivers.capabilities.PortControl)",
             device=ctx.device,
             address=ctx.address,
             hint="link.down needs a driver that can disable and enable ports; use another fault kind here",
@@ -171,7 +149,8 @@ def _states(switch: PortControl, ctx: ProcedureContext, ports: list[int], want: 
 def disable_ports(switch, ctx: ProcedureContext, *, ports: list[int]) -> dict:
     """Take `ports` out of service (they carry no light; their circuits stay), then read their states back:
     each must be disabled (or failed, dark too). Mark: fault_injected at the midpoint of the disable command
-    (the switch applies it somewhere inside that call; the midpoint is off by at most half of it)."""
+    (the switch applies it somewhere inside that call; the midpoint is off by at most half of it).
+    """
     control = _port_control(switch, ctx)
     ports = sorted({int(p) for p in ports})
     t0 = time.monotonic_ns()
@@ -183,7 +162,8 @@ def disable_ports(switch, ctx: ProcedureContext, *, ports: list[int]) -> dict:
 
 def enable_ports(switch, ctx: ProcedureContext, *, ports: list[int]) -> dict:
     """Put `ports` back in service, then read their states back: each must be enabled (a failed port is not
-    repaired by enabling it, and is reported). Mark: fault_healed once the switch has taken the command."""
+    repaired by enabling it, and is reported). Mark: fault_healed once the switch has taken the command.
+    """
     control = _port_control(switch, ctx)
     ports = sorted({int(p) for p in ports})
     control.set_port_enabled(ports, True)

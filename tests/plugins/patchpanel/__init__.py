@@ -3,17 +3,18 @@
 points only (patchpanel_family-0.1.dist-info/entry_points.txt); testbed's own code is not edited for it.
 
 It reuses the OCS family's procedures: a panel is a circuit switch (the CircuitSwitch capability), only slower
-and with another protocol."""
+and with another protocol.
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from drivers.registry import DriverSpec
+from drivers.capabilities import CircuitSwitch
 from drivers.transports import open_transport
-from testbed.capabilities import CircuitSwitch
 from testbed.config.device import SwitchConfig
 from testbed.families.base import DeviceFamily, ProcedureSpec, TwinSupport
+from testbed.families.drivers import DriverSpec
 from testbed.families.ocs import procedures
 
 

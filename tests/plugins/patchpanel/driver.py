@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
+from drivers.capabilities import Identity
 from drivers.errors import DeviceCommandError, DeviceProtocolError
 from patchpanel.protocol import parse_circuits
-from testbed.capabilities import Identity
 
 
 class PanelDriver:

@@ -1,5 +1,6 @@
 """The panel's emulator for the twin: a TCP server speaking its protocol, the arm's move taking `move_ms`.
-Named to the twin by reference (TwinSupport.refs), so the twin imports it only when it serves a panel."""
+Named to the twin by reference (TwinSupport.refs), so the twin imports it only when it serves a panel.
+"""
 
 from __future__ import annotations
 

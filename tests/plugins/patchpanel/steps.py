@@ -1,5 +1,6 @@
 """A step kind from another package: `panel.settle` reads back every switch of the run (a settle point before
-a measurement), planned, described and executed like a built-in step."""
+a measurement), planned, described and executed like a built-in step.
+"""
 
 from __future__ import annotations
 

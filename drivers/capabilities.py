@@ -1,0 +1,204 @@
+"""What a device can do, as small typing.Protocols (in the manner of bluesky's protocols.py).
+
+The runner and the procedures depend on these, never on a concrete driver class, so a lab can
+plug in its own driver for the same kind of device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What `*IDN?` (or the device's equivalent) says about itself."""
+
+    vendor: str
+    model: str
+    serial: str
+    firmware: str
+
+
+@runtime_checkable
+class CircuitSwitch(Protocol):
+    """An optical circuit switch: ingress ports 1..N, egress ports N+1..N+M.
+
+    A circuit is an (ingress, egress) pair. `connect` and `disconnect` return once the switch has
+    accepted the command; `wait_settled` returns once the mirrors have stopped moving (light can flow).
+    With check=False they do not read the device's error queue; call `check_errors` later (a timed
+    change sends its commands back to back, waits for the switch, then checks once).
+    """
+
+    def identify(self) -> Identity: ...
+
+    def size(self) -> tuple[int, int]: ...
+
+    def connect(self, pairs: Iterable[tuple[int, int]], *, check: bool = True) -> None: ...
+
+    def disconnect(self, pairs: Iterable[tuple[int, int]], *, check: bool = True) -> None: ...
+
+    def check_errors(self, after: str = ...) -> None: ...
+
+    def disconnect_all(self) -> None: ...
+
+    def wait_settled(self) -> None: ...
+
+    def connections(self) -> dict[int, int]: ...
+
+    def port_power(self, ports: Iterable[int]) -> dict[int, float]: ...
+
+    def set_port_enabled(self, ports: Iterable[int], enabled: bool) -> None: ...
+
+    def port_states(self, ports: Iterable[int]) -> Mapping[int, str]: ...
+
+
+@runtime_checkable
+class PortControl(Protocol):
+    """A switch whose ports can be taken out of service and back (the `link.down` fault kind): a disabled
+    port carries no light, whatever circuit it is part of; its circuits stay.
+
+    `set_port_enabled(ports, False)` disables (Polatis SCPI `PORT:DIS`, TL1 `OPR-PORT-SHUTTER`, Calient
+    `ED-PORT ...:INAS|OUTAS=OOS`, NETCONF `port-set-state/port-disab`), True enables again; it is a write
+    (the interlocks check its ports). `port_states` reads "E" (enabled), "D" (disabled) or "F" (failed).
+    Every CircuitSwitch driver of this project has both; a driver without them makes link.down refuse,
+    naming the driver.
+    """
+
+    def set_port_enabled(self, ports: Iterable[int], enabled: bool) -> None: ...
+
+    def port_states(self, ports: Iterable[int]) -> Mapping[int, str]: ...
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as nvidia-smi reports it. A lost GPU ("Unable to determine the device handle") has
+    lost=True, its bus id, and its index if the driver saw it healthy before (else -1).
+    """
+
+    index: int
+    name: str
+    uuid: str
+    bus_id: str
+    memory_total_mib: float | None = None
+    memory_used_mib: float | None = None
+    utilization_pct: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    lost: bool = False
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process on a GPU (nvidia-smi --query-compute-apps)."""
+
+    pid: int
+    name: str
+    gpu_uuid: str
+    used_memory_mib: float | None = None
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    """A job started in the background on a host: its process (group leader) id and its log file."""
+
+    host: str
+    name: str
+    pid: int
+    log: str  # path on the host (relative to the login directory unless absolute)
+    workdir: str
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """state: "running", "stopped" (SIGSTOPped / hung) or "exited"; progress: the last capture of the job's
+    progress pattern in the log tail (e.g. the step number), None if it has not matched yet.
+    """
+
+    pid: int
+    state: str
+    progress: str | None
+    last_line: str | None
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """What a watch on a running job reports, timestamped (time.monotonic_ns) when it reached this machine
+    (a line: when the packet that completed it arrived, not when a thread got round to reading it):
+    "progress" (a log line matching the progress pattern; step: its number), "line" (any other log line),
+    "idle" (nothing arrived for one heartbeat; lets the watcher check its timeouts), "exited" (the job's
+    process is gone).
+    """
+
+    kind: str
+    line: str | None
+    step: int | None
+    monotonic_ns: int
+
+
+@runtime_checkable
+class GpuHost(Protocol):
+    """A Linux GPU server: nvidia-smi, background jobs (one process group each), signals.
+
+    `watch` follows a job's log on one persistent channel and reports progress lines and the process's
+    exit as they happen; `health` is a one-shot probe: GPUs (lost ones too), kernel Xid lines, ok.
+    """
+
+    def identify(self) -> Identity: ...
+
+    def gpus(self) -> list[GpuInfo]: ...
+
+    def processes(self) -> list[GpuProcess]: ...
+
+    def run_job(
+        self,
+        command: list[str],
+        *,
+        name: str,
+        gpus: list[int] | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> JobHandle: ...
+
+    def job_status(self, job: JobHandle, progress: str | None = None, tail_lines: int = 50) -> JobStatus: ...
+
+    def tail(self, path: str, lines: int = 50) -> str: ...
+
+    def signal(self, pid: int, sig: str = "TERM", *, group: bool = True) -> None: ...
+
+    def stop_job(self, job: JobHandle, grace_s: float = 5.0) -> str: ...
+
+    def kernel_xids(self) -> list[str]: ...
+
+    def watch(
+        self, job: JobHandle, *, heartbeat_s: float = 0.05, progress: str | None = ..., lines: int | None = 0
+    ) -> Iterable[WatchEvent]: ...
+
+    def health(self) -> dict: ...
+
+
+@runtime_checkable
+class PhotonicMesh(Protocol):
+    """A programmable photonic chip used as a circuit switch: inputs 1..N, outputs N+1..2N.
+
+    Heaters are 0-based. `program` routes a permutation (perm[i] = output index 0-based, or circuits
+    {input: output}) with bar/cross cell states through the chip's calibration and returns those states;
+    `circuits` reads the heaters back. Drive values are in the chip's native unit (mA or V).
+    """
+
+    def identify(self) -> Identity: ...
+
+    def size(self) -> tuple[int, int]: ...
+
+    def heater_count(self) -> int: ...
+
+    def program(self, permutation) -> list[int]: ...
+
+    def circuits(self) -> dict[int, int]: ...
+
+    def set_drive(self, heater: int, value: float) -> None: ...
+
+    def read_drive(self, heater: int) -> float: ...
+
+    def output_power(self, ports: Iterable[int] | None = None) -> dict[int, float]: ...

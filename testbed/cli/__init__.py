@@ -1,0 +1,5 @@
+"""The `testbed` command."""
+
+from testbed.cli.main import entry, main
+
+__all__ = ["entry", "main"]

@@ -1,0 +1,326 @@
+"""The `testbed` command. Its options and exit codes are a contract that scripts rely on:
+0 success, 1 experiment failed, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape  # messages quote user text such as [rows, cols]: never markup
+
+from testbed.contracts.errors import EXIT_BAD_INPUT, EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
+
+DEFAULT_INVENTORY = "playbooks/inventory/emulated-rack.yaml"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="testbed",
+        description="Experiments on photonic ML-datacenter testbeds, on the lab or on its emulated twin.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("validate", help="check inventory and playbook files")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--inventory", help=f"inventory that playbooks refer to (default {DEFAULT_INVENTORY})")
+
+    p = sub.add_parser("plan", help="print what `run` would do; touches no device")
+    p.add_argument("playbook")
+    _run_shape_options(p)
+
+    p = sub.add_parser("run", help="run a playbook")
+    p.add_argument("playbook")
+    _run_shape_options(p)
+    p.add_argument("--emulate", action="store_true", help="run against the emulated twin of the inventory")
+    p.add_argument("--results", default="results", help="folder for run folders (default ./results)")
+    _ray_address_option(p, "join this Ray cluster instead of starting a private local one")
+    p.add_argument("--yes", action="store_true", help="do not ask before the first write to a real device")
+    p.add_argument(
+        "--wait", action="store_true", help="on a lab: wait for devices others hold (testbed lease list) to be free"
+    )
+
+    p = sub.add_parser("emulate", help="run the emulated twin of an inventory until Ctrl-C")
+    p.add_argument("inventory", nargs="?", default=DEFAULT_INVENTORY)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--fault-proxy",
+        action="store_true",
+        help="a Toxiproxy-compatible proxy in front of every TCP endpoint; prints each device's fault_proxy: line",
+    )
+
+    p = sub.add_parser("lease", help="reserve a lab's devices, list who holds what, release (docs/leases.md)")
+    lease = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = lease.add_parser("acquire", help="reserve devices for a time: testbed lease acquire ocs1 --for 2h")
+    q.add_argument("targets", nargs="+", metavar="TARGET", help="device, range gpu[01:04], pattern gpu*, kind, all")
+    q.add_argument("--for", dest="duration", required=True, help="how long: 2h, 90m, 1h30m, 45s")
+    q.add_argument("--note", help="why, for the others (shown by testbed lease list)")
+    q.add_argument("--wait", action="store_true", help="wait until the devices are free instead of refusing")
+    q = lease.add_parser("list", help="every lease: device, holder user@host, since, until, note")
+    q = lease.add_parser("release", help="release your reservations (on TARGETs, or all of them)")
+    q.add_argument("targets", nargs="*", metavar="TARGET")
+    q.add_argument("--id", nargs="+", help="release these leases (ids from testbed lease list)")
+    q.add_argument("--force", action="store_true", help="with --id: release another user's lease too")
+    for q in lease.choices.values():
+        q.add_argument("--inventory", help="the lab's inventory (default: as for testbed run)")
+        _ray_address_option(q, "the lab's Ray cluster, whose keeper holds the leases of every host")
+
+    p = sub.add_parser("report", help="print the tables of a run and write its figures (PNG) next to the results")
+    p.add_argument("run_dir")
+    p.add_argument("--json", action="store_true", help="print summary.json (writes no figures)")
+    p.add_argument("--no-plots", action="store_true", help="print the tables only")
+
+    p = sub.add_parser("compare", help="put two runs side by side, span by span")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+
+    p = sub.add_parser("check", help="verify a run from its history (invokes closed, fabric, interlocks)")
+    p.add_argument("run_dir")
+
+    p = sub.add_parser(
+        "heal", help="restore the lab after a run whose runner died (faults, jobs, fabric), from its event log"
+    )
+    p.add_argument("run_dir")
+
+    p = sub.add_parser("replay", help="replay a run's audit log through fresh emulators and compare every reply")
+    p.add_argument("run_dir")
+
+    p = sub.add_parser("schema", help="write JSON Schemas of inventories and playbooks (for editors)")
+    p.add_argument("--out", default=".", help="folder to write inventory.schema.json and playbook.schema.json")
+    return parser
+
+
+def _run_shape_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inventory", help=f"inventory file (default {DEFAULT_INVENTORY})")
+    p.add_argument("--trials", type=int, help="override the playbook's number of trials")
+    p.add_argument("--seed", type=int, help="override the playbook's seed")
+
+
+def entry() -> None:
+    """The `testbed` command (and `python -m testbed`): main, then out at once. By then every file is written and
+    closed and every process the command started is stopped, and Python's own teardown of what a run loaded
+    (Ray's and gRPC's native libraries among it) is a wait for nothing (docs/tuning.md).
+    """
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(highlight=False)
+    errors = Console(stderr=True, highlight=False)
+    try:
+        return COMMANDS[args.command](args, console)
+    except UserError as exc:
+        errors.print(f"[red]error:[/] {escape(str(exc))}", markup=True, soft_wrap=True)
+        return EXIT_BAD_INPUT
+
+
+def cmd_validate(args, console: Console) -> int:
+    from testbed.contracts.errors import ConfigError
+    from testbed.documents import detect_kind, load_inventory, load_playbook
+
+    problems: list[str] = []
+    inventories: dict[str, object] = {}  # each inventory loaded once, whatever number of playbooks use it
+    for path in args.files:
+        try:
+            kind = detect_kind(path)
+            if kind == "inventory":
+                detail = load_inventory(path).summary()  # what its ranges and patterns expanded to
+            else:
+                file = args.inventory or default_inventory(path)
+                if file not in inventories:
+                    inventories[file] = load_inventory(file).model
+                inventory = inventories[file]
+                load_playbook(path, inventory)
+                detail = f"playbook, against inventory {inventory.name}"
+            console.print(f"[green]ok[/] {escape(path)} ({escape(detail)})")
+        except ConfigError as exc:
+            problems.extend(str(p) for p in exc.problems)
+    if problems:
+        for problem in problems:
+            console.print(f"[red]error:[/] {escape(str(problem))}", soft_wrap=True)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+def _ray_address_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """--ray-address, defaulting to $RAY_ADDRESS as Ray's own tools do."""
+    parser.add_argument(
+        "--ray-address", default=os.environ.get("RAY_ADDRESS") or None, help=f"{help} (default: $RAY_ADDRESS)"
+    )
+
+
+def default_inventory(playbook: str | None = None) -> str:
+    """The inventory the playbook names (`inventory:`), else playbooks/inventory/emulated-rack.yaml from the
+    working directory, else next to the playbook.
+    """
+    if playbook is not None:
+        from testbed.documents import declared_inventory
+
+        declared = declared_inventory(playbook)
+        if declared is not None:
+            return declared
+    if Path(DEFAULT_INVENTORY).is_file() or playbook is None:
+        return DEFAULT_INVENTORY
+    beside = Path(playbook).parent / "inventory" / Path(DEFAULT_INVENTORY).name
+    return str(beside) if beside.is_file() else DEFAULT_INVENTORY
+
+
+def _load_plan(args):
+    from testbed.documents import load_inventory, load_playbook
+    from testbed.plan import make_plan
+
+    inventory_file = args.inventory or default_inventory(args.playbook)
+    inventory = load_inventory(inventory_file).model
+    playbook = load_playbook(args.playbook, inventory).model
+    return inventory_file, make_plan(playbook, inventory, trials=args.trials, seed=args.seed)
+
+
+def cmd_plan(args, console: Console) -> int:
+    from testbed.cli.plan_view import print_plan
+
+    inventory_file, plan = _load_plan(args)
+    print_plan(console, plan, inventory_file)
+    return EXIT_OK
+
+
+def cmd_run(args, console: Console) -> int:
+    from testbed.engine.ray_session import RayStart
+
+    # Ray's start is the longest wait of a run: it begins first (a local instance in a process of its own) and
+    # goes on while this process imports its modules and loads the files. A mistake in them is reported at once,
+    # and the start is let go of: nothing touches a device before the files are loaded.
+    ray_start = RayStart(args.ray_address)
+    try:
+        from testbed.engine.run import RunOptions
+        from testbed.lab import one_run_lab, refuse_on_a_lab
+        from testbed.results.report import print_summary
+
+        inventory_file, plan = _load_plan(args)
+        if not args.emulate:
+            refuse_on_a_lab(plan, inventory_file, confirmed=True)  # all but the writes, which are asked about next
+            if plan.writes and not args.yes:
+                _confirm(plan)
+        options = RunOptions(
+            args.playbook, inventory_file, args.results, args.emulate, args.ray_address, wait_for_leases=args.wait
+        )
+        lab = one_run_lab(plan, options, console, ray_start)
+    except BaseException:
+        ray_start.abandon()
+        raise
+    with lab:  # one run in a session of its own: `testbed run` is a thin user of testbed.Lab
+        run = lab.run(plan, playbook_file=args.playbook, yes=True)
+        # The table and the folder before Ray and the twin shut down: what the user waited for.
+        print_summary(console, run.summary, run.run_dir)
+        if run.error:
+            Console(stderr=True).print(f"[red]{run.status}:[/] {escape(run.error)}", soft_wrap=True, markup=True)
+        console.print(f"results: {run.run_dir}", soft_wrap=True, markup=False, highlight=False)
+    return EXIT_OK if run.status == "ok" else EXIT_EXPERIMENT_FAILED
+
+
+def _confirm(plan) -> None:
+    targets = ", ".join(f"{d} ({a})" for d, a in plan.addresses().items() if d in plan.writes)
+    if not sys.stdin.isatty():
+        raise UserError(f"this run writes to real devices: {targets}; pass --yes to confirm (no terminal to ask)")
+    answer = input(f"This run writes to real devices: {targets}. Continue? [y/N] ")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise UserError("not confirmed; nothing was written")
+
+
+def cmd_lease(args, console: Console) -> int:
+    from testbed.cli.leases import cmd_lease
+
+    return cmd_lease(args, console)
+
+
+def cmd_emulate(args, console: Console) -> int:
+    from testbed.twin.standalone import serve_twin
+
+    return serve_twin(args.inventory, args.seed, console, fault_proxy=args.fault_proxy)
+
+
+def cmd_report(args, console: Console) -> int:
+    from testbed.results.report import load_summary, print_summary
+
+    summary = load_summary(Path(args.run_dir))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return EXIT_OK
+    print_summary(console, summary, Path(args.run_dir))
+    if not args.no_plots:
+        from testbed.results.plots import write_plots
+
+        for path in write_plots(Path(args.run_dir)):
+            console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
+    return EXIT_OK
+
+
+def cmd_compare(args, console: Console) -> int:
+    from testbed.results.compare import main as compare_main
+
+    return compare_main(args.run_a, args.run_b)  # 0 compared, 2 a folder that is not a run
+
+
+def cmd_check(args, console: Console) -> int:
+    from testbed.ops.check import check_run
+
+    result = check_run(Path(args.run_dir))
+    for name, problems in result.checks.items():
+        if problems:
+            console.print(f"[red]FAIL[/] {name}")
+            for problem in problems[:20]:
+                console.print(f"     {problem}", soft_wrap=True, markup=False)
+            if len(problems) > 20:
+                console.print(f"     ... and {len(problems) - 20} more")
+        else:
+            console.print(f"[green]ok[/]   {name}")
+    for note in result.notes:
+        console.print(f"note: {note}", soft_wrap=True, markup=False)
+    return EXIT_OK if result.ok else EXIT_EXPERIMENT_FAILED
+
+
+def cmd_heal(args, console: Console) -> int:
+    from testbed.ops.heal import heal_run
+
+    return heal_run(Path(args.run_dir), console)  # 0 healed (or nothing to heal), 1 not all healed, 2 bad input
+
+
+def cmd_replay(args, console: Console) -> int:
+    from testbed.ops.audit_replay import main as replay_main
+
+    return replay_main(args.run_dir)  # 0 all agree, 1 a disagreement, 2 not a run folder
+
+
+def cmd_schema(args, console: Console) -> int:
+    from testbed.documents.json_schema import write_schemas
+
+    for path in write_schemas(Path(args.out)):
+        console.print(f"wrote {path}")
+    return EXIT_OK
+
+
+COMMANDS = {
+    "validate": cmd_validate,
+    "plan": cmd_plan,
+    "run": cmd_run,
+    "emulate": cmd_emulate,
+    "lease": cmd_lease,
+    "report": cmd_report,
+    "compare": cmd_compare,
+    "check": cmd_check,
+    "heal": cmd_heal,
+    "replay": cmd_replay,
+    "schema": cmd_schema,
+}
+
+if __name__ == "__main__":
+    raise SystemExit(main())

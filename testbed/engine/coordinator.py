@@ -1,0 +1,274 @@
+"""The engine: executes a plan's steps against the device actors and turns their results into events.
+
+The coordinator only sequences: devices are driven inside their actors, and every time it records for device
+I/O comes from there. Each planned step executes itself (testbed/steps) through what the coordinator offers:
+`call` one procedure on several devices at once, `dispatch` programs of calls, the recorder, the job, the
+fault budget. Consecutive steps that drive one and the same device go to its actor as one program, so a trial
+pays one round trip per device rather than one per step. The actors are reached through a Dispatcher (Ray in
+a run, in-process objects in a unit test: testbed/engine/dispatch.py).
+
+Every operation is recorded as `invoke` before it is submitted, and closed by `ok`, `fail` or `info` when its
+result arrives (an operation skipped because an earlier one in its program failed is `fail`: it certainly did
+not happen).
+
+A device actor that dies while it runs a program (its worker process exits) is restarted by Ray; every call
+of that program is closed by `info` (which of them ran, and what they sent, died with the worker), a switch
+among them is read back at once (a `fabric.observed` mark, from which `testbed check` replays its history
+again), and ActorDied is raised: the playbook's `on_actor_death` decides what the run does next.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from testbed.contracts.errors import ActorDied, ExperimentFailed, StepFailed, raise_failures
+from testbed.engine.device_actor import OpResult
+from testbed.engine.dispatch import ActorLost, CallTimeout, Dispatcher
+from testbed.events import Event, InvokeLedger, Op
+from testbed.families import family_of
+from testbed.faults.recording import FaultBudget
+from testbed.results.recorder import Recorder, count_lines
+
+RESTART_TIMEOUT_S = 60.0  # how long to wait for Ray to bring a dead actor back (a new worker, a reconnect)
+
+Call = tuple[str, str, dict]  # (step label, procedure, kwargs)
+
+__all__ = ["ActorDied", "Coordinator", "StepFailed"]
+
+
+class OpenInvokes:
+    """Observer of events: the invokes not closed yet, so those an actor's death orphaned can be closed
+    with `info` (an operation that wraps device calls, such as fault.inject, stays open when one dies).
+    """
+
+    def __init__(self) -> None:
+        self._ledger = InvokeLedger()
+        self._lock = threading.Lock()
+
+    def on_event(self, event: Event) -> None:
+        with self._lock:
+            self._ledger.add(event.device, event.op, event.type, event)
+
+    def close_all(self, recorder: Recorder, reason: str) -> int:
+        with self._lock:
+            orphans: list[Event] = self._ledger.still_open()
+        for e in sorted(orphans, key=lambda e: e.seq):
+            recorder.emit(
+                "info", e.op, device=e.device, step=e.step, trial=e.trial, data={"error": reason, "audit_lost": True}
+            )
+        return len(orphans)
+
+
+class Coordinator:
+    def __init__(
+        self,
+        plan,
+        dispatcher: Dispatcher,
+        recorder: Recorder,
+        *,
+        artifacts: Path | None = None,
+        twin=None,
+        ground_truth: Callable[[str], list[list[float]]] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.dispatcher = dispatcher
+        self.recorder = recorder
+        self.artifacts = artifacts  # where files a step produces are kept (the run folder)
+        self.twin = twin  # the twin's control (testbed.twin.bridge.TwinHandle) in an emulated run, None on a lab
+        self.jobs = None  # a testbed.engine.jobs.JobController when the playbook has a job
+        self.fault_budget = FaultBudget(plan.playbook.max_concurrent_faults)
+        # Set when the run ends or aborts: faults still under way in `parallel` steps heal at once.
+        self.stopping = threading.Event()
+        # device -> power transfer matrix |T[out][in]|^2, known only to an emulated device (the twin)
+        self.ground_truth = ground_truth
+        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="step")
+        self.open_invokes = OpenInvokes()
+        recorder.add_observer(self.open_invokes)
+        self._pids: dict[str, int] = {}  # actor name -> its worker pid, as last seen
+        self._fault_numbers = itertools.count(1)
+
+    @property
+    def devices(self) -> list[str]:
+        return [d for d in self.plan.devices if d in self.dispatcher.names()]
+
+    # --- what steps use ---------------------------------------------------------------------------
+
+    def operation(self, device: str, name: str) -> str:
+        """The procedure that does a generic operation (identify, reconfigure, clear ...) on a device, by its
+        family: a chip is driven like a switch.
+        """
+        dev = self.plan.inventory.devices[device]
+        procedure = family_of(dev).operation(name)
+        if procedure is None:
+            raise StepFailed(f"{device}: a {dev.kind} cannot {name}")
+        return procedure
+
+    def require_jobs(self, label: str):
+        if self.jobs is None:
+            raise StepFailed(f"{label}: the playbook has no job")
+        return self.jobs
+
+    def has_ground_truth(self, device: str) -> bool:
+        return family_of(self.plan.inventory.devices[device]).ground_truth is not None
+
+    def next_fault_number(self) -> int:
+        return next(self._fault_numbers)
+
+    raise_failures = staticmethod(raise_failures)
+
+    # --- devices ------------------------------------------------------------------------------------
+
+    def dispatch(self, programs: dict[str, list[Call]], *, observe: bool = True) -> dict[str, list[OpResult | None]]:
+        """Run each device's calls in order on its actor, all devices at once. A None result is a call
+        that was not run because an earlier call of its program failed. Raises ActorDied once every
+        result is recorded if an actor died (after reading back its switch, when `observe`).
+        """
+        # Every invoke is on disk before the first call goes out (a crash leaves them open for `heal`), then
+        # the calls go back to back: recording between submissions would spread the start of a parallel step
+        # (docs/tuning.md, "Device hubs and the GIL").
+        for device, program in programs.items():
+            for label, procedure, kwargs in program:
+                self.recorder.invoke(device, procedure, kwargs, label)
+        pending = {
+            device: self.dispatcher.call(device, "run_program", [(p, k) for _, p, k in program])
+            for device, program in programs.items()
+        }
+        done, died = {}, {}
+        for device, call in pending.items():
+            try:
+                done[device] = call.result()
+            except ActorLost as exc:
+                died[device] = str(exc)
+        out: dict[str, list[OpResult | None]] = {}
+        for device, program in programs.items():
+            if device in died:
+                for label, procedure, _ in program:
+                    data = {"error": f"outcome unknown: {died[device]}", "error_type": "ActorDied", "audit_lost": True}
+                    self.recorder.emit("info", procedure, device=device, step=label, data=data)
+                continue
+            results: list[OpResult | None] = list(done[device]) + [None] * (len(program) - len(done[device]))
+            for (label, procedure, _), result in zip(program, results, strict=True):
+                self.record(device, label, procedure, result)
+            out[device] = results
+        if died:
+            # Calls made while Ray restarts an actor fail at once ("the actor is restarting"): wait for it.
+            self.wait_until_alive(list(died))
+            if observe:
+                self._observe_after_death(list(died))
+            raise ActorDied(list(died), next(iter(died.values())))
+        return out
+
+    def call(self, calls: dict[str, tuple[str, dict]], step: str) -> dict[str, OpResult]:
+        """One procedure on each of several devices at once; raises StepFailed if any did not succeed."""
+        results = self.dispatch({d: [(step, p, k)] for d, (p, k) in calls.items()})
+        first = {d: r[0] for d, r in results.items()}
+        raise_failures(first.values())
+        return first
+
+    def actor_pids(self) -> dict[str, int]:
+        """Each actor's worker process now; kept, to tell a restarted actor from the one before."""
+        calls = {name: self.dispatcher.call(name, "where") for name in self.dispatcher.names()}  # all at once
+        self._pids = {name: call.result()["pid"] for name, call in calls.items()}
+        return dict(self._pids)
+
+    def wait_until_alive(self, names: list[str] | None = None, timeout_s: float = RESTART_TIMEOUT_S) -> None:
+        """Block until every actor answers again, each restart recorded (`actor.restarted`, its new worker
+        pid); gives up on an actor Ray declares dead for good, or after timeout_s (its calls then fail).
+        """
+        deadline = time.monotonic() + timeout_s
+        for name in names if names is not None else self.dispatcher.names():
+            while True:
+                try:
+                    where = self.dispatcher.call(name, "where").result(timeout=max(0.1, deadline - time.monotonic()))
+                except ActorLost as exc:
+                    if exc.for_good:
+                        break  # dead for good (restarts used up)
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.2)  # polling Ray until the restarted worker answers
+                    continue
+                except CallTimeout:
+                    break
+                if where["pid"] != self._pids.get(name):
+                    data = {"actor": name, "pid": where["pid"], "was": self._pids.get(name)}
+                    self.recorder.emit("mark", Op.ACTOR_RESTARTED, device=name.split(" ")[0], data=data)
+                    self._pids[name] = where["pid"]
+                break
+
+    def _observe_after_death(self, devices: list[str]) -> None:
+        """Read back every switch among `devices` through its restarted actor: what its lost call sent is
+        not in the audit log, so `testbed check` replays the switch's history from this reading on.
+        """
+        for device in devices:
+            read = family_of(self.plan.inventory.devices[device]).operation("read_fabric")
+            if read is None or self.artifacts is None:
+                continue
+            audit_line = count_lines(self.artifacts / "audit.jsonl")
+            try:
+                label = "read back after the actor restarted"
+                (result,) = self.dispatch({device: [(label, read, {})]}, observe=False)[device]
+            except ExperimentFailed:
+                continue  # not read: check will say that the history cannot explain the switch
+            if result is None or result.status != "ok":
+                continue
+            self.recorder.emit(
+                "mark",
+                Op.FABRIC_OBSERVED,
+                device=device,
+                data={"circuits": result.value, "audit_line": audit_line, "why": "device actor restarted"},
+            )
+
+    def identify(self) -> dict[str, dict]:
+        """Ask every device what it is (and check it against the inventory); returns what they said."""
+        calls = {}
+        for name in self.devices:
+            dev = self.plan.inventory.devices[name]
+            kwargs = {"expected_size": dev.size} if hasattr(dev, "size") else {}
+            calls[name] = (self.operation(name, "identify"), kwargs)
+        results = self.call(calls, "identify devices")
+        return {name: {"node": r.node, **(r.value or {})} for name, r in results.items()}
+
+    def fabric_devices(self) -> list[str]:
+        """The run's devices whose circuits are lab state (their family holds a fabric)."""
+        return [d for d in self.devices if family_of(self.plan.inventory.devices[d]).holds_fabric]
+
+    def read_fabric(self) -> dict[str, dict[int, int]]:
+        """The circuits every switch of the run holds now."""
+        devices = self.fabric_devices()
+        results = self.call({d: (self.operation(d, "read_fabric"), {}) for d in devices}, "final read-back")
+        return {d: r.value for d, r in results.items()}
+
+    def record(self, device: str, label: str, procedure: str, result: OpResult | None) -> None:
+        self.recorder.outcome(device, label, procedure, result)
+
+    # --- steps ----------------------------------------------------------------------------------
+
+    def execute_steps(self, steps) -> None:
+        """Run steps in order; consecutive steps on one and the same device go as one program."""
+        i = 0
+        while i < len(steps):
+            device = steps[i].single_device()
+            j = i + 1
+            while device is not None and j < len(steps) and steps[j].single_device() == device:
+                j += 1
+            if j - i == 1:
+                self.execute(steps[i])
+            else:
+                group = steps[i:j]
+                results = self.dispatch({device: [(s.label, *s.calls(self)[device]) for s in group]})[device]
+                for step, result in zip(group, results, strict=True):
+                    raise_failures([result])
+                    if hasattr(step, "measured"):
+                        step.measured(self, [result])
+            i = j
+
+    def execute(self, step) -> None:
+        step.execute(self)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)

@@ -1,0 +1,87 @@
+"""Injecting and healing a fault as the engine records it, whatever its kind (testbed/faults): the same events
+for every kind, so `testbed check` and `testbed heal` can tell what a run left active.
+
+A fault is an invoke / ok (or fail) `fault.inject` followed, later, by `fault.heal`, with the fault's
+description (`data`) in both. Its moment of injection is a `fault_injected` mark: taken here for a timed
+trigger in the twin or a call that applied it; taken by the host's actor for a signal (recorded with that
+call's result), in which case a `fault_described` mark adds the fault's description.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+from testbed.contracts.errors import StepFailed
+from testbed.events import Op
+from testbed.faults import FAULT_KINDS, FaultEnv, FaultFailed, Injected
+
+
+def fault_env(engine, label: str) -> FaultEnv:
+    """What a fault kind may use in this run: the twin (None on a lab), the device procedures, the inventory."""
+
+    def call(device: str, procedure: str, kwargs: dict):
+        return engine.call({device: (procedure, kwargs)}, label)[device]
+
+    return FaultEnv(engine.twin, call, getattr(getattr(engine, "plan", None), "inventory", None))
+
+
+def inject(engine, kind: str, target, label: str, device: str, data: dict) -> Injected:
+    """Inject one fault, recorded; raises StepFailed (recorded as `fail`) when it could not be."""
+    fault = FAULT_KINDS.get(kind)
+    engine.recorder.emit("invoke", Op.FAULT_INJECT, device=device, step=label, data=data)
+    try:
+        injected = fault.inject(fault_env(engine, label), target)
+    except (FaultFailed, StepFailed) as exc:
+        engine.recorder.emit("fail", Op.FAULT_INJECT, device=device, step=label, data=data)
+        raise StepFailed(f"{label}: {exc}") from None
+    engine.recorder.emit("ok", Op.FAULT_INJECT, device=device, step=label, data=data)
+    if injected.marked_by_device:
+        engine.recorder.emit(
+            "mark", Op.FAULT_DESCRIBED, device=device, step=label, data={**data, "injected_ns": injected.at_ns}
+        )
+    else:
+        engine.recorder.emit(
+            "mark", Op.FAULT_INJECTED, mono_ns=injected.at_ns, wall=time.time(), device=device, step=label, data=data
+        )
+    if engine.twin is None and getattr(fault, "marks_failed_on_lab", False):
+        engine.recorder.emit("mark", Op.GPU_MARKED_FAILED, device=device, step=label, data=data)
+    return injected
+
+
+def heal(engine, kind: str, target, label: str, device: str, data: dict) -> None:
+    """Heal one fault, recorded; raises StepFailed (recorded as `fail`) when it could not be."""
+    engine.recorder.emit("invoke", Op.FAULT_HEAL, device=device, step=label, data=data)
+    try:
+        FAULT_KINDS.get(kind).heal(fault_env(engine, label), target)
+    except (FaultFailed, StepFailed) as exc:
+        engine.recorder.emit("fail", Op.FAULT_HEAL, device=device, step=label, data=data)
+        raise StepFailed(f"{label}: could not heal {kind}: {exc}") from None
+    engine.recorder.emit("ok", Op.FAULT_HEAL, device=device, step=label, data=data)
+
+
+class FaultBudget:
+    """Interlock: at most `limit` faults active at once across the run (checked at plan time for `parallel`
+    steps, and here again whatever the plan said).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._active: list[str] = []
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def hold(self, label: str):
+        with self._lock:
+            if len(self._active) >= self.limit:
+                raise StepFailed(
+                    f"interlock: {label!r} would be fault number {len(self._active) + 1} active at once "
+                    f"(active: {', '.join(self._active)}); the playbook allows max_concurrent_faults: {self.limit}"
+                )
+            self._active.append(label)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active.remove(label)

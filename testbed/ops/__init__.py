@@ -1,0 +1,1 @@
+"""Lab operations on a run's folder after it: check, heal, replay."""

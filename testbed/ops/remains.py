@@ -1,0 +1,183 @@
+"""What a run whose runner died left behind, read from its folder: the invokes it left open, the faults
+its history leaves active, the ranks it never saw stop, the fabric it found (`testbed heal` acts on it).
+
+Its files as a kill can leave them: a last line torn mid-write is set aside, any other damage is an error
+naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.contracts.errors import UserError
+from testbed.events import InvokeLedger, Op
+
+UNKNOWN = "outcome unknown: the runner died before this operation completed"
+# Marks a runner writes once it has ended the run itself (teardown and read-back done, or refused early).
+RUN_ENDS = (Op.RUN_END, Op.RUN_ABORTED, Op.RUN_FAILED, Op.RUN_REFUSED)
+
+
+# --- what the run left -------------------------------------------------------------------------------
+
+
+@dataclass
+class ActiveFault:
+    name: str  # e.g. "process.hang@rank1", the key fault.heal closes
+    kind: str
+    device: str | None  # the device of the fault.inject event (the host, or the proxied device)
+    data: dict
+    job: dict | None  # the rank's job handle when the history tells it
+    certain: bool  # False: its injection's outcome is unknown (the runner died during it)
+    # The device procedures the injection ran and their results ({"op", "device", "value"}), e.g. the pid of
+    # the straggler agent gpu.straggle_start started on a lab.
+    calls: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Findings:
+    last_seq: int
+    open_invokes: list[dict]
+    faults: list[ActiveFault]
+    jobs: list[dict]  # job handles started and never seen stopped
+    unknown_jobs: list[dict]  # job starts whose outcome is unknown (no pid was ever reported)
+    initial: dict[str, dict[int, int]]  # switch -> circuits before the run
+    managed: dict[str, list[int] | None]  # switch -> ports the run may change (None: not recorded)
+    ended: bool  # the run reached its end (`run.end`): teardown and read-back ran
+    healed_before: bool
+
+    @property
+    def anything(self) -> bool:
+        """Whether heal has anything to do: a run that never reached its end has its fabric restored once."""
+        return bool(self.open_invokes or self.faults or self.jobs or not (self.ended or self.healed_before))
+
+
+def find(events: list[dict]) -> Findings:
+    ledger = InvokeLedger()
+    injecting: dict[str, dict] = {}  # fault name -> its open fault.inject invoke
+    active: dict[str, ActiveFault] = {}
+    jobs: dict[tuple[str, int], dict] = {}
+    start_invokes: dict[tuple[str, str], dict] = {}
+    for i, e in enumerate(events):
+        data = e.get("data") or {}
+        ledger.add(e.get("device"), e["op"], e["type"], e)
+        if e["op"] == Op.FAULT_INJECT:
+            name = data.get("fault", f"seq{e['seq']}")
+            if e["type"] == "invoke":
+                injecting[name] = e
+            elif e["type"] in ("ok", "info"):
+                start = injecting.pop(name, e)
+                job, calls, certain = _job_of(events, start, i), _calls_in(events, start, i), e["type"] == "ok"
+                active[name] = ActiveFault(name, data.get("kind", "?"), e.get("device"), data, job, certain, calls)
+            elif e["type"] == "fail":
+                injecting.pop(name, None)
+        elif e["op"] == Op.FAULT_HEAL and e["type"] == "ok":
+            active.pop(data.get("fault", ""), None)
+        elif e["op"] == "gpu.start_job":
+            if e["type"] == "invoke":
+                start_invokes[(e.get("device"), data.get("name"))] = e
+            elif e["type"] == "ok":
+                handle = data.get("value") or {}
+                start_invokes.pop((e.get("device"), handle.get("name")), None)
+                jobs[(e.get("device"), handle.get("pid"))] = handle
+            else:
+                start_invokes = {k: v for k, v in start_invokes.items() if k[0] != e.get("device")}
+        elif e["op"] == "gpu.stop_job" and e["type"] == "ok":
+            jobs.pop((e.get("device"), (data.get("value") or {}).get("pid")), None)
+        elif e["op"] == Op.HEAL_LAB_GONE:  # an earlier heal found the twin gone, and its jobs with it
+            jobs.clear()
+    for name, e in injecting.items():  # the runner died during the injection: it may have happened
+        job = _job_of(events, e, len(events))
+        calls = _calls_in(events, e, len(events))
+        active[name] = ActiveFault(name, e["data"].get("kind", "?"), e.get("device"), e["data"], job, False, calls)
+    initial, managed = _initial_fabric(events)
+    return Findings(
+        last_seq=max((e["seq"] for e in events), default=0),
+        open_invokes=sorted(ledger.still_open(), key=lambda e: e["seq"]),
+        faults=list(active.values()),
+        jobs=list(jobs.values()),
+        unknown_jobs=[e["data"] for e in start_invokes.values()],
+        initial=initial,
+        managed=managed,
+        ended=any(e["op"] in RUN_ENDS for e in events),
+        healed_before=any(e["op"] == Op.RUN_HEALED for e in events),
+    )
+
+
+def _job_of(events: list[dict], inject: dict, end: int) -> dict | None:
+    """The job handle of the rank a fault hit: in the fault's data if the injector put it there, else the
+    signal sent to it inside the injection, else the last start of that rank on its host before it.
+    """
+    data = inject.get("data") or {}
+    if isinstance(data.get("job"), dict):
+        return data["job"]
+    start = next(i for i, e in enumerate(events) if e is inject)
+    for e in events[start:end]:
+        if e["op"] == "gpu.kill_job" and e["type"] == "invoke" and e.get("device") == inject.get("device"):
+            return e["data"]["job"]
+    rank = data.get("rank")
+    for e in reversed(events[:start]):
+        value = (e.get("data") or {}).get("value") or {}
+        if (
+            e["op"] == "gpu.start_job"
+            and e["type"] == "ok"
+            and e.get("device") == data.get("host")
+            and str(value.get("name", "")).startswith(f"rank{rank}.")
+        ):
+            return value
+    if data.get("pid"):
+        return {"host": data.get("host"), "name": "", "pid": data["pid"], "log": "", "workdir": ""}
+    return None
+
+
+def _calls_in(events: list[dict], inject: dict, end: int) -> list[dict]:
+    """The procedures that succeeded inside an injection (from its invoke to events[end]), with their results."""
+    start = next(i for i, e in enumerate(events) if e is inject)
+    return [
+        {"op": e["op"], "device": e.get("device"), "value": (e.get("data") or {}).get("value")}
+        for e in events[start:end]
+        if e["type"] == "ok" and e.get("step") == inject.get("step") and e["op"] != Op.FAULT_INJECT
+    ]
+
+
+def _initial_fabric(events: list[dict]) -> tuple[dict[str, dict[int, int]], dict[str, list[int] | None]]:
+    mark = next((e for e in events if e["op"] == Op.FABRIC_INITIAL), None)
+    if mark is not None:
+        circuits = {sw: c for sw, c in mark["data"]["circuits"].items() if isinstance(c, dict)}
+        managed = mark["data"].get("managed", {})
+    else:  # a run from before the mark existed: what identify read, and no record of the ports it manages
+        circuits = {
+            e["device"]: e["data"]["value"]["circuits"]
+            for e in events
+            if e["op"] == "ocs.identify" and e["type"] == "ok" and isinstance(e["data"]["value"].get("circuits"), dict)
+        }
+        managed = {sw: None for sw in circuits}
+    initial = {sw: {int(i): int(o) for i, o in c.items()} for sw, c in circuits.items()}
+    return initial, {sw: managed.get(sw) for sw in initial}
+
+
+# --- reading the run folder --------------------------------------------------------------------------
+
+
+@dataclass
+class RunFolder:
+    path: Path
+    info: dict
+    events: list[dict]
+    torn: list[str] = field(default_factory=list)  # what was set aside, for the report
+
+    @property
+    def run_id(self) -> str:
+        return self.info.get("run") or self.path.name
+
+
+def read_run(run_dir: Path) -> RunFolder:
+    try:
+        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        inventory = info["inventory"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise UserError(f"{run_dir}: not a readable run folder ({exc}); pass a folder `testbed run` wrote") from None
+    if not isinstance(inventory, dict) or not (run_dir / "events.jsonl").is_file():
+        raise UserError(f"{run_dir}: no events.jsonl or inventory in run.json; pass a folder `testbed run` wrote")
+    return RunFolder(run_dir, info, [])

@@ -1,0 +1,196 @@
+"""The results folder of one run: results/<UTC-timestamp>_<playbook>/ with run.json, events.jsonl,
+audit.jsonl, trials.csv and summary.json. The format is described in results/README.md."""
+
+from __future__ import annotations
+
+import csv
+import getpass
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+from testbed.events import FORMAT_VERSION, Event, Op
+from testbed.results.redact import redact
+from testbed.results.stats import summarize
+
+PACKAGES = ("testbed", "ray", "pydantic", "pyvisa", "pyvisa-py", "pyserial", "paramiko", "rich", "numpy", "matplotlib")
+
+
+def make_run_dir(root: Path, playbook_name: str) -> tuple[str, Path]:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
+    run_id = f"{stamp}_{playbook_name}"
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / run_id
+    suffix = 1
+    while True:
+        try:
+            path.mkdir()
+            break
+        except FileExistsError:  # two runs started in the same centisecond
+            suffix += 1
+            path = root / f"{run_id}-{suffix}"
+    return path.name, path
+
+
+def run_info(
+    run_id: str,
+    playbook_file: str,
+    playbook: dict,
+    inventory_file: str,
+    inventory: dict,
+    seed: int,
+    trials: int,
+    emulate: bool,
+    ray_address: str | None,
+) -> dict:
+    return redact(
+        {
+            "format_version": FORMAT_VERSION,  # of run.json and events.jsonl (testbed/events/schema.py)
+            "run": run_id,
+            "status": "running",
+            "playbook_file": playbook_file,
+            "playbook": playbook,
+            "inventory_file": inventory_file,
+            "inventory": inventory,
+            "seed": seed,
+            "trials": trials,
+            "emulate": emulate,
+            "ray_address": ray_address,
+            "versions": _versions(),
+            "git_revision": _git_revision(),
+            "host": {
+                "hostname": socket.gethostname(),
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+                "user": getpass.getuser(),
+                "pid": os.getpid(),
+            },
+            "clock": {
+                "wall_start": time.time(),
+                "mono_start_ns": time.monotonic_ns(),
+                "monotonic": _clock_info("monotonic"),
+                "wall": _clock_info("time"),
+                "note": "event mono_ns values on one node share one monotonic clock",
+            },
+        }
+    )
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+class SummaryCollector:
+    """Observer of events: collects measured spans for trials.csv and summary.json."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.trial_status: dict[int, str] = {}
+        self.sweep_points: dict[int, dict] = {}
+        self.crosstalk: dict[str, dict] = {}  # device -> {"source": ..., "worst_db": {port: dB}}
+        self.health: dict[str, dict] = {}  # host -> the last health check it answered
+
+    def on_event(self, event: Event) -> None:
+        if event.type == "measure":
+            self.rows.append(
+                {
+                    "trial": event.trial,
+                    "span": event.op,
+                    "step": event.step,
+                    "duration_ms": round(event.data["ms"], 6),
+                    "start_utc": datetime.fromtimestamp(event.wall, UTC).isoformat(),
+                    "sweep": json.dumps(self.sweep_points.get(event.trial, {}), sort_keys=True),
+                }
+            )
+        elif event.op == Op.HEALTH and event.device:
+            self.health[event.device] = event.data
+        elif event.op == Op.CROSSTALK and event.device:
+            entry = self.crosstalk.setdefault(event.device, {"source": event.data.get("source"), "worst_db": {}})
+            for port, db in event.data.get("per_port_db", {}).items():
+                entry["worst_db"][port] = max(db, entry["worst_db"].get(port, -1e9))
+        elif event.op == Op.TRIAL_END:
+            self.trial_status[event.trial] = event.data.get("status", "?")
+        elif event.op == Op.TRIAL_START:
+            self.sweep_points[event.trial] = event.data.get("sweep", {})
+
+    def write_trials_csv(self, path: Path) -> None:
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=["trial", "sweep", "step", "span", "duration_ms", "start_utc"])
+            writer.writeheader()
+            writer.writerows(self.rows)
+
+    def summary(self, run_id: str, playbook: str, status: str, planned_trials: int) -> dict:
+        spans: dict[str, list[float]] = {}
+        for row in self.rows:
+            spans.setdefault(row["span"], []).append(row["duration_ms"])
+        by_point: dict[str, dict[str, list[float]]] = {}
+        for row in self.rows:
+            by_point.setdefault(row["sweep"], {}).setdefault(row["span"], []).append(row["duration_ms"])
+        out = {
+            "run": run_id,
+            "playbook": playbook,
+            "status": status,
+            "trials": {
+                "planned": planned_trials,
+                "ok": sum(1 for s in self.trial_status.values() if s == "ok"),
+                "failed": sum(1 for s in self.trial_status.values() if s != "ok"),
+            },
+            "spans": {name: summarize(values) for name, values in spans.items()},
+        }
+        by_step: dict[str, dict[str, list[float]]] = {}
+        for row in self.rows:
+            by_step.setdefault(row["span"], {}).setdefault(row["step"], []).append(row["duration_ms"])
+        steps = {span: {step: summarize(v) for step, v in per.items()} for span, per in by_step.items() if len(per) > 1}
+        if steps:
+            out["by_step"] = steps
+        if self.health:
+            out["health"] = self.health
+        if self.crosstalk:
+            out["crosstalk"] = {
+                device: {
+                    "source": c["source"],
+                    "worst_db": dict(sorted(c["worst_db"].items(), key=lambda kv: int(kv[0]))),
+                }
+                for device, c in self.crosstalk.items()
+            }
+        if len(by_point) > 1:
+            out["sweep"] = [
+                {"point": json.loads(point), "spans": {n: summarize(v) for n, v in s.items()}}
+                for point, s in by_point.items()
+            ]
+        return out
+
+
+def _versions() -> dict:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _git_revision() -> str | None:
+    here = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if rev.returncode != 0:
+        return None
+    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def _clock_info(name: str) -> dict:
+    info = time.get_clock_info(name)
+    return {"implementation": info.implementation, "resolution": info.resolution}

@@ -1,0 +1,202 @@
+"""The bridge from an inventory to its emulated twin: the one place the framework reaches the emulators
+(docs/architecture.md, "Layers"). A run on a lab never imports this module.
+
+- twin_spec: what the twin must emulate, from each device's family (its TwinSupport) and the fibre map;
+- point_at_twin: the same inventory with every transport pointed at the twin's loopback endpoints;
+- start_twin: the twin process for a plan, and the TwinHandle the engine reaches it through (control ops,
+  timed faults, the chip's transfer matrix, the data plane's relays);
+- replay_session: a fresh emulator front end for `testbed replay`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from emulators.control import TriggerMissed
+from emulators.frontends import TWIN_PASSWORD, TWIN_PASSWORD_ENV
+from emulators.kinds import BUILTIN_KINDS, adapter_class, spec_class
+from emulators.spec import TwinSpec
+from emulators.twin import TwinProcess
+from testbed.contracts.errors import UserError
+from testbed.documents.inventory import Inventory
+from testbed.families import FAMILIES, family_of
+
+
+def emulated_kinds() -> set[str]:
+    """The device kinds the twin can stand in for (their family has a TwinSupport)."""
+    return {f.kind for f in FAMILIES if f.twin is not None}
+
+
+def _extra_kinds(inv: Inventory) -> dict[str, tuple[str, str]]:
+    """Emulators of families from other packages: kind -> (spec class, adapter class) references."""
+    out = {}
+    for dev in inv.devices.values():
+        twin = family_of(dev).twin
+        if twin is not None and twin.refs is not None and dev.kind not in BUILTIN_KINDS:
+            out[dev.kind] = tuple(twin.refs)
+    return out
+
+
+def _device_spec(name: str, dev, inv: Inventory, seed: int, kinds: dict):
+    data = family_of(dev).twin.spec(name, dev, inv, seed)
+    cls = spec_class(data["kind"], kinds)
+    return cls.from_dict(data) if hasattr(cls, "from_dict") else cls(**data)
+
+
+def twin_spec(inv: Inventory, seed: int, only: set[str] | None = None) -> TwinSpec:
+    kinds = _extra_kinds(inv)
+    devices = [
+        _device_spec(name, dev, inv, seed, kinds)
+        for name, dev in inv.devices.items()
+        if (only is None or name in only) and family_of(dev).twin is not None
+    ]
+    # The fibre map and the trunks drive the twin's data plane (emulators/dataplane): traffic between host
+    # ports flows only along the light paths the emulated switches hold, within each path's loss budget.
+    fibres = [
+        {
+            "host": f.host,
+            "port": f.port,
+            "switch": f.switch,
+            "ingress": f.actual()[0],
+            "egress": f.actual()[1],
+            "launch_power_dbm": f.launch_power_dbm,
+            "rx_sensitivity_dbm": f.rx_sensitivity_dbm,
+        }
+        for f in inv.fibres
+    ]
+    trunks = [
+        {"from": t.from_, "egress": t.egress, "to": t.to, "ingress": t.ingress, "loss_db": t.loss_db}
+        for t in inv.trunks
+    ]
+    return TwinSpec(devices=devices, fibres=fibres, trunks=trunks, kinds=kinds)
+
+
+def not_emulated(inv: Inventory, devices) -> list[str]:
+    return [d for d in devices if family_of(inv.devices[d]).twin is None]
+
+
+def point_at_twin(inv: Inventory, endpoints: dict) -> Inventory:
+    """The same inventory with every emulated device's transport replaced by its twin endpoint."""
+    devices = dict(inv.devices)
+    for name, ep in endpoints["devices"].items():
+        dev = devices[name]
+        devices[name] = dev.model_copy(update={"transport": dev.transport.at_twin(ep)})
+    return inv.model_copy(update={"devices": devices})
+
+
+LOOPBACK = re.compile(
+    r"^(TCPIP\d*::127\.0\.0\.1::\d+::SOCKET|ASRL/dev/pts/\d+::INSTR|/dev/pts/\d+|"
+    r"socket://127\.0\.0\.1:\d+|.*@127\.0\.0\.1:\d+|127\.0\.0\.1:\d+)$"
+)
+
+
+def assert_loopback(inv: Inventory, devices) -> None:
+    """An emulated run never opens a real address: refuse to go on if any device still points outside."""
+    outside = [
+        f"{d} -> {inv.devices[d].transport.address()}"
+        for d in devices
+        if not LOOPBACK.match(inv.devices[d].transport.address())
+    ]
+    if outside:
+        raise UserError(
+            "--emulate: refusing to run, these devices would use a non-loopback address: " + ", ".join(outside)
+        )
+
+
+class TwinHandle:
+    """A running twin as the engine reaches it (testbed.faults.base.Twin): control ops, timed ops, the truths
+    only the twin knows.
+    """
+
+    def __init__(self, process: TwinProcess) -> None:
+        self.process = process
+        self.control = process.control
+        self.endpoints = process.endpoints.to_json()
+        self.pid = process.process.pid
+
+    def call(self, device: str | None, op: str, **args: Any) -> Any:
+        return self.control.call(device, op, **args)
+
+    def fire_at(self, at_ns: int, device: str, op: str, **args: Any) -> bool:
+        try:
+            self.control.call_at(at_ns, device, op, **args)
+            return True
+        except TriggerMissed:
+            return False
+
+    def open_truth(self, path: Path) -> None:
+        """The ground truth goes to `path` from now on (the next run of a warm session, in its own folder)."""
+        self.control.call(None, "truth.open", path=str(Path(path).resolve()))
+
+    def transfer_power(self, device: str) -> list[list[float]]:
+        """A chip's power transfer matrix |T[out][in]|^2 (for crosstalk, which a lab cannot measure)."""
+        return self.control.call(device, "transfer_power")
+
+    def dataplane_link(self, src_host: str, src_port: str, dst_host: str, dst_port: str, target_port: int) -> str:
+        """The data plane's relay from src_host:src_port to the rank behind dst_host:dst_port."""
+        args = dict(src_host=src_host, src_port=src_port, dst_host=dst_host, dst_port=dst_port)
+        return self.control.call(None, "dataplane.link", **args, target_port=target_port)
+
+    def clock(self, samples: int = 5) -> dict:
+        """The twin's monotonic clock minus ours, by Cristian's method (the shortest round trip bounds the
+        error by half of it). On one machine both read CLOCK_MONOTONIC, so the offset should be 0 within the
+        bound: the run records it as evidence, and the accuracy comparison uses 0.
+        """
+        best = None
+        for _ in range(samples):
+            t0 = time.monotonic_ns()
+            remote = self.control.call(None, "clock")["mono_ns"]
+            t1 = time.monotonic_ns()
+            if best is None or t1 - t0 < best[0]:
+                best = (t1 - t0, remote - (t0 + t1) // 2)
+        rtt, offset = best
+        return {"offset_ms": round(offset / 1e6, 4), "error_bound_ms": round(rtt / 2e6, 4), "clock": "CLOCK_MONOTONIC"}
+
+
+@contextlib.contextmanager
+def start_twin(plan, truth_log: Path | None, console=None):
+    """The twin of a plan's devices: yields (the inventory pointed at it, its TwinHandle); stops it after."""
+    missing = not_emulated(plan.inventory, plan.devices)
+    if missing:
+        raise UserError(f"--emulate: no emulator yet for {', '.join(missing)}")
+    spec = twin_spec(plan.inventory, plan.seed, only=set(plan.devices))
+    if truth_log is not None:
+        spec.truth_log = str(Path(truth_log).resolve())  # the twin's account of what really happened
+    spec.fault_proxy = plan.transport_faults  # only then: a proxy adds its own hop to every device call
+    # The twin's switches accept its published password on TL1 and NETCONF (loopback only); the transports
+    # pointed at the twin read it from here, as a lab's from the variable its inventory names.
+    os.environ[TWIN_PASSWORD_ENV] = TWIN_PASSWORD
+    with TwinProcess(spec) as process:
+        handle = TwinHandle(process)
+        inventory = point_at_twin(plan.inventory, handle.endpoints)
+        assert_loopback(inventory, plan.devices)
+        if console is not None:
+            console.print(
+                f"[dim]emulated twin: {', '.join(handle.endpoints['devices'])} (control {handle.endpoints['control']})"
+            )
+        yield inventory, handle
+
+
+def twin_control(address: str, timeout: float = 10.0):
+    """A connection to a running twin's control server (testbed heal reaches a twin that outlived its run)."""
+    from emulators.control import TwinControl
+
+    return TwinControl(address, timeout=timeout)
+
+
+def replay_session(inv: Inventory, device: str, seed: int, circuits: dict | None):
+    """A fresh emulator front end for `device`, as `--emulate` would boot it, in the state the run found it:
+    a replay session (testbed.ops.audit_replay.ReplaySession); None if its emulator cannot replay.
+    """
+    dev = inv.devices[device]
+    if family_of(dev).twin is None:
+        return None
+    kinds = _extra_kinds(inv)
+    spec = _device_spec(device, dev, inv, seed, kinds)
+    session = getattr(adapter_class(spec.kind, kinds), "replay_session", None)
+    return None if session is None else session(spec, circuits)
