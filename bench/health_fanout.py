@@ -56,7 +56,7 @@ from testbed.documents import load_inventory  # noqa: E402
 from testbed.twin.bridge import twin_spec  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-# The two commands GpuHostSsh.health() runs (drivers/gpuhost.py: gpus() and kernel_xids()), as one line.
+# The two commands GpuHostSsh.health() runs (drivers/gpuhost/probes.py: gpus() and kernel_xids()), as one line.
 HEALTH_COMMAND = f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits ; dmesg"
 
 

@@ -16,7 +16,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 # An event outside testbed/events/schema.py fails the run under test (a lab run only warns); subprocesses inherit it.
 os.environ["TESTBED_STRICT_EVENTS"] = "1"
 # The lab's leases of every run on a lab under test (and of the Ray clusters tests start) in a folder of this
-# session's, never the machine's shared /var/tmp/testbed-leases.
+# session's, never the machine's shared /var/tmp.
 os.environ["TESTBED_LEASE_DIR"] = tempfile.mkdtemp(prefix="testbed-leases-")
 
 REPO = Path(__file__).resolve().parent.parent

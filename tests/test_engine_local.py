@@ -13,7 +13,7 @@ from testbed.documents import load_inventory, load_playbook
 from testbed.engine.coordinator import Coordinator
 from testbed.engine.device_actor import DeviceActor
 from testbed.engine.dispatch import LocalDispatcher
-from testbed.engine.jobs import JobController, watcher
+from testbed.engine.job import JobController, watcher
 from testbed.events import Op
 from testbed.families import family_of
 from testbed.plan import make_plan

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from testbed.engine.jobs import failed_rank
+from testbed.engine.job import failed_rank
 
 
 def exit_(rank: int, ns: int, kind: str = "process_exit") -> tuple[int, int, dict]:

@@ -264,7 +264,7 @@ def test_a_lab_run_s_commands_never_load_the_emulators(tmp_path):
         "from testbed import plan\n"
         "from testbed.ops import check, heal\n"
         "from testbed.results import report\n"
-        "from testbed.engine import coordinator, jobs, run\n"
+        "from testbed.engine import coordinator, job, run\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'emulators')\n"
         "print('loaded:', loaded)\n"
     )

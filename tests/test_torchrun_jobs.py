@@ -1,6 +1,6 @@
 """Jobs launched by torchrun (`launcher: torchrun`) on emulated GPU hosts, over real SSH through the twin and
 the in-process engine of tests/test_engine_local.py: one torchrun per host (the emulated host's stand-in,
-emulators/gpuhost/torchrun.py, as CI has no PyTorch) starts that host's ranks, which get torchrun's
+emulators/gpuhost/torchrun/, as CI has no PyTorch) starts that host's ranks, which get torchrun's
 environment; each rank's pid, environment and own step lines are observable; a failover that loses rank 0's
 host relaunches every host's torchrun with the spare as node 0 (the rendezvous and MASTER_ADDR move to it).
 With PyTorch installed, the same failover runs real gloo ranks under PyTorch's own torchrun.

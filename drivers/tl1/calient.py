@@ -26,7 +26,9 @@ from collections.abc import Callable, Iterable
 
 from drivers.capabilities import Identity
 from drivers.errors import DeviceCommandError, DeviceProtocolError
-from drivers.transports.tl1 import Tl1Denied, Tl1Message, Tl1Transport, combined_refusals
+from drivers.transports.tl1 import Tl1Transport
+from drivers.transports.tl1_messages import Tl1Message
+from drivers.transports.tl1_refusals import Tl1Denied, combined_refusals
 
 PORTS_PER_SLOT = 8
 SLOTS_PER_SHELF = 8

@@ -22,7 +22,9 @@ from collections.abc import Iterable, Sequence
 
 from drivers.capabilities import Identity
 from drivers.errors import DeviceProtocolError, switch_ports_hint
-from drivers.transports.tl1 import Tl1Denied, Tl1Message, Tl1Transport, combined_refusals
+from drivers.transports.tl1 import Tl1Transport
+from drivers.transports.tl1_messages import Tl1Message
+from drivers.transports.tl1_refusals import Tl1Denied, combined_refusals
 
 _SIZE = re.compile(r"SIZE=(\d+)x(\d+)", re.IGNORECASE)
 _SERIAL = re.compile(r"SN=([^,\s]+)")

@@ -1,6 +1,6 @@
 """The emulated GPU host's state: GPUs, job processes, kernel log, power; and its control ops.
 
-Thread-safe: SSH channel threads run commands (emulators/gpuhost/shell.py) while the twin's event loop
+Thread-safe: SSH channel threads run commands (emulators/gpuhost/shell/) while the twin's event loop
 calls the control ops. Job processes are real child processes, each in its own process group, started in
 the host's private directory; nothing outside the allowlist is ever executed.
 """
@@ -51,7 +51,7 @@ BOOT_LINES = (
 # installed for its workload: the straggler agent a lab's host.straggle starts over SSH (docs/faults.md).
 HOST_TOOLS = frozenset({"testbed-straggle"})
 # Launchers every emulated host has, as a lab's hosts have PyTorch: `torchrun` runs the stand-in
-# emulators/gpuhost/torchrun.py (python -m), told the host's job programs, the only ones it will start. Its
+# emulators/gpuhost/torchrun/ (python -m), told the host's job programs, the only ones it will start. Its
 # workers are the job's ranks, in its process group: a launcher holds the GPUs it was given, as a job does.
 LAUNCHERS = {"torchrun": "emulators.gpuhost.torchrun"}
 

@@ -6,7 +6,7 @@
 
 A target is a device name, a name range (gpu[01:08]), a shell pattern (gpu*), a family kind (ocs, gpu_host)
 or `all`, over the inventory's devices. The store is the Ray cluster's keeper with --ray-address, else this
-machine's lease file.
+machine's lease folder.
 """
 
 from __future__ import annotations
@@ -37,10 +37,12 @@ def parse_duration(text: str) -> float:
 
 
 def resolve_targets(targets: list[str], inventory) -> dict[str, str]:
-    """Device name -> address for every target, in the inventory's order. Raises UserError for a target that
-    names no device, listing what the inventory has.
+    """Device name -> identity (testbed.leases.identity) for every target, in the inventory's order. A range is
+    matched against the inventory's devices, never listed, and holds at most as many names as an inventory may.
+    Raises UserError for a target that names no device, listing what the inventory has.
     """
-    from testbed.config.expand import parse_range
+    from testbed.config.expand import MAX_EXPANDED, parse_range
+    from testbed.leases import identities
 
     devices = inventory.devices
     chosen: set[str] = set()
@@ -55,7 +57,12 @@ def resolve_targets(targets: list[str], inventory) -> dict[str, str]:
             except ValueError as exc:
                 raise UserError(f"lease target {target!r}: {exc}") from None
             if rng is not None:
-                found = [name for name, _ in rng.names() if name in devices]
+                if len(rng) > MAX_EXPANDED:
+                    raise UserError(
+                        f"lease target {target!r}: {len(rng)} names, more than an inventory may hold "
+                        f"({MAX_EXPANDED}); give the range of your devices"
+                    )
+                found = [name for name in devices if rng.contains(name)]
             elif any(c in target for c in "*?"):
                 found = fnmatch.filter(devices, target)
             else:
@@ -67,7 +74,7 @@ def resolve_targets(targets: list[str], inventory) -> dict[str, str]:
                 f"as gpu[01:04], a pattern such as gpu*, a kind ({', '.join(kinds)}) or all"
             )
         chosen.update(found)
-    return {name: devices[name].transport.address() for name in devices if name in chosen}
+    return identities(inventory, [name for name in devices if name in chosen])
 
 
 def cmd_lease(args, console: Console) -> int:
@@ -82,6 +89,12 @@ def cmd_lease(args, console: Console) -> int:
         store = lease_store(ray_start.get() if ray_start is not None else None)
         if args.action == "list":
             _print_leases(console, store.list(), store.where)
+            for damaged in getattr(store, "damaged", []):
+                console.print(
+                    f"warning: {damaged.path} {damaged.why}: its device is refused until it is gone",
+                    markup=False,
+                    soft_wrap=True,
+                )
             return EXIT_OK
         if args.action == "acquire":
             duration = parse_duration(args.duration)
@@ -113,8 +126,8 @@ def cmd_lease(args, console: Console) -> int:
                 )
             released = store.release(ids=list(args.id))
         else:
-            addresses = list(resolve_targets(args.targets, _lab_inventory(args)).values()) if args.targets else None
-            released = store.release(user=user, addresses=addresses)
+            targets = list(resolve_targets(args.targets, _lab_inventory(args)).values()) if args.targets else None
+            released = store.release(user=user, identities=targets)
         if not released:
             console.print("nothing to release: you hold no reservation on those devices", markup=False)
         else:
@@ -154,7 +167,7 @@ def _print_leases(console: Console, leases, where: str, title: str = "leases") -
         note = f'  "{lease.note}"' if lease.note else ""
         console.print(
             f"  {lease.device:<{width}}  {what} by {lease.holder} pid {lease.holder.pid}  "
-            f"{when(lease.since)} -> {when(lease.until)}  id {lease.id}{note}  ({lease.address})",
+            f"{when(lease.since)} -> {when(lease.until)}  id {lease.id}{note}  ({lease.identity})",
             markup=False,
             soft_wrap=True,
             highlight=False,

@@ -58,6 +58,16 @@ class NameRange:
     def __len__(self) -> int:
         return self.end - self.start + 1
 
+    def contains(self, name: str) -> bool:
+        """Whether `name` is one of the range's names, without listing them."""
+        if not (name.startswith(self.prefix) and name.endswith(self.suffix)):
+            return False
+        digits = name[len(self.prefix) : len(name) - len(self.suffix)]
+        if not digits.isdigit() or not digits.isascii():
+            return False
+        number = int(digits)
+        return self.start <= number <= self.end and digits == f"{number:0{self.width}d}"
+
 
 def parse_range(text: str) -> NameRange | None:
     """`gpu[001:256]` as a NameRange; None for a plain name. Raises ValueError for a malformed range."""

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from testbed.config.transports import TransportConfig
+from testbed.config.transports import Endpoint, TransportConfig
 from testbed.contracts.errors import UserError
 
 # What the twin's switches accept, and where the framework finds it in an emulated run (testbed/twin/bridge.py sets it).
@@ -42,6 +42,9 @@ class Tl1Transport(TransportConfig):
     def address(self) -> str:
         return f"{self.user}@{self.host}:{self.port}"
 
+    def endpoint(self) -> Endpoint:
+        return Endpoint("tl1", self.host, str(self.port))
+
     def settings(self):
         from drivers.transports.tl1_settings import Tl1Settings
 
@@ -65,6 +68,9 @@ class NetconfTransport(TransportConfig):
 
     def address(self) -> str:
         return f"{self.user}@{self.host}:{self.port}"
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint("netconf", self.host, str(self.port))
 
     def settings(self):
         from drivers.netconf.settings import NetconfSettings

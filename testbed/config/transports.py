@@ -1,8 +1,10 @@
 """How the inventory says a device is reached: one model per transport type, registered by its `type`.
 
-Each model knows three things, so nothing else needs an if-chain over transport types:
-- `address()`: the address as a user reads it (locks, errors, the plan);
-- `settings()`: the drivers' settings object its driver is built with (drivers/transports, drivers/ssh);
+Each model knows four things, so nothing else needs an if-chain over transport types:
+- `address()`: the address as a user reads it (errors, the plan);
+- `endpoint()`: where the device is, without who logs in to it (an `Endpoint`): what leases and locks key a
+  device by, once testbed.leases.identity has made its host canonical;
+- `settings()`: the drivers' settings object its driver is built with (drivers/transports);
 - `at_twin(endpoint)`: the same transport pointed at the twin's loopback endpoint for the device (--emulate).
 
 Another package adds a transport type under the `testbed.transports` entry-point group (a TransportConfig
@@ -12,11 +14,21 @@ subclass with `type: Literal["..."]`); the registry is testbed.config.device.TRA
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field
 
 from testbed.config.common import Strict
+
+
+class Endpoint(NamedTuple):
+    """Where a device is reached, whoever logs in: a scheme ("tcp", "ssh", "serial", "usb", ...), a host name or
+    address (None for a local port), and what picks the device there (a port number, a path, a bus address).
+    """
+
+    scheme: str
+    host: str | None
+    where: str
 
 
 class TransportConfig(Strict):
@@ -24,6 +36,10 @@ class TransportConfig(Strict):
 
     def address(self) -> str:
         raise NotImplementedError
+
+    def endpoint(self) -> Endpoint:
+        """Where the device is; a transport another package adds may keep this default, its address."""
+        return Endpoint(self.type, None, self.address())
 
     def settings(self) -> Any:
         raise NotImplementedError
@@ -44,6 +60,31 @@ class VisaTransport(TransportConfig):
 
     def address(self) -> str:
         return self.resource
+
+    def endpoint(self) -> Endpoint:
+        """The VISA resource as pyvisa parses it: `TCPIP::localhost::5025::SOCKET` and
+        `TCPIP0::LOCALHOST.::5025::SOCKET` are one device, and the same as `socket://localhost:5025` on the serial
+        transport.
+        """
+        from pyvisa import rname
+
+        try:
+            r = rname.parse_resource_name(self.resource)
+        except rname.InvalidResourceName:
+            return Endpoint("visa", None, self.resource.upper())
+        kind = type(r).__name__
+        if kind == "TCPIPSocket":
+            return Endpoint("tcp", r.host_address, str(int(r.port)))
+        if kind == "TCPIPInstr":
+            return Endpoint("vxi11", r.host_address, r.lan_device_name.lower())
+        if kind == "ASRLInstr":
+            return Endpoint("serial", None, _serial_port(r.board))
+        if kind == "USBInstr":
+            ids = f"{int(r.manufacturer_id, 0):04x}:{int(r.model_code, 0):04x}:{r.serial_number}"
+            return Endpoint("usb", None, f"{ids}:{int(r.usb_interface_number or 0)}")
+        if kind == "GPIBInstr":
+            return Endpoint("gpib", None, f"{int(r.board or 0)}:{r.primary_address}:{r.secondary_address or ''}")
+        return Endpoint("visa", None, str(r).upper())
 
     def settings(self):
         from drivers.transports import TransportSettings
@@ -78,6 +119,19 @@ class SerialTransport(TransportConfig):
     def address(self) -> str:
         return self.port
 
+    def endpoint(self) -> Endpoint:
+        """A device path (its symlinks resolved: /dev/serial/by-id/... is the /dev/ttyUSBn it points at), or
+        pyserial's `socket://host:port` URL, the same device as a VISA `TCPIP::host::port::SOCKET`.
+        """
+        scheme, sep, rest = self.port.partition("://")
+        if sep and scheme.lower() in ("socket", "rfc2217"):
+            host, _, port = rest.split("?")[0].rstrip("/").rpartition(":")
+            if port.isdigit():
+                return Endpoint("tcp" if scheme.lower() == "socket" else "rfc2217", host, str(int(port)))
+        if sep:
+            return Endpoint(scheme.lower(), None, rest)
+        return Endpoint("serial", None, _serial_port(self.port))
+
     def settings(self):
         from drivers.transports import TransportSettings
 
@@ -106,6 +160,9 @@ class SshTransport(TransportConfig):
     def address(self) -> str:
         return f"{self.user}@{self.host}:{self.port}"
 
+    def endpoint(self) -> Endpoint:
+        return Endpoint("ssh", self.host, str(self.port))
+
     def settings(self):
         from drivers.transports.ssh_settings import SshSettings
 
@@ -129,3 +186,8 @@ class SshTransport(TransportConfig):
                 "key_file": endpoint["key_file"],
             }
         )
+
+
+def _serial_port(port: str) -> str:
+    """A local serial port by the device file it really is (a VISA `ASRL3` board number is kept as it is)."""
+    return os.path.realpath(port) if port.startswith("/") else port.lower()

@@ -74,13 +74,15 @@ class Coordinator:
         artifacts: Path | None = None,
         twin=None,
         ground_truth: Callable[[str], list[list[float]]] | None = None,
+        leases=None,
     ) -> None:
         self.plan = plan
+        self.leases = leases  # testbed.leases.HeldLeases on a lab: checked before every command
         self.dispatcher = dispatcher
         self.recorder = recorder
         self.artifacts = artifacts  # where files a step produces are kept (the run folder)
         self.twin = twin  # the twin's control (testbed.twin.bridge.TwinHandle) in an emulated run, None on a lab
-        self.jobs = None  # a testbed.engine.jobs.JobController when the playbook has a job
+        self.jobs = None  # a testbed.engine.job.JobController when the playbook has a job
         self.fault_budget = FaultBudget(plan.playbook.max_concurrent_faults)
         # Set when the run ends or aborts: faults still under way in `parallel` steps heal at once.
         self.stopping = threading.Event()
@@ -91,6 +93,7 @@ class Coordinator:
         recorder.add_observer(self.open_invokes)
         self._pids: dict[str, int] = {}  # actor name -> its worker pid, as last seen
         self._fault_numbers = itertools.count(1)
+        self._lapse_recorded = False
 
     @property
     def devices(self) -> list[str]:
@@ -128,6 +131,7 @@ class Coordinator:
         that was not run because an earlier call of its program failed. Raises ActorDied once every
         result is recorded if an actor died (after reading back its switch, when `observe`).
         """
+        self.check_leases()
         # Every invoke is on disk before the first call goes out (a crash leaves them open for `heal`), then
         # the calls go back to back: recording between submissions would spread the start of a parallel step
         # (docs/tuning.md, "Device hubs and the GIL").
@@ -162,6 +166,18 @@ class Coordinator:
                 self._observe_after_death(list(died))
             raise ActorDied(list(died), next(iter(died.values())))
         return out
+
+    def check_leases(self) -> None:
+        """Before any command: the run's leases still certainly held (a lab), else LeaseLapsed, recorded once."""
+        if self.leases is None:
+            return
+        try:
+            self.leases.check()
+        except Exception as exc:
+            if not self._lapse_recorded:
+                self._lapse_recorded = True
+                self.recorder.emit("mark", Op.LEASE_LAPSED, data={"error": str(exc)})
+            raise
 
     def call(self, calls: dict[str, tuple[str, dict]], step: str) -> dict[str, OpResult]:
         """One procedure on each of several devices at once; raises StepFailed if any did not succeed."""

@@ -14,10 +14,11 @@ from rich.console import Console
 
 from testbed.documents.inventory import Inventory
 from testbed.engine.dispatch import RayDispatcher
-from testbed.engine.jobs import watcher
+from testbed.engine.job import watcher
 from testbed.engine.locks import device_locks
 from testbed.families import family_of
 from testbed.families.interlocks import Policy
+from testbed.leases.identity import device_identity
 from testbed.plan import Plan
 
 
@@ -45,6 +46,8 @@ class Devices:
     notes: list[str] = field(default_factory=list)
     startup_s: dict[str, float] = field(default_factory=dict)  # where bringing them up went (run.json)
     ray_session_dir: str | None = None  # the local Ray instance's folder (None on a cluster): heal's leftovers
+    leases: object | None = None  # testbed.leases.HeldLeases on a lab (None emulated): checked before every command
+    told_leased: bool = False  # the identities the devices told at identify leased too (a lab, once)
     runs: int = 0  # how many runs they served
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
@@ -84,17 +87,19 @@ def bring_up(
 
             inventory, twin = stack.enter_context(start_twin(plan, truth_log, console))
             phase("twin")
-        addresses = {d: inventory.devices[d].transport.address() for d in plan.devices}
+        identities = {d: device_identity(inventory.devices[d].transport) for d in plan.devices}
+        _refuse_one_device_twice(identities)
+        leases = None
         if not emulate:
             ray = ray_start.get()
             phase("ray")
             # The lab's leases before this machine's locks: a device another user or run holds is refused (or
             # waited for) naming who holds it and until when. Held, like the locks, while the hubs serve.
-            stack.enter_context(_leases(ray_start, ray, addresses, owner, wait_for_leases, console))
+            leases = stack.enter_context(_leases(ray_start, ray, identities, owner, wait_for_leases, console))
             phase("leases")
         # Held while the hubs hold connections, not only while a run drives: a warm session's serial
         # port or instrument session stays open between its runs.
-        stack.enter_context(device_locks(addresses, owner))
+        stack.enter_context(device_locks(identities, owner))
         if emulate:
             ray = ray_start.get()
             phase("ray")  # what was left of Ray's start once the twin was up
@@ -108,12 +113,38 @@ def bring_up(
         stack.close()
         raise
     return Devices(
-        devices_key(plan, emulate), inventory, dispatcher, twin, notes, startup, ray_start.session_dir, _stack=stack
+        devices_key(plan, emulate),
+        inventory,
+        dispatcher,
+        twin,
+        notes,
+        startup,
+        ray_start.session_dir,
+        leases=leases,
+        _stack=stack,
     )
 
 
-def _leases(ray_start, ray, addresses: dict[str, str], run_id: str, wait: bool, console: Console):
-    """The run's leases: from the cluster's keeper when the run joined a cluster, else this machine's file."""
+def _refuse_one_device_twice(identities: dict[str, str]) -> None:
+    """Two of the run's devices that are one device (two names, or two ways to reach it) would be driven as two:
+    an inventory names each device once.
+    """
+    names: dict[str, list[str]] = {}
+    for device, identity in identities.items():
+        names.setdefault(identity, []).append(device)
+    twice = {identity: found for identity, found in names.items() if len(found) > 1}
+    if twice:
+        from testbed.contracts.errors import UserError
+
+        lines = [f"{' and '.join(found)} are one device ({identity})" for identity, found in twice.items()]
+        raise UserError(
+            "\n  ".join(["the inventory names one device twice:", *lines])
+            + "\n  try: keep one entry per device (their addresses reach the same device, whatever their names)"
+        )
+
+
+def _leases(ray_start, ray, identities: dict[str, str], run_id: str, wait: bool, console: Console):
+    """The run's leases: from the cluster's keeper when the run joined a cluster, else this machine's folder."""
     from testbed.leases import held, lease_store, me
 
     store = lease_store(ray if ray_start.address is not None else None)
@@ -123,7 +154,7 @@ def _leases(ray_start, ray, addresses: dict[str, str], run_id: str, wait: bool, 
         for lease in blocking:
             console.print(f"  {lease.describe()}", markup=False, soft_wrap=True)
 
-    return held(store, addresses, me(run_id), wait=wait, on_wait=waiting)
+    return held(store, identities, me(run_id), wait=wait, on_wait=waiting)
 
 
 def _wait_until_up(dispatcher: RayDispatcher) -> None:

@@ -1,5 +1,7 @@
-"""One lock per device address, shared by every `testbed run` on this machine: two runs cannot drive the
-same device. flock(2) locks die with their process, so a crashed run never leaves a stale lock.
+"""One lock per device, shared by every `testbed run` (and `testbed heal`) of this account on this machine: two runs
+cannot drive the same device, emulated ones included. A device is known by its identity (testbed.leases.identity,
+as leases key it), so two names or addresses of one device are one lock. flock(2) locks die with their process,
+so a crashed run never leaves a stale lock. Other accounts and other control hosts are kept out by the leases.
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ def lock_dir() -> Path:
 
 
 @contextlib.contextmanager
-def device_locks(addresses: dict[str, str], run_id: str):
-    """Hold a lock for every device (name -> address) for the duration of the block."""
+def device_locks(identities: dict[str, str], run_id: str):
+    """Hold a lock for every device (name -> identity) for the duration of the block."""
     held = []
     try:
-        for device, address in sorted(addresses.items()):
-            path = lock_dir() / (hashlib.sha256(address.encode()).hexdigest()[:24] + ".lock")
+        for device, identity in sorted(identities.items()):
+            path = lock_dir() / (hashlib.sha256(identity.encode()).hexdigest()[:24] + ".lock")
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -37,7 +39,7 @@ def device_locks(addresses: dict[str, str], run_id: str):
                 owner = _read_owner(fd)
                 os.close(fd)
                 raise UserError(
-                    f"{device} ({address}) is in use by another testbed run ({owner}); wait for it to "
+                    f"{device} ({identity}) is in use by another testbed run ({owner}); wait for it to "
                     "finish, or stop it"
                 ) from None
             os.ftruncate(fd, 0)

@@ -117,8 +117,11 @@ class RayStart:
 
 
 def _initialised_here() -> bool:
-    ray = sys.modules.get("ray")  # not imported: certainly not initialised, and nothing is imported to find out
-    return ray is not None and ray.is_initialized()
+    """Whether this process has Ray up already. Not imported, or still being imported by another thread (an
+    earlier start let go of, still on its way): certainly not, and nothing is imported to find out.
+    """
+    is_initialized = getattr(sys.modules.get("ray"), "is_initialized", None)
+    return callable(is_initialized) and is_initialized()
 
 
 def _init(address: str | None, head, abandoned):

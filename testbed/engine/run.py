@@ -23,7 +23,7 @@ from testbed.engine.clocks import measure_clocks
 from testbed.engine.coordinator import Coordinator
 from testbed.engine.devices import Devices
 from testbed.engine.dispatch import ActorLost
-from testbed.engine.jobs import JobController
+from testbed.engine.job import JobController
 from testbed.engine.ray_session import runner_identity
 from testbed.events import Op
 from testbed.families import family_of
@@ -140,13 +140,16 @@ def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: 
                 console.print(f"[dim]{note}[/]")
             info["placement"] = measure_clocks(dispatcher, dispatcher.names())
             truth = twin.transfer_power if twin is not None else None
-            coordinator = Coordinator(plan, dispatcher, recorder, artifacts=run_dir, twin=twin, ground_truth=truth)
+            coordinator = Coordinator(
+                plan, dispatcher, recorder, artifacts=run_dir, twin=twin, ground_truth=truth, leases=devices.leases
+            )
             if plan.playbook.job is not None:
                 coordinator.jobs = _job_controller(plan, inventory, coordinator, twin, options.emulate)
             stack.callback(coordinator.close)
             startup["clocks"] = round(time.monotonic() - mark, 4)
             mark = time.monotonic()
             info["devices"] = coordinator.identify()
+            _lease_told_identities(devices, info["devices"], run_id)  # before any write: one device, one holder
             info["actors"] = {name: {"pid": pid} for name, pid in coordinator.actor_pids().items()}
             startup["identify"] = round(time.monotonic() - mark, 4)  # the first command to each device
             startup["to_first_command"] = round(time.monotonic() - started, 4)
@@ -316,3 +319,21 @@ def _record_dataplane(twin, info: dict) -> None:
     """
     with contextlib.suppress(Exception):  # a twin that already died has nothing more to tell
         info["twin_dataplane"] = twin.call(None, "dataplane.state")["totals"]
+
+
+def _lease_told_identities(devices: Devices, identified: dict, run_id: str) -> None:
+    """On a lab, lease each device's told identity too (its vendor, model and serial number): the same switch
+    reached by another run under another address is then refused here, before anything is written to it.
+    """
+    if devices.leases is None or devices.told_leased:
+        return
+    from testbed.leases import me, told_identity
+
+    told = {}
+    for device, value in identified.items():
+        identity = told_identity(value) if isinstance(value, dict) else None
+        if identity is not None:
+            told[f"{device} (serial)"] = identity
+    if told:
+        devices.leases.add(told, me(run_id))
+    devices.told_leased = True

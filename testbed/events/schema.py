@@ -69,6 +69,7 @@ class Op(StrEnum):
     FABRIC_SERVICE_STOP = "fabric_service.stop"
     RAIL_BYTES = "rail.bytes"
     FABRIC_SERVICE_UNANSWERED = "fabric_service.unanswered"
+    LEASE_LAPSED = "lease.lapsed"
 
 
 # --- payloads ------------------------------------------------------------------------------------------
@@ -369,6 +370,14 @@ SCHEMA: dict[str, EventSpec] = {
         _spec(Op.RUN_ABORTED, "mark", Reason, "Ctrl-C or SIGTERM: the fault under way was healed, teardown ran", False),
         _spec(Op.RUN_FAILED, "mark", Error, "the experiment failed (the error says why)", False),
         _spec(Op.RUN_REFUSED, "mark", Error, "refused before the experiment began (a lock, a pin)", False),
+        _spec(
+            Op.LEASE_LAPSED,
+            "mark",
+            Error,
+            "the run's leases lapsed or could not be renewed in time (a suspend, a pause, the store unreachable): "
+            "it sent no command after this (docs/leases.md)",
+            False,
+        ),
         _spec(Op.TRIAL_START, "mark", TrialStart, "a trial starts, at its sweep point", False),
         _spec(Op.TRIAL_END, "mark", TrialEnd, "a trial ends: ok, or failed with the error", False),
         _spec(

@@ -1,7 +1,7 @@
 """host.power_off: the host loses power (its GPUs and processes with it), healed by powering it on.
 
 In the twin it is the emulated host's power_off control op, fired as a timed trigger. On a lab it goes through
-the host's BMC, over Redfish (the inventory's `bmc:` of the host; drivers/redfish.py): ComputerSystem.Reset
+the host's BMC, over Redfish (the inventory's `bmc:` of the host; drivers/redfish/bmc.py): ComputerSystem.Reset
 ForceOff, PowerState read back until Off; the injection time is the midpoint of the reset request, marked by
 the host's actor (gpu.power_off). Healing is Reset On and PowerState read back until On (gpu.power_on), and so
 is `testbed heal` after a crash. A lab run whose plan may power off a host without a BMC in the inventory is

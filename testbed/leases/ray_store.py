@@ -12,58 +12,120 @@ import json
 import os
 import socket
 import time
+from dataclasses import replace
 
-from testbed.leases.file_store import lease_dir
+from testbed.leases.file_store import boot_clock, lease_dir, with_boot_clock
 from testbed.leases.table import Holder, Kind, Lease, LeaseTable, Refused
 
 ACTOR_NAME = "testbed-leases"
 NAMESPACE = "testbed"
-FILE_NAME = "cluster-leases.json"
+FILE_NAME = "testbed-cluster-leases.json"
 
 
 class LeaseKeeper:
-    """The actor: the table in memory, written through to `path` on its node."""
+    """The actor: the table in memory, written through to `path` on its node (written whole to a new file, synced,
+    renamed into place, the folder synced). A table it cannot read stops it: every call is refused naming the file,
+    rather than starting empty and giving every device to the first comer (a person moves the file away).
+    """
 
     def __init__(self) -> None:
         self.path = lease_dir() / FILE_NAME
         self.table = LeaseTable()
+        self.broken: str | None = None
+        self._ends: dict[str, float] = {}  # lease id -> its end on this boot's boot-time clock
         try:
-            self.table = LeaseTable.from_json(json.loads(self.path.read_text()))
+            self._load(json.loads(_read_own(self.path)))
         except FileNotFoundError:
             pass
-        except (OSError, ValueError):
-            # Unreadable: kept aside for a person to look at, never silently overwritten.
-            os.replace(self.path, self.path.with_suffix(f".unreadable-{int(time.time())}"))
+        except (OSError, ValueError) as exc:
+            self.broken = f"the cluster's lease table {self.path} on {socket.gethostname()} cannot be read ({exc})"
 
     def where(self) -> str:
         return f"the Ray cluster's lease keeper on {socket.gethostname()}, kept in {self.path}"
 
     def acquire(self, devices, holder, kind, duration_s, note=""):
+        self._ready()
         result = self.table.acquire(devices, holder, kind, duration_s, time.time(), note)
         if not isinstance(result, Refused):
             self._save()
         return result
 
     def renew(self, ids, duration_s):
+        self._ready()
         renewed = self.table.renew(ids, duration_s, time.time())
         self._save()
         return renewed
 
-    def release(self, ids=None, user=None, addresses=None):
-        released = self.table.release(ids, user, addresses)
+    def release(self, ids=None, user=None, identities=None):
+        self._ready()
+        released = self.table.release(ids, user, identities)
         if released:
             self._save()
         return released
 
     def leases(self):
+        self._ready()
         self.table.expire(time.time())
         return list(self.table.leases)
 
+    def _ready(self) -> None:
+        """Refuse while the table is broken; else set every lease's wall-clock end from its boot-time end, so a
+        step of the head node's wall clock neither ends a lease early nor keeps it late.
+        """
+        if self.broken is not None:
+            raise RuntimeError(f"{self.broken}\n  try: move it away (its leases are lost) and ask again")
+        now_wall, now_boot = time.time(), time.clock_gettime(time.CLOCK_BOOTTIME)
+        self.table.leases = [
+            replace(lease, until=now_wall + (self._ends[lease.id] - now_boot)) if lease.id in self._ends else lease
+            for lease in self.table.leases
+        ]
+
+    def _load(self, data) -> None:
+        if not isinstance(data, dict) or data.get("version") != 2 or not isinstance(data.get("leases"), list):
+            raise ValueError("not a version 2 lease table")
+        for item in data["leases"]:
+            if not isinstance(item, dict):
+                raise ValueError(f"not a lease entry: {item!r:.60}")
+            lease = with_boot_clock(Lease.from_json(item.get("lease")), item.get("clock"))
+            self.table.leases.append(lease)
+
     def _save(self) -> None:
+        now_wall, now_boot = time.time(), time.clock_gettime(time.CLOCK_BOOTTIME)
+        self._ends = {lease.id: now_boot + (lease.until - now_wall) for lease in self.table.leases}
+        data = {
+            "version": 2,
+            "leases": [{"lease": lease.to_json(), "clock": boot_clock(lease.until)} for lease in self.table.leases],
+        }
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.table.to_json(), indent=1))
+        tmp = self.path.with_name(f".{FILE_NAME}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, json.dumps(data, indent=1).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, self.path)  # a crash mid-write leaves the previous table, never half of one
+        folder = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+
+
+def _read_own(path) -> str:
+    """The keeper's table, if it is a regular file of the keeper's own account that nobody else may write: the
+    folder is shared (/var/tmp), so a table planted there by another account is refused, not believed.
+    """
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise ValueError(f"not the keeper's own file (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})")
+        return os.read(fd, 1 << 24).decode()
+    finally:
+        os.close(fd)
 
 
 class RayLeaseStore:
@@ -88,8 +150,8 @@ class RayLeaseStore:
     def renew(self, ids: list[str], duration_s: float) -> list[Lease]:
         return self._get(self._keeper.renew.remote(ids, duration_s))
 
-    def release(self, ids=None, user=None, addresses=None) -> list[Lease]:
-        return self._get(self._keeper.release.remote(ids, user, addresses))
+    def release(self, ids=None, user=None, identities=None) -> list[Lease]:
+        return self._get(self._keeper.release.remote(ids, user, identities))
 
     def list(self) -> list[Lease]:
         return self._get(self._keeper.leases.remote())
@@ -99,7 +161,7 @@ class RayLeaseStore:
 
         try:
             return self._ray.get(ref, timeout=30)
-        except Exception as exc:  # the keeper's node gone, the cluster unreachable
+        except Exception as exc:  # the keeper's node gone, the cluster unreachable, its table unreadable
             raise UserError(
                 f"the lease keeper ({ACTOR_NAME}) on the Ray cluster did not answer: {type(exc).__name__}: {exc}\n"
                 "  try: `ray status` on the head node; leases cannot be checked while it is unreachable"

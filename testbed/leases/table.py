@@ -1,4 +1,4 @@
-"""The lease rules, apart from where leases are kept: one table of leases on device addresses, and what may be
+"""The lease rules, apart from where leases are kept: one table of leases on devices, and what may be
 taken while others hold some (docs/leases.md).
 
 Two kinds of lease:
@@ -9,9 +9,10 @@ Two kinds of lease:
 
 A lease ends at `until` whatever happens to its holder, so a crashed client, a killed run or a cancelled CI
 job never leaves the lab locked: a run's lease lives a short time (renewed while the run is alive), a
-reservation as long as asked. Conflicts are keyed by the device's address, not its name: two inventories
-that name the same switch differently still contend for it. Times are the store's clock (seconds since the
-epoch), so holders on several machines agree on them.
+reservation as long as asked. Conflicts are keyed by the device's identity (testbed/leases/identity.py), not its
+name nor the words that reach it: two inventories that name the same switch differently, or log in to it as two
+users, still contend for it. Times are the store's clock (seconds since the epoch), so holders on several
+machines agree on them.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Holder:
 class Lease:
     id: str
     device: str  # as the holder's inventory names it
-    address: str  # what conflicts are keyed by
+    identity: str  # the device itself (testbed.leases.identity): what conflicts are keyed by
     holder: Holder
     kind: Kind
     since: float
@@ -65,7 +66,7 @@ class Lease:
         return cls(
             _field(data, "id", str),
             _field(data, "device", str),
-            _field(data, "address", str),
+            _field(data, "identity" if "identity" in data else "address", str),  # "address": a version 1 table
             holder,
             kind,
             float(_field(data, "since", (int, float))),
@@ -80,7 +81,8 @@ class Lease:
         until = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.until))
         what = "reserved" if self.kind == "reservation" else f"in use by run {self.holder.run}"
         note = f' ("{self.note}")' if self.note else ""
-        return f"{self.device} ({self.address}) is {what} by {self.holder} (pid {self.holder.pid}) until {until}{note}"
+        who = f"{self.holder} (pid {self.holder.pid})"
+        return f"{self.device} ({self.identity}) is {what} by {who} until {until}{note}"
 
 
 def _field(data: dict, name: str, types):
@@ -88,6 +90,15 @@ def _field(data: dict, name: str, types):
     if not isinstance(value, types) or isinstance(value, bool):
         raise ValueError(f"lease field {name}: {value!r:.40} is not a {getattr(types, '__name__', 'number')}")
     return value
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def replaced_by(lease: Lease, identity: str, holder: Holder) -> bool:
+    """Whether taking a reservation on `identity` as `holder` replaces `lease` (the holder's own reservation)."""
+    return lease.identity == identity and lease.kind == "reservation" and lease.holder.user == holder.user
 
 
 @dataclass
@@ -111,11 +122,11 @@ class LeaseTable:
         self.leases = [lease for lease in self.leases if lease.until > now]
         return gone
 
-    def blocking(self, address: str, holder: Holder, kind: Kind) -> list[Lease]:
-        """The leases that keep `holder` from taking a `kind` lease on `address` (expired ones already gone)."""
+    def blocking(self, identity: str, holder: Holder, kind: Kind) -> list[Lease]:
+        """The leases that keep `holder` from taking a `kind` lease on a device (expired ones already gone)."""
         found = []
         for lease in self.leases:
-            if lease.address != address:
+            if lease.identity != identity:
                 continue
             if lease.holder.user != holder.user:
                 found.append(lease)  # another user's lease, of either kind, keeps the device theirs
@@ -132,26 +143,20 @@ class LeaseTable:
         now: float,
         note: str = "",
     ) -> list[Lease] | Refused:
-        """Lease every device (name -> address), or none of them. A reservation a user takes again on a device
+        """Lease every device (name -> identity), or none of them. A reservation a user takes again on a device
         they already reserve replaces the old one (a new end, a new note).
         """
         if duration_s <= 0:
             raise ValueError(f"a lease must last a positive time, not {duration_s} s")
         self.expire(now)
-        blocking = [lease for address in devices.values() for lease in self.blocking(address, holder, kind)]
+        blocking = [lease for identity in devices.values() for lease in self.blocking(identity, holder, kind)]
         if blocking:
             return Refused(blocking)
         taken = []
-        for device, address in devices.items():
+        for device, identity in devices.items():
             if kind == "reservation":
-                self.leases = [
-                    lease
-                    for lease in self.leases
-                    if not (
-                        lease.address == address and lease.kind == "reservation" and lease.holder.user == holder.user
-                    )
-                ]
-            lease = Lease(uuid.uuid4().hex[:12], device, address, holder, kind, now, now + duration_s, note)
+                self.leases = [lease for lease in self.leases if not replaced_by(lease, identity, holder)]
+            lease = Lease(new_id(), device, identity, holder, kind, now, now + duration_s, note)
             self.leases.append(lease)
             taken.append(lease)
         return taken
@@ -170,9 +175,9 @@ class LeaseTable:
         self.leases = kept
         return renewed
 
-    def release(self, ids: list[str] | None = None, user: str | None = None, addresses: list[str] | None = None):
-        """Release leases by id, or a user's reservations (on the given addresses, or all of them); returns
-        what was released.
+    def release(self, ids: list[str] | None = None, user: str | None = None, identities: list[str] | None = None):
+        """Release leases by id, or a user's reservations (on the given devices' identities, or all of them);
+        returns what was released.
         """
 
         def matches(lease: Lease) -> bool:
@@ -180,7 +185,7 @@ class LeaseTable:
                 return lease.id in ids
             if user is None or lease.holder.user != user or lease.kind != "reservation":
                 return False
-            return addresses is None or lease.address in addresses
+            return identities is None or lease.identity in identities
 
         released = [lease for lease in self.leases if matches(lease)]
         self.leases = [lease for lease in self.leases if not matches(lease)]

@@ -72,6 +72,7 @@ class HealDevices:
         self.inventory = inventory
         self.recorder = recorder
         self.control = control  # emulators.control.TwinControl, or None on a lab
+        self.leases = None  # testbed.leases.HeldLeases on a lab: checked before every command
         self._actors: dict = {}
 
     def actor(self, device: str):
@@ -89,6 +90,8 @@ class HealDevices:
 
     def call(self, device: str, procedure: str, kwargs: dict, step: str):
         """One procedure on a device, recorded as the runner records it (invoke, audit, marks, outcome)."""
+        if self.leases is not None:
+            self.leases.check()
         actor = self.actor(device)
         self.recorder.invoke(device, procedure, kwargs, step)
         result = actor.run(procedure, kwargs)
@@ -321,6 +324,7 @@ def _end_twin_rank(job: dict) -> dict:
 def _lab_session(run: RunFolder, inventory: Inventory, found: Findings, report: HealReport):
     """The lab, with every device heal may touch locked; on an emulated run, the twin that outlived it."""
     from testbed.engine.locks import device_locks
+    from testbed.leases.identity import device_identity
 
     control = None
     if run.info.get("emulate"):  # a twin that outlived its runner: its endpoints and its control
@@ -331,11 +335,12 @@ def _lab_session(run: RunFolder, inventory: Inventory, found: Findings, report: 
     devices = {f.job.get("host") or f.device for f in found.faults if f.job} | {f.device for f in found.faults}
     devices |= {j["host"] for j in found.jobs} | set(found.initial)
     devices = {d for d in devices if d in inventory.devices}
-    addresses = {d: inventory.devices[d].transport.address() for d in devices}
+    identities = {d: device_identity(inventory.devices[d].transport) for d in devices}
     lab = HealDevices(inventory, None, control)
     try:
-        with device_locks(addresses, f"heal of {run.run_id}"):
-            report.done.append(f"the run's devices were free to lock: {', '.join(sorted(addresses)) or 'none'}")
+        with device_locks(identities, f"heal of {run.run_id}"), _heal_leases(run, identities, report) as leases:
+            report.done.append(f"the run's devices were free to lock: {', '.join(sorted(identities)) or 'none'}")
+            lab.leases = leases
             yield lab
     finally:
         lab.close()
@@ -413,12 +418,14 @@ def _restore_fabric(lab: HealDevices, run_dir: Path, found: Findings, report: He
     lab.recorder.emit("mark", Op.FABRIC_FINAL, data={"circuits": final, "healed": True})
 
 
-def _release_leases(run: RunFolder, report: HealReport) -> None:
-    """The dead run's leases on the lab (docs/leases.md): they would lapse within a minute by themselves; heal
-    gives the devices back now, as the run would have at its end. Emulated runs took none.
+@contextlib.contextmanager
+def _lab_leases(run: RunFolder):
+    """The store of the lab's leases the run used (the cluster's keeper, or this machine's folder), for the block;
+    None for an emulated run, which took none.
     """
     info = run.info
     if info.get("emulate", True):
+        yield None
         return
     from testbed.leases import lease_store
 
@@ -428,17 +435,48 @@ def _release_leases(run: RunFolder, report: HealReport) -> None:
             from testbed.engine.ray_session import RayStart
 
             ray_start = RayStart(info["ray_address"], background=False)
-        store = lease_store(ray_start.get() if ray_start is not None else None)
-        ids = [lease.id for lease in store.list() if lease.holder.run == run.run_id]
-        released = store.release(ids=ids) if ids else []
-    except UserError as exc:
-        report.notes.append(f"the run's leases were not released ({exc}); they lapse by themselves within a minute")
-        return
+        yield lease_store(ray_start.get() if ray_start is not None else None)
     finally:
         if ray_start is not None:
             ray_start.shutdown()
+
+
+def _release_dead_run_leases(store, run: RunFolder, report: HealReport) -> None:
+    """The dead run's leases (docs/leases.md): they would lapse within a minute by themselves; heal gives them back
+    now, as the run would have at its end.
+    """
+    ids = [lease.id for lease in store.list() if lease.holder.run == run.run_id]
+    released = store.release(ids=ids) if ids else []
     if released:
         report.done.append(f"released the run's leases on {', '.join(lease.device for lease in released)}")
+
+
+@contextlib.contextmanager
+def _heal_leases(run: RunFolder, identities: dict[str, str], report: HealReport):
+    """On a lab, heal drives the run's devices only under leases of its own, as a run would: the dead run's are
+    given back, then heal takes the devices; if another user or run holds one by now, heal is refused before it
+    writes anything (its holder named), and is run again once they are free. Yields its HeldLeases, or None.
+    """
+    from testbed.leases import held, me
+
+    with _lab_leases(run) as store:
+        if store is None or not identities:
+            yield None
+            return
+        _release_dead_run_leases(store, run, report)
+        with held(store, identities, me(f"heal-{run.run_id}")) as leases:
+            report.done.append(f"heal holds the lab's leases on {', '.join(sorted(identities))}")
+            yield leases
+
+
+def _release_leases(run: RunFolder, report: HealReport) -> None:
+    """What is left of the dead run's leases when heal did not take the devices itself (no device to heal)."""
+    try:
+        with _lab_leases(run) as store:
+            if store is not None:
+                _release_dead_run_leases(store, run, report)
+    except UserError as exc:
+        report.notes.append(f"the run's leases were not released ({exc}); they lapse by themselves within a minute")
 
 
 def _end_ray_leftovers(info: dict, recorder: Recorder, report: HealReport) -> None:

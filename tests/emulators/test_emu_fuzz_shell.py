@@ -1,4 +1,4 @@
-"""Property tests for the emulated GPU host's restricted shell (emulators/gpuhost/shell.py): random and
+"""Property tests for the emulated GPU host's restricted shell (emulators/gpuhost/shell/): random and
 malformed command lines (quotes, redirections, pipes, operators, long lines, control characters, NUL
 bytes, non-ASCII digits) never make it raise, hang, run anything or touch a file outside the host's
 home; every line ends with an exit status a real shell could give (0-255). Directly on Shell.run, and
@@ -21,7 +21,8 @@ from drivers.errors import DeviceTimeout
 from drivers.transports.ssh import SshSettings, SshTransport
 from emulators.gpuhost.device import GpuHostAdapter
 from emulators.gpuhost.host import GpuHostEngine
-from emulators.gpuhost.shell import Shell, Stream, _words
+from emulators.gpuhost.shell import Shell, Stream
+from emulators.gpuhost.shell.syntax import words as _words
 from emulators.gpuhost.spec import GpuHostSpec
 
 HANG_UP_S = 0.3  # the client of a fuzzed line hangs up after this (a `tail -f` runs until it does)

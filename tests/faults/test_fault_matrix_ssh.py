@@ -1,4 +1,4 @@
-"""Driver x fault matrix for the GPU-host SSH driver (drivers/transports/ssh.py, drivers/gpuhost.py), through the
+"""Driver x fault matrix for the GPU-host SSH driver (drivers/transports/ssh.py, drivers/gpuhost/), through the
 twin's fault proxy in front of the emulated host's SSH server.
 
 Host key checking stays on through the proxy: the twin's known_hosts lists the host's real key under the

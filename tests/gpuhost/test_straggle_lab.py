@@ -1,4 +1,4 @@
-"""host.straggle on a lab: the real SSH driver (drivers/gpuhost.py) starts and stops the duty-cycle agent
+"""host.straggle on a lab: the real SSH driver (drivers/gpuhost/) starts and stops the duty-cycle agent
 testbed-straggle on an emulated host's SSH server, which runs it as a real process (a job of the host); the
 fault kind's lab path goes through the gpuhost procedures in the runner's DeviceActor; `testbed heal` ends an
 agent a dead run left running, and continues a rank an agent killed outright left stopped.

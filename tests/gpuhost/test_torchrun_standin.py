@@ -1,4 +1,4 @@
-"""The emulated host's torchrun (emulators/gpuhost/torchrun.py): torchrun's command line (fuzzed: what it does
+"""The emulated host's torchrun (emulators/gpuhost/torchrun/): torchrun's command line (fuzzed: what it does
 not know is refused as argparse refuses it, with status 2), a real rendezvous among the launchers, torchrun's
 environment for each worker, a failed worker or a signal ending all of them, and the host's allowlist; and the
 emulated host running it as `torchrun` over SSH, its workers in the job a lost GPU takes down.

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from accounts import BOB, as_account, needs_root, shared_folder
 from runner_process import cli, read_events, start_run, wait_for_event
 
 from drivers.transports import TransportSettings
@@ -23,6 +24,9 @@ from emulators.twin import TwinProcess
 from testbed.documents import load_inventory, load_playbook
 from testbed.engine.ray_session import leftovers, runner_identity
 from testbed.families.drivers import make_driver
+from testbed.leases import Holder
+from testbed.leases.file_store import FileLeaseStore
+from testbed.leases.identity import device_identity
 from testbed.plan import make_plan
 from testbed.twin.bridge import point_at_twin, twin_spec
 
@@ -127,6 +131,41 @@ def test_kill9_mid_fault_then_heal_restores_the_lab_and_check_passes(repo, tmp_p
     assert leftovers(info["ray"]["session_dir"]) == []  # nothing of the dead runner's Ray instance is left
     again = cli("heal", str(run_dir), cwd=repo)
     assert again.returncode == 0 and "nothing to heal" in again.stdout
+
+
+@needs_root
+def test_heal_never_drives_a_device_another_user_holds_by_then(repo, tmp_path, lab, monkeypatch):
+    """The dead run's leases lapse, another user takes the switch: heal is refused before it writes anything,
+    naming the holder; once the switch is free again, heal restores the lab.
+    """
+    folder = shared_folder()
+    monkeypatch.setenv("TESTBED_LEASE_DIR", str(folder))
+    twin, playbook_file, inventory_file, inventory = lab
+    results = tmp_path / "results"
+    proc = start_run(repo, [str(playbook_file), "--inventory", str(inventory_file), "--results", str(results), "--yes"])
+    run_dir = wait_for_event(results, proc, "fault.inject", "ok")
+    kill9(proc)
+    FileLeaseStore(folder).release(ids=[lease.id for lease in FileLeaseStore(folder).list()])  # as if lapsed
+    identity = device_identity(inventory.devices["ocs1"].transport)
+
+    def reserve():
+        holder = Holder(str(BOB), "ctrl-b", 77)
+        return FileLeaseStore(folder).acquire({"ocs1": identity}, holder, "reservation", 600, "bob's turn")
+
+    (bob,) = as_account(BOB, reserve)
+    before = (run_dir / "events.jsonl").read_text()
+    refused = cli("heal", str(run_dir), cwd=repo)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"ocs1 ({identity}) is reserved by {BOB}@ctrl-b" in refused.stderr and "Traceback" not in refused.stderr
+    assert (run_dir / "events.jsonl").read_text() == before  # nothing done, nothing recorded
+    hung = rank_jobs(read_events(run_dir / "events.jsonl"))["rank1.1"]
+    assert {j["pid"]: j for j in twin.control.call("gpu02", "state")["jobs"]}[hung["pid"]]["alive"]
+
+    as_account(BOB, lambda: FileLeaseStore(folder).release(ids=[bob.id]))
+    healed = cli("heal", str(run_dir), cwd=repo)
+    assert healed.returncode == 0, healed.stdout + healed.stderr
+    assert "heal holds the lab's leases on" in healed.stdout
+    assert FileLeaseStore(folder).list() == []  # heal's own leases given back at its end
 
 
 def test_kill9_of_an_emulated_run_heal_records_that_the_twin_went_with_it(repo, tmp_path):

@@ -14,6 +14,7 @@ from rich.console import Console
 import testbed
 from testbed.contracts.errors import UserError
 from testbed.engine.locks import device_locks
+from testbed.leases.identity import device_identity
 from testbed.ops.check import check_run
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -62,8 +63,8 @@ def test_a_warm_lab_reuses_its_devices_and_keeps_each_run_apart(repo, tmp_path):
             assert check_run(run.folder).ok, check_run(run.folder).checks
 
         # The session holds the switch while its hub is connected: another run cannot take it.
-        # (the lock is on the address the hub connects to: the twin's, from the inventory pointed at it)
-        twin_address = lab._devices.inventory.devices["ocs1"].transport.address()
+        # (the lock is on the device the hub connects to: the twin's, from the inventory pointed at it)
+        twin_address = device_identity(lab._devices.inventory.devices["ocs1"].transport)
         assert "127.0.0.1" in twin_address
         with pytest.raises(UserError, match="in use by another testbed run"):
             with device_locks({"ocs1": twin_address}, "another run"):

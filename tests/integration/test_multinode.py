@@ -98,10 +98,11 @@ def test_pinned_devices_run_on_their_nodes_and_clocks_are_recorded(cluster, repo
 
 def test_a_pin_to_a_missing_node_is_a_clear_error_on_a_real_run(cluster, repo, tmp_path):
     cluster, _ = cluster
-    # A real run: the addresses must be loopback too (port 9 is closed), in case placement ever let it start.
+    # A real run: the addresses must be loopback too (ports 7 and 9 are closed), in case placement ever let it
+    # start; two ports, as two switches are two devices.
     inventory = (
         INVENTORY.replace("node: ctrl-b", "node: ctrl-z")
-        .replace("192.0.2.20::5025", "127.0.0.1::9")
+        .replace("192.0.2.20::5025", "127.0.0.1::7")
         .replace("port: /dev/ttyUSB0", "port: socket://127.0.0.1:9")
     )
     (tmp_path / "inventory.yaml").write_text(inventory)

@@ -3,7 +3,7 @@
 The switch is `testbed emulate`'s, reached at the address it prints, with an inventory written for it as for a
 lab: the runs below are real runs (no --emulate). Two control processes on two Ray nodes of one cluster (the
 multi-node test's way of starting nodes on this machine) contend for it through the cluster's lease keeper;
-without a cluster, runs on this machine contend through its lease file.
+without a cluster, runs on this machine contend through its lease folder, another account's reservation among them.
 """
 
 from __future__ import annotations
@@ -18,8 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
+from accounts import BOB, as_account, needs_root, shared_folder
 
+from testbed.config.transports import VisaTransport
 from testbed.leases import Holder, lease_store
+from testbed.leases.file_store import FileLeaseStore
+from testbed.leases.identity import device_identity
 
 INVENTORY = """\
 name: shared-lab
@@ -166,11 +170,12 @@ def run_folder(output: str) -> Path:
 
 def test_two_control_hosts_contend_for_one_switch_through_the_clusters_lease_keeper(cluster, switch, repo, tmp_path):
     cluster, node_ids = cluster
-    keeper_file = Path(os.environ["TESTBED_LEASE_DIR"]) / "cluster-leases.json"
+    keeper_file = Path(os.environ["TESTBED_LEASE_DIR"]) / "testbed-cluster-leases.json"
+    identity = device_identity(VisaTransport(type="visa", resource=switch))
 
     def leases():
         try:
-            return json.loads(keeper_file.read_text())["leases"]
+            return [entry["lease"] for entry in json.loads(keeper_file.read_text())["leases"]]
         except (FileNotFoundError, ValueError):
             return []
 
@@ -181,7 +186,7 @@ def test_two_control_hosts_contend_for_one_switch_through_the_clusters_lease_kee
     try:
         refused = runs.run("ctrl-b")
         assert refused.returncode == 2, refused.stdout + refused.stderr
-        assert f"ocs1 ({switch}) is in use by run {held['holder']['run']}" in refused.stderr
+        assert f"ocs1 ({identity}) is in use by run {held['holder']['run']}" in refused.stderr
         assert f"@{held['holder']['host']} (pid {first.pid}) until" in refused.stderr
         assert "--wait" in refused.stderr and "Traceback" not in refused.stderr
 
@@ -216,24 +221,32 @@ def test_two_control_hosts_contend_for_one_switch_through_the_clusters_lease_kee
     assert lost["id"] not in [lease["id"] for lease in leases()]
 
 
-def test_without_a_cluster_runs_on_this_machine_contend_through_its_lease_file(switch, repo, tmp_path, monkeypatch):
-    monkeypatch.setenv("TESTBED_LEASE_DIR", str(tmp_path / "leases"))
+@needs_root
+def test_without_a_cluster_runs_on_this_machine_contend_through_its_lease_folder(switch, repo, tmp_path, monkeypatch):
+    folder = shared_folder()  # as /var/tmp: every account of the machine adds its leases there
+    monkeypatch.setenv("TESTBED_LEASE_DIR", str(folder))
     runs = Runs(repo, tmp_path, switch, None)
+    identity = device_identity(VisaTransport(type="visa", resource=switch))
     store = lease_store()
+
+    def reserve_as_bob():
+        holder = Holder(str(BOB), "ctrl-c", 4242)
+        return FileLeaseStore(folder).acquire({"ocs1": identity}, holder, "reservation", 3600, "bob's sweep")
+
     # Another user of this machine reserved the switch for the evening.
-    (bob,) = store.acquire({"ocs1": switch}, Holder("bob", "ctrl-c", 4242), "reservation", 3600, "bob's sweep")
+    (bob,) = as_account(BOB, reserve_as_bob)
 
     refused = runs.run("ctrl-a")
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert f"ocs1 ({switch}) is reserved by bob@ctrl-c (pid 4242) until" in refused.stderr
+    assert f"ocs1 ({identity}) is reserved by {BOB}@ctrl-c (pid 4242) until" in refused.stderr
     assert '("bob\'s sweep")' in refused.stderr
 
     listed = runs.lease("list")
-    assert "bob@ctrl-c" in listed.stdout and "bob's sweep" in listed.stdout and bob.id in listed.stdout
+    assert f"{BOB}@ctrl-c" in listed.stdout and "bob's sweep" in listed.stdout and bob.id in listed.stdout
     not_mine = runs.lease("release", "--id", bob.id, "--inventory", str(tmp_path / "lab-ctrl-a.yaml"))
     assert not_mine.returncode == 2 and "no lease of yours" in not_mine.stderr
 
-    store.release(ids=[bob.id])
+    as_account(BOB, lambda: FileLeaseStore(folder).release(ids=[bob.id]))
     mine = runs.lease(
         "acquire", "ocs1", "--for", "1h", "--note", "my sweep", "--inventory", str(tmp_path / "lab-ctrl-a.yaml")
     )
@@ -244,3 +257,53 @@ def test_without_a_cluster_runs_on_this_machine_contend_through_its_lease_file(s
     released = runs.lease("release", "--inventory", str(tmp_path / "lab-ctrl-a.yaml"))
     assert released.returncode == 0 and "ocs1" in released.stdout
     assert store.list() == []
+
+
+def test_a_run_paused_past_its_lease_stops_before_its_next_command(switch, repo, tmp_path, monkeypatch):
+    """A run stopped longer than its lease lives (a suspend, a paused VM, SIGSTOP) comes back to a device that may
+    be another's by now: it sends nothing more, records why, and fails with a clear error.
+    """
+    folder = tmp_path / "leases"
+    monkeypatch.setenv("TESTBED_LEASE_DIR", str(folder))
+    runs = Runs(repo, tmp_path, switch, None)
+    store = FileLeaseStore(folder)
+    paused = runs.start("ctrl-a", trials=60, env={"TESTBED_LEASE_TTL_S": "2"})
+    wait_for_run_lease(paused, lambda: [lease.to_json() for lease in store.list()])
+    os.kill(paused.pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while store.list() and time.monotonic() < deadline:  # until the lease has lapsed in the store
+            time.sleep(0.1)  # polling the store for a condition, with a deadline
+        assert store.list() == []
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+    code, output = finished(paused)
+    assert code == 1, output
+    assert "lapsed" in output and "another user may hold these devices now" in output and "Traceback" not in output
+    events = [json.loads(line) for line in (run_folder(output) / "events.jsonl").read_text().splitlines()]
+    lapsed = next(i for i, e in enumerate(events) if e["op"] == "lease.lapsed")
+    assert not [e for e in events[lapsed:] if e["type"] == "invoke"]  # no command after it
+
+
+def test_one_device_named_twice_in_an_inventory_is_refused_before_anything_is_opened(repo, tmp_path):
+    inventory = INVENTORY.format(resource="TCPIP0::localhost.::9::SOCKET", node="x").replace("    node: x\n", "")
+    inventory = inventory.replace(
+        "  gpu01:",
+        "  ocs2: {kind: ocs, driver: polatis-scpi, transport: {type: serial, port: 'socket://127.0.0.1:9'}, size: 8}\n"
+        "  gpu01:",
+    )
+    (tmp_path / "lab.yaml").write_text(inventory)
+    (tmp_path / "pb.yaml").write_text(
+        "name: both\ntrials: 1\nconfigurations:\n  both: {circuits: {ocs1: [[1, 9]], ocs2: [[2, 10]]}}\n"
+        "steps:\n  - {action: fabric.apply, configuration: both}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "testbed", "run", str(tmp_path / "pb.yaml"), "--inventory", str(tmp_path / "lab.yaml")]
+        + ["--yes", "--results", str(tmp_path / "r")],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "ocs1 and ocs2 are one device (tcp://127.0.0.1:9)" in done.stderr and "Traceback" not in done.stderr

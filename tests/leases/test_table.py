@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from testbed.cli.leases import parse_duration
+from testbed.cli.leases import parse_duration, resolve_targets
 from testbed.contracts.errors import UserError
 from testbed.leases.table import Holder, LeaseTable, Refused
 
@@ -50,7 +50,7 @@ def test_a_reservation_taken_again_replaces_the_old_one():
     assert [(lease.until, lease.note) for lease in table.leases] == [(70.0, "second")]
 
 
-def test_all_or_nothing_and_conflicts_by_address_not_name():
+def test_all_or_nothing_and_conflicts_by_identity_not_name():
     table = LeaseTable()
     table.acquire({"switch-a": OCS["ocs1"]}, BOB_RUN, "run", 60, now=0.0)  # another inventory's name for it
     result = table.acquire(BOTH, ALICE_RUN, "run", 60, now=1.0)
@@ -72,8 +72,8 @@ def test_release_by_id_and_a_users_reservations():
     table = LeaseTable()
     (run,) = table.acquire(OCS, BOB_RUN, "run", 60, now=0.0)
     table.acquire({"gpu01": "gpu01.lab:22", "gpu02": "gpu02.lab:22"}, ALICE, "reservation", 600, now=0.0)
-    assert [lease.device for lease in table.release(user="alice", addresses=["gpu02.lab:22"])] == ["gpu02"]
-    assert table.release(user="alice", addresses=[OCS["ocs1"]]) == []  # bob's run is not alice's to release
+    assert [lease.device for lease in table.release(user="alice", identities=["gpu02.lab:22"])] == ["gpu02"]
+    assert table.release(user="alice", identities=[OCS["ocs1"]]) == []  # bob's run is not alice's to release
     assert [lease.id for lease in table.release(ids=[run.id])] == [run.id]
     assert [lease.device for lease in table.leases] == ["gpu01"]
 
@@ -112,7 +112,7 @@ def _tables():
         [
             "id",
             "device",
-            "address",
+            "identity",
             "kind",
             "since",
             "until",
@@ -154,3 +154,33 @@ def test_any_duration_text_is_seconds_or_a_clear_error(text):
         assert "--for" in str(exc)
         return
     assert 0 < seconds <= 14 * 86400
+
+
+def test_lease_targets_are_matched_against_the_inventory_under_its_caps(repo):
+    from testbed.documents import load_inventory
+
+    inventory = load_inventory(repo / "playbooks/inventory/emulated-rack.yaml").model
+    hosts = sorted(n for n, d in inventory.devices.items() if d.kind == "gpu_host")
+    assert list(resolve_targets([f"{hosts[0][:-2]}[{hosts[0][-2:]}:{hosts[1][-2:]}]"], inventory)) == hosts[:2]
+    with pytest.raises(UserError, match="more than an inventory may hold"):
+        resolve_targets(["gpu[0:999999999]"], inventory)  # refused at once: nothing is listed
+
+
+def test_the_cluster_keeper_refuses_a_table_it_cannot_read_instead_of_starting_empty(tmp_path, monkeypatch):
+    from testbed.leases.ray_store import FILE_NAME, LeaseKeeper
+
+    monkeypatch.setenv("TESTBED_LEASE_DIR", str(tmp_path))
+    (tmp_path / FILE_NAME).write_text('{"version": 2, "leases": [{"lease": {"id": 3}}]}')
+    keeper = LeaseKeeper()
+    for call in (keeper.leases, lambda: keeper.acquire(OCS, BOB_RUN, "run", 60)):
+        with pytest.raises(RuntimeError, match=f"{tmp_path / FILE_NAME}.*cannot be read"):
+            call()
+    assert (tmp_path / FILE_NAME).exists()  # kept where it is, for a person to look at
+
+
+def test_the_cluster_keeper_keeps_its_table_across_a_restart(tmp_path, monkeypatch):
+    from testbed.leases.ray_store import LeaseKeeper
+
+    monkeypatch.setenv("TESTBED_LEASE_DIR", str(tmp_path))
+    (lease,) = LeaseKeeper().acquire(OCS, ALICE, "reservation", 3600, "evening")
+    assert [kept.id for kept in LeaseKeeper().leases()] == [lease.id]

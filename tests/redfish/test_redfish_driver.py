@@ -1,4 +1,4 @@
-"""The BMC driver (drivers/redfish.py) against the twin's emulated BMC: what a lab relies on when it powers a
+"""The BMC driver (drivers/redfish/bmc.py) against the twin's emulated BMC: what a lab relies on when it powers a
 host off and on through Redfish. Powering off really takes the host down (its job's processes die, its SSH
 port refuses); powering on brings SSH back; PowerState is read back each time; every exchange is audited,
 the password never.

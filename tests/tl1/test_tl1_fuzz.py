@@ -14,7 +14,7 @@ from tl1_harness import CALIENT, POLATIS, Local, Raw, ScriptedTl1, block, settin
 from drivers.errors import DeviceError, DeviceTimeout
 from drivers.tl1 import make_calient_tl1, make_polatis_tl1
 from drivers.tl1.calient import aid_of
-from drivers.transports.tl1 import Tl1Reader, parse_block
+from drivers.transports.tl1_messages import Tl1Reader, parse_block
 from emulators.frontends import TWIN_PASSWORD
 
 QUICK = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,5 +1,5 @@
 """A GPU server in the inventory: its GPUs, its optical ports (NICs cabled to the fabric), its rack, and the
-BMC that powers it (Redfish, drivers/redfish.py), if the lab has one for it.
+BMC that powers it (Redfish, drivers/redfish/bmc.py), if the lab has one for it.
 """
 
 from __future__ import annotations

@@ -335,7 +335,7 @@ def job_output(
 
 
 def _bmc(host: GpuHost, ctx: ProcedureContext, bmc: dict):
-    """The host's BMC driver (drivers/redfish.py), its traffic in the host's audit log. Made for each call and
+    """The host's BMC driver (drivers/redfish/bmc.py), its traffic in the host's audit log. Made for each call and
     logged out at its end: a BMC has a handful of session slots, and a session held between a run's calls
     would keep one for as long as the hub lives.
     """

@@ -17,7 +17,9 @@ TLS is always verified: against `ca_file` when the inventory names one (the CA t
 certificate, or that certificate itself, pinned), else against the CA bundle `requests` ships. The library
 turns verification off when it is given no CA file, so one is always given. `max_retry=0`: the library would
 otherwise retry a failed request ten times a second apart (a Reset included), which hides a dead BMC for
-ten seconds and can send a reset twice.
+ten seconds and can send a reset twice. The library's requests go through drivers.redfish.http's adapter: no
+redirect to another origin or to plain HTTP (the session token would follow it), one deadline per request
+(`timeout_s`, the whole request, not each read), at most 16 MiB of body.
 
 Every request is audited (method, path, body; status and body back) except credentials: a login is
 recorded as the user logging in, never the password, and session tokens are never recorded.
@@ -34,6 +36,7 @@ from urllib.parse import urlparse
 
 from drivers.audit import AuditSink, record
 from drivers.errors import DeviceCommandError, DeviceConnectionError, DeviceError, DeviceProtocolError, DeviceTimeout
+from drivers.redfish.http import BodyTooLarge, DeadlineExceeded, GuardedAdapter, RedirectRefused
 
 ROOT = "/redfish/v1"
 
@@ -202,6 +205,7 @@ class RedfishBmc:
                 cafile=ca,
                 timeout=s.timeout_s,
                 max_retry=0,
+                https_adapter=GuardedAdapter(self.address, s.timeout_s),
             )
         except RetriesExhaustedError as exc:
             raise self._transport_error(exc, sent, ca) from None
@@ -409,6 +413,41 @@ class RedfishBmc:
         import requests
 
         cause = exc.__cause__ or exc
+        if isinstance(cause, RedirectRefused):
+            return self._error(
+                DeviceProtocolError,
+                f"the BMC redirected the request to {cause.target}, another origin or plain HTTP: not followed, and "
+                "the session's token was not sent there",
+                sent=sent,
+                received=f"a redirect to {cause.target}",
+                hint="set bmc.address to the BMC's own https address (the one it redirects to, if that is the BMC), "
+                "or check who answers at this address",
+            )
+        if isinstance(cause, DeadlineExceeded):
+            return self._error(
+                DeviceTimeout,
+                f"no whole answer within {cause.seconds:g} s (the BMC answered too slowly, or not at all)",
+                sent=sent,
+                received="the connection was shut at the deadline",
+                hint="raise bmc.timeout_ms for a slow BMC; a BMC that answers a byte at a time is not well",
+            )
+        if isinstance(cause, BodyTooLarge):
+            return self._error(
+                DeviceProtocolError,
+                f"the BMC's answer is larger than {cause.limit} bytes, far more than a Redfish resource",
+                sent=sent,
+                received=f"more than {cause.limit} bytes (not read further)",
+                hint="check bmc.address: it must be the BMC's Redfish service",
+            )
+        if _timed_out(cause):
+            return self._error(
+                DeviceTimeout,
+                f"no answer within {self.settings.timeout_s:g} s",
+                sent=sent,
+                received=_reason(cause),
+                hint="check that bmc.address is the BMC's (its management network is reachable from this "
+                "machine); raise bmc.timeout_ms for a slow BMC",
+            )
         if isinstance(cause, requests.exceptions.SSLError):
             against = (
                 f"bmc.ca_file {self.settings.ca_file}" if self.settings.ca_file else "the default CA bundle (certifi's)"
@@ -420,15 +459,6 @@ class RedfishBmc:
                 received=_reason(cause),
                 hint="set bmc.ca_file in the inventory to the PEM file of the CA that signed the BMC's certificate "
                 "(or of the certificate itself, to pin it); verification is never turned off",
-            )
-        if isinstance(cause, requests.exceptions.Timeout):
-            return self._error(
-                DeviceTimeout,
-                f"no answer within {self.settings.timeout_s:g} s",
-                sent=sent,
-                received=_reason(cause),
-                hint="check that bmc.address is the BMC's (its management network is reachable from this "
-                "machine); raise bmc.timeout_ms for a slow BMC",
             )
         if isinstance(cause, OSError) and not isinstance(cause, requests.exceptions.RequestException):
             return self._error(
@@ -446,6 +476,28 @@ class RedfishBmc:
             hint="check bmc.address in the inventory (https://HOST[:PORT]) and that this machine reaches the "
             "BMC's management network",
         )
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether a read or a connection timed out, wherever requests put it (a body read that times out is raised as
+    a ConnectionError around urllib3's ReadTimeoutError).
+    """
+    import socket
+
+    import requests
+    from urllib3.exceptions import NewConnectionError
+    from urllib3.exceptions import TimeoutError as Urllib3Timeout
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, NewConnectionError):  # a refused connection (urllib3 files it under connect timeouts)
+            return False
+        if isinstance(exc, requests.exceptions.Timeout | Urllib3Timeout | socket.timeout):
+            return True
+        nested = exc.__cause__ or exc.__context__ or (exc.args[0] if exc.args else None)
+        exc = nested if isinstance(nested, BaseException) else None
+    return False
 
 
 def _extended_info(resp: Any) -> tuple[list[str], list[str]]:

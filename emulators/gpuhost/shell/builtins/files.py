@@ -1,0 +1,84 @@
+"""The host's files, inside its home: cd, pwd, mkdir, cat, ls; and how a tool reads one file."""
+
+from __future__ import annotations
+
+import os
+
+from emulators.gpuhost.shell.context import Context, PathEscape, Result
+
+
+def cd(args: list[str], ctx: Context) -> Result:
+    target = args[0] if args else str(ctx.home)
+    try:
+        path = ctx.resolve(target)
+    except PathEscape:
+        return "", f"bash: cd: {target}: Permission denied\n", 1
+    if not os.path.isdir(path):
+        return "", f"bash: cd: {target}: No such file or directory\n", 1
+    ctx.cwd = path
+    return "", "", 0
+
+
+def pwd(args: list[str], ctx: Context) -> Result:
+    return str(ctx.cwd) + "\n", "", 0
+
+
+def mkdir(args: list[str], ctx: Context) -> Result:
+    parents = "-p" in args or "--parents" in args
+    err, rc = "", 0
+    for d in (a for a in args if not a.startswith("-")):
+        try:
+            path = ctx.resolve(d)
+            path.mkdir(parents=parents, exist_ok=parents)
+        except PathEscape:
+            err, rc = err + f"mkdir: cannot create directory '{d}': Permission denied\n", 1
+        except FileExistsError:
+            err, rc = err + f"mkdir: cannot create directory '{d}': File exists\n", 1
+        except FileNotFoundError:
+            err, rc = err + f"mkdir: cannot create directory '{d}': No such file or directory\n", 1
+    return "", err, rc
+
+
+def read_file(tool: str, name: str, ctx: Context) -> tuple[bytes | None, str]:
+    """The bytes of file `name`; or None and the message `tool` prints when it cannot read it."""
+    try:
+        path = ctx.resolve(name)
+    except PathEscape:
+        return None, f"{tool}: {name}: Permission denied\n"
+    if os.path.isdir(path):  # not Path.is_dir: it raises on a name too long
+        return None, f"{tool}: {name}: Is a directory\n"
+    try:
+        return path.read_bytes(), ""
+    except FileNotFoundError:
+        return None, f"{tool}: {name}: No such file or directory\n"
+    except OSError as exc:
+        return None, f"{tool}: {name}: {exc.strerror}\n"
+
+
+def cat(args: list[str], ctx: Context) -> Result:
+    out, err, rc = [], "", 0
+    for name in args:
+        data, e = read_file("cat", name, ctx)
+        if data is None:
+            err, rc = err + e, 1
+        else:
+            out.append(data.decode(errors="replace"))
+    return "".join(out), err, rc
+
+
+def ls(args: list[str], ctx: Context) -> Result:
+    names = [a for a in args if not a.startswith("-")] or ["."]
+    out, err, rc = [], "", 0
+    for name in names:
+        try:
+            path = ctx.resolve(name)
+        except PathEscape:
+            err, rc = err + f"ls: cannot open directory '{name}': Permission denied\n", 2
+            continue
+        if os.path.isdir(path):
+            out.extend(sorted(p.name for p in path.iterdir()))
+        elif os.path.exists(path):
+            out.append(name)
+        else:
+            err, rc = err + f"ls: cannot access '{name}': No such file or directory\n", 2
+    return "".join(n + "\n" for n in out), err, rc

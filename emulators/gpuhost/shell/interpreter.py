@@ -1,0 +1,106 @@
+"""The interpreter: one exec request's command line run command by command, as `bash -c` would run it.
+
+Each simple command's words are expanded (`$!`, `$?`, `~`), then it runs as a built-in (builtins/) or as a job
+program on the host's allowlist (jobs.py). Nothing else runs: an unknown word gives
+`bash: X: command not found` (exit 127).
+"""
+
+from __future__ import annotations
+
+import os
+
+from emulators.gpuhost.host import GpuHostEngine
+from emulators.gpuhost.shell import jobs
+from emulators.gpuhost.shell.builtins import BUILTINS
+from emulators.gpuhost.shell.context import Context, PathEscape, Result
+from emulators.gpuhost.shell.output import Stream, streamed
+from emulators.gpuhost.shell.redirect import deliver
+from emulators.gpuhost.shell.syntax import Segment, ShellSyntaxError, parse_line, parse_simple
+
+SYNTAX_ERROR = 2  # bash's status for a command line it cannot parse
+NOT_FOUND = 127
+ENV_FAILED = 125  # env's own failure (its -C directory), before it runs anything
+
+
+class Shell:
+    """The command language of one emulated host: what its SSH exec channels run."""
+
+    def __init__(self, engine: GpuHostEngine) -> None:
+        self.engine = engine
+
+    def run(self, command: str, stream: Stream | None = None) -> Result:
+        """Run one exec request; returns (stdout, stderr, exit status). With a stream, the output goes to
+        it as it is produced and the returned stdout and stderr are empty.
+        """
+        # sshd hands the command to the shell as a C string: nothing after a NUL byte reaches it.
+        command = command.partition("\0")[0]
+        try:
+            segments = parse_line(command)
+        except ShellSyntaxError as exc:
+            return "", f"bash: {exc}\n", SYNTAX_ERROR
+        ctx = Context(engine=self.engine, cwd=self.engine.home, stream=stream)
+        if stream is not None:
+            ctx.out, ctx.err = streamed(stream)
+        rc, prev = 0, None
+        try:
+            for segment in segments:
+                if prev in (None, ";", "&") or (prev == "&&" and rc == 0) or (prev == "||" and rc != 0):
+                    rc = ctx.status = self._simple(segment, ctx)
+                prev = segment.separator
+                if ctx.exited:
+                    break
+        finally:
+            if not ctx.cancelled():
+                ctx.out.flush()
+        return "".join(ctx.out), "".join(ctx.err), rc
+
+    def _simple(self, segment: Segment, ctx: Context) -> int:
+        try:
+            command = parse_simple([expand(w, ctx) for w in segment.words])
+        except ShellSyntaxError as exc:
+            ctx.err.append(f"bash: {exc}\n")
+            return SYNTAX_ERROR
+        if not command.words:
+            return 0
+        cwd = ctx.cwd
+        if command.chdir is not None:
+            try:
+                cwd = ctx.resolve(command.chdir)
+            except PathEscape:
+                ctx.err.append(f"env: cannot change directory to '{command.chdir}': Permission denied\n")
+                return ENV_FAILED
+            if not os.path.isdir(cwd):
+                ctx.err.append(f"env: cannot change directory to '{command.chdir}': No such file or directory\n")
+                return ENV_FAILED
+        name, args = command.words[0], command.words[1:]
+        builtin = BUILTINS.get(name)
+        if builtin is not None:
+            try:
+                out, err, rc = builtin(args, ctx)
+            except OSError as exc:
+                if ctx.cancelled():
+                    raise  # the client went away while the builtin wrote to it: the server ends the session
+                # The file system refused what the builtin did not expect (a name too long, ...): say so as
+                # the tool would, with a status; an OSError reaching the SSH server means "client gone".
+                ctx.err.append(f"{name}: {exc.strerror or exc}\n")
+                return 1
+            return deliver(out, err, rc, command.redirections, ctx)
+        if "/" in name:
+            ctx.err.append(f"bash: {name}: No such file or directory\n")
+            return NOT_FOUND
+        program = self.engine.program_path(name)
+        if program is None:
+            ctx.err.append(f"bash: {name}: command not found\n")
+            return NOT_FOUND
+        return jobs.start(program, command, cwd, ctx, segment.background)
+
+
+def expand(word: str, ctx: Context) -> str:
+    """A word with the expansions this shell knows: `$!`, `$?`, and `~` at its start."""
+    if word == "$!":
+        return str(ctx.last_bg) if ctx.last_bg is not None else ""
+    if word == "$?":
+        return str(ctx.status)
+    if word == "~" or word.startswith("~/"):
+        return str(ctx.home) + word[1:]
+    return word

@@ -1,0 +1,218 @@
+"""The playbook's job as the engine runs it: its ranks and their hosts (the assignment a failover changes), and
+the parts it composes to launch and stop them, rewire their fabric, serve their fabric service, and inject and
+see faults. The steps that use a job (job.*, fault.*, failover) are in testbed/steps.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from testbed.config.sections import Job
+from testbed.contracts.errors import StepFailed, raise_failures
+from testbed.documents.inventory import Inventory
+from testbed.engine.job import injection
+from testbed.engine.job.direct_launcher import DirectLauncher
+from testbed.engine.job.fabric import fabric_step, rewire
+from testbed.engine.job.launcher import Launch, Launcher
+from testbed.engine.job.layout import Layout, RelayLink
+from testbed.engine.job.ports import free_ports, lab_ports
+from testbed.engine.job.ranks import Rank, ranks_of
+from testbed.engine.job.torchrun_launcher import TorchrunLauncher
+from testbed.events import Op
+from testbed.fabric_service.serving import ServedFabric
+
+LAUNCHERS: dict[str, Launcher] = {"direct": DirectLauncher(), "torchrun": TorchrunLauncher()}
+
+
+class JobController:
+    """The playbook's job: its ranks, their hosts (the assignment, which a failover changes), the fabric
+    that connects them, and the watchers that see them fail.
+    """
+
+    def __init__(
+        self,
+        coordinator,
+        job: Job,
+        address_of: Callable[[str], str],
+        *,
+        inventory: Inventory | None = None,
+        managed: dict[str, tuple[int, ...]] | None = None,
+        seed: int = 0,
+        link: RelayLink | None = None,
+        plane: Callable[[], dict] | None = None,
+    ) -> None:
+        self.c = coordinator  # testbed.engine.coordinator.Coordinator; its dispatcher has a watcher per host
+        self.job = job
+        self.address_of = address_of  # host -> the address its ranks are reached at (data plane)
+        self.inventory = inventory
+        self.managed = managed or {}  # switch -> ports the job's fabric owns
+        self.seed = seed
+        self._rng = random.Random()  # listen ports of emulated ranks: any free ones, not part of the experiment
+        # the twin's data-plane relay, so a rank reaches its neighbour only along circuits the switches hold
+        # (None: direct, as on a lab)
+        self.link = link
+        self.plane = plane  # the twin's data plane's state (relays and their byte counts); None on a lab
+        self.spare_use: dict[str, int] = {}
+        self.failovers = 0
+        self.launches = 0  # each launch names its ranks' jobs afresh: a log read from its start is this launch's
+        self.ports: list[int] = []  # rank -> its listen port, in the last launch
+        self.handles: dict[int, dict] = {}  # rank -> job handle (pid, log) while running
+        self.launchers: dict[str, dict] = {}  # host -> its torchrun's job handle (launcher: torchrun)
+        self.served = None  # the fabric service while the job runs (job.fabric_service), a ServedFabric
+        # More of a rank's environment, computed at launch once its listen ports are known (rail.train's routes)
+        self.rank_env: Callable[[Rank], dict[str, str]] | None = None
+        self.assign(list(job.ranks))
+
+    def assign(self, hosts: list[str]) -> None:
+        """hosts[rank] runs that rank (a failover puts a spare in the failed rank's place)."""
+        self.assignment = hosts
+        self.ranks = ranks_of(hosts)
+
+    @property
+    def launcher(self) -> Launcher:
+        return LAUNCHERS[self.job.launcher]
+
+    # --- start / stop ---------------------------------------------------------------------------
+
+    def require_running(self, label: str) -> None:
+        if len(self.handles) != len(self.ranks):
+            raise StepFailed(f"{label}: the job is not running; add a job.start step before it")
+
+    def start(self, step) -> None:
+        """job.start: the fabric, every rank, and steady progress on all of them (step: wait_steps, timeout_s)."""
+        if self.handles:
+            raise StepFailed("job.start: the job is already running; add a job.stop step before starting it again")
+        self.assign(list(self.job.ranks))  # every trial starts from the playbook's assignment
+        if self.job.fabric is not None:
+            self.apply_fabric(step.label)
+        if self.job.fabric_service is not None:
+            self.close_service()
+            self.served = ServedFabric(self.c, self.c.plan.fabric_service, ranks=len(self.ranks), label=step.label)
+        self.launch(step.label)
+        if step.wait_steps > 0:
+            self._wait(step.label, self.ranks, self.job.progress, step.wait_steps, step.timeout_s)
+        self.c.recorder.emit("mark", Op.JOB_READY, step=step.label, data={"ranks": len(self.ranks)})
+
+    def launch(
+        self, label: str, watch: int | None = None, timeout_s: float = 120.0
+    ) -> tuple[dict[int, object], object | None]:
+        """Start every rank at once; returns each rank's start result (its job_started mark) and, for the
+        rank `watch`, the result of following its log to its ready line (job_ready) and on to its first
+        training step (first_step).
+
+        The watch follows the start in the same actor program, so it is live within milliseconds of the
+        launch, long before the job can print: every line is marked when it arrives, never when a watch
+        started late finds it already written. One rank is enough: its ready line follows an all-reduce
+        with every rank, and the job's failures reach it too (its peers' deaths end it). Watching every
+        rank's ready line made those results, and Ray's traffic for them, arrive just as the first step
+        did, and delayed seeing it (the twin's ground truth showed both biases).
+        """
+        if self.served is not None:
+            self.served.relaunched()
+        layout = Layout.of(self.ranks, self._listen_ports(), self.address_of, fabric=self.job.fabric, link=self.link)
+        self.ports = layout.ports  # before the launch: a step's rank_env reads them
+        self.launches += 1
+        launch = Launch(
+            label=label,
+            number=self.launches,
+            job=self.job,
+            layout=layout,
+            run_id=str(self.c.recorder.run_id),
+            service_env=self.served.env() if self.served is not None else {},
+            rank_env=self.rank_env,
+            watch=watch,
+            timeout_s=timeout_s,
+        )
+        launcher = self.launcher
+        started = launcher.started(launch, self.c.dispatch(launcher.programs(launch)))
+        self.handles.update(started.handles)
+        self.launchers.update(started.launchers)
+        raise_failures(started.failures)  # the watch's failure is the caller's to raise, after its marks
+        return started.results, started.watched
+
+    def _listen_ports(self) -> list[int]:
+        """Where each rank listens, then rank 0's rendezvous port: the playbook's on a lab, free ones in the twin."""
+        if self.link is None:
+            return lab_ports(self.job.port, len(self.ranks))
+        return free_ports(len(self.ranks) + 1, self._rng)
+
+    def _wait(
+        self,
+        label: str,
+        ranks: list[Rank],
+        progress: str,
+        min_step: int,
+        timeout_s: float,
+        mark: str = Op.FIRST_STEP,
+    ) -> dict[int, object]:
+        """Wait until each rank's log shows `progress` at min_step or later (marked `mark`)."""
+        programs: dict[str, list] = {}
+        for r in ranks:
+            args = {"job": self.handles[r.index], "progress": progress, "min_step": min_step, "max_s": timeout_s}
+            programs.setdefault(r.host, []).append((label, "gpu.wait_step", {**args, "mark": mark}))
+        out = {}
+        for host, results in self.c.dispatch(programs).items():
+            raise_failures(results)
+            for r, result in zip([r for r in ranks if r.host == host], results, strict=True):
+                out[r.index] = result
+        return out
+
+    def close_service(self) -> None:
+        """End the job's fabric service (job.stop, a failed trial, the run's end); nothing if none runs."""
+        served, self.served = self.served, None
+        if served is not None:
+            served.close()
+
+    def stop(self, label: str = "stop job", *, end_service: bool = True) -> None:
+        """Stop every rank, then (unless a relaunch follows: a failover) the job's fabric service."""
+        try:
+            self._stop(label)
+        finally:
+            if end_service:
+                self.close_service()  # after the ranks: none of them sees its service go before it stops
+
+    def _stop(self, label: str) -> None:
+        if not self.handles and not self.launchers:
+            return
+        programs = self.launcher.stop_programs(label, self.ranks, self.handles, self.launchers)
+        self.handles.clear()
+        self.launchers.clear()
+        for results in self.c.dispatch(programs).values():
+            raise_failures(results)
+
+    # --- the fabric ------------------------------------------------------------------------------
+
+    def apply_fabric(self, label: str, hosts: list[str] | None = None) -> dict:
+        """Make the switches hold the job's topology over the current assignment (or `hosts`: the minimal
+        change, on every switch at once); returns each switch's result with its sent / acked / lit marks.
+        """
+        hosts = self.assignment if hosts is None else hosts
+        return rewire(self.c, fabric_step(self.job.fabric, hosts, self.inventory, self.managed, label), label)
+
+    # --- faults and detection ---------------------------------------------------------------------
+
+    def fault_data(self, kind: str, target: Rank) -> dict:
+        """The fault's description in its events: what hit which rank (`testbed heal` needs the pid)."""
+        return injection.fault_data(kind, target, self.handles)
+
+    def heal(self, step, target: Rank, job: dict, data: dict) -> None:
+        injection.heal(self.c, step, target, job, data)
+
+    def inject_and_detect(self, step, *, heal: bool, on_detect: Callable[[int], None] | None = None):
+        """Watch every rank, inject the fault once all are watching, wait for the first detection and stop
+        the job (so every other watch ends). Heals the fault at once when `heal`; otherwise the caller heals.
+        Returns (the rank hit, injection ns, the first detection (rank, ns, value), its job handle).
+        """
+        self.require_running(step.label)
+        return injection.inject_and_detect(
+            self.c,
+            self.ranks,
+            self.handles,
+            self.job.progress,
+            step,
+            heal_at_once=heal,
+            # a failover relaunches the ranks with the same service
+            stop=lambda: self.stop(label=step.label, end_service=False),
+            on_detect=on_detect,
+        )

@@ -1,0 +1,104 @@
+"""Seeing a rank fail: a watcher per rank, on a second actor per host (its own SSH connection, two threads) so
+that watching never blocks the host's actor. Every rank is watched from before a fault is injected until the
+failure is seen; the first failure names the rank that failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from testbed.engine.job.ranks import Rank
+from testbed.events import Op
+
+WATCH_READY_TIMEOUT_S = 20.0
+# What gpu.watch_job reports when the host itself shows the fault, not just the process's exit.
+HARDWARE_FAILURES = {"gpu_lost", "xid"}
+
+Detection = tuple[int, int, dict]  # (rank, failure_detected ns, the watch_job value)
+
+
+def watcher(host: str) -> str:
+    """The name of a host's watcher actor (its second connection, which follows the rank's log)."""
+    return f"{host} (watcher)"
+
+
+def failed_rank(detections: list[Detection]) -> Detection | None:
+    """Which rank failed, from every watcher's (rank, failure_detected ns, watch_job value): the earliest
+    with hardware evidence (a GPU lost, a new Xid), else the earliest. When a rank dies its peers exit too,
+    as their ring breaks, and a peer's watcher can see its own rank's exit first: its `tail --pid` checks
+    right after the peer's last words, the failed rank's only at its next heartbeat.
+    """
+    evidence = [d for d in detections if d[2].get("detected") in HARDWARE_FAILURES]
+    return min(evidence or detections, key=lambda d: d[1], default=None)
+
+
+class Watches:
+    """Every rank's watcher over one fault step (step: heartbeat_s, stall_timeout_s, timeout_s, label), started
+    together, each following its rank's job for `progress`.
+    """
+
+    def __init__(self, coordinator, ranks: list[Rank], step, pending: dict) -> None:
+        self.c = coordinator
+        self.ranks = ranks
+        self.step = step
+        self.pending = pending  # rank -> its watcher's call
+
+    @classmethod
+    def start(cls, coordinator, ranks: list[Rank], handles: dict[int, dict], progress: str, step) -> Watches:
+        """Start every rank's watcher, each recorded (`gpu.watch_job` invoked) as it is started."""
+        pending = {}
+        for r in ranks:
+            kwargs = {
+                "job": handles[r.index],
+                "heartbeat_s": step.heartbeat_s,
+                "stall_timeout_s": step.stall_timeout_s,
+                "progress": progress,
+                "max_s": step.timeout_s,
+            }
+            coordinator.recorder.emit("invoke", "gpu.watch_job", device=r.host, step=step.label, data={"rank": r.index})
+            pending[r.index] = coordinator.dispatcher.call(watcher(r.host), "run_program", [("gpu.watch_job", kwargs)])
+        return cls(coordinator, ranks, step, pending)
+
+    def ready(self) -> bool:
+        """Wait until every watcher is watching (or WATCH_READY_TIMEOUT_S); whether all of them are."""
+        dispatcher = self.c.dispatcher
+        watching = [
+            dispatcher.call(watcher(r.host), "wait_mark", "watching", WATCH_READY_TIMEOUT_S) for r in self.ranks
+        ]
+        return all([w.result() for w in watching])
+
+    def first_failure(
+        self, stop: Callable[[], None], on_detect: Callable[[int], None] | None = None
+    ) -> Detection | None:
+        """Wait for the first watcher to see a failure, `stop` the job (so every other watch ends), then record
+        every watcher's outcome. Returns (rank, detection time, its value) or None. `on_detect(rank)` runs as
+        soon as a failure is seen, before the job is torn down (a failover starts rewiring then).
+        """
+        dispatcher = self.c.dispatcher
+        limit = self.step.timeout_s + WATCH_READY_TIMEOUT_S
+        if on_detect is not None:
+            # React to the milestone itself, not to the procedure's return: after marking failure_detected
+            # a watcher still takes a health probe for the evidence, which the failover need not wait for.
+            # (Once the job is stopped every watcher marks an exit, so none of these waits lingers.)
+            seen = {
+                dispatcher.call(watcher(self.ranks[rank].host), "wait_mark", Op.FAILURE_DETECTED, limit): rank
+                for rank in self.pending
+            }
+            waiting = list(seen)
+            while waiting:
+                done, waiting = dispatcher.wait(waiting, timeout=limit)
+                if not done:
+                    break
+                if done[0].result():
+                    on_detect(seen[done[0]])
+                    break
+        dispatcher.wait(list(self.pending.values()), timeout=limit)
+        stop()
+        detections = []
+        for rank, call in self.pending.items():
+            (result,) = call.result()  # a watcher that died raises ActorLost: the trial fails as info
+            self.c.record(self.ranks[rank].host, self.step.label, "gpu.watch_job", result)
+            mark = result.marks.get(Op.FAILURE_DETECTED) if result.status == "ok" else None
+            if mark and (result.value or {}).get("detected"):
+                detections.append((rank, mark[0], result.value))
+        return failed_rank(detections)

@@ -1,0 +1,35 @@
+"""The failure watch's command and how it reads a log line (drivers/gpuhost/watch.py), on the text alone."""
+
+from __future__ import annotations
+
+import re
+
+from drivers.capabilities import JobHandle, WatchEvent
+from drivers.gpuhost.watch import line_event, watch_command
+
+JOB = JobHandle("gpu01", "train", 4242, "testbed-jobs/my train/train.log", "testbed-jobs/my train")
+STEP = re.compile(r"step (\d+)")
+
+
+def test_the_watch_follows_the_log_until_the_pid_is_gone():
+    assert watch_command(JOB, 0.05, 0) == "tail -n 0 -s 0.05 --pid=4242 -F 'testbed-jobs/my train/train.log'"
+
+
+def test_the_whole_log_first_or_its_last_lines():
+    assert watch_command(JOB, 0.25, None).startswith("tail -n +1 -s 0.25 ")
+    assert watch_command(JOB, 1.0, 20).startswith("tail -n 20 -s 1 ")
+
+
+def test_a_line_matching_the_progress_pattern_is_progress_with_its_step():
+    assert line_event(b"step 12 loss 0.3\r", STEP, 99) == WatchEvent("progress", "step 12 loss 0.3", 12, 99)
+
+
+def test_any_other_line_is_a_line_and_bytes_that_are_not_utf8_survive():
+    assert line_event(b"loading \xff data", STEP, 5) == WatchEvent("line", "loading \\xff data", None, 5)
+    assert line_event(b"step 3", None, 5) == WatchEvent("line", "step 3", None, 5)
+
+
+def test_a_match_that_is_not_a_number_is_progress_without_a_step():
+    assert line_event(b"step ab", re.compile(r"step (\w+)"), 1) == WatchEvent("progress", "step ab", None, 1)
+    assert line_event(b"step \xc2\xb2", re.compile(r"step (\w+)"), 1).step is None  # '²' is a digit to str, not to int
+    assert line_event(b"epoch done", re.compile(r"epoch"), 1) == WatchEvent("progress", "epoch done", None, 1)
