@@ -19,7 +19,7 @@ from rich.console import Console
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
-PROJECT_PACKAGES = ("testbed", "drivers", "emulators")
+PROJECT_PACKAGES = ("testbed", "drivers", "emulators", "hostside")
 
 
 def compile_project() -> None:
