@@ -6,9 +6,10 @@ switch answers on SCPI, TL1 and NETCONF at once. The twin starts the front ends 
 A front end is a class `Frontend(engine, spec)` with `async start(loop) -> {role: endpoint}` and
 `async close()`, named here as "module:Class" and imported only when a switch uses it.
 
-The emulated switches accept their user (OcsSpec.user) with TWIN_PASSWORD: a twin listens on 127.0.0.1
-only, so the password is no secret; the framework hands it to its drivers through the environment variable
-TWIN_PASSWORD_ENV (testbed/twin/bridge.py), never through a file.
+The emulated switches (and BMCs) accept their user (OcsSpec.user) with the twin's password (TwinSpec.password,
+`twin_password()` in the twin's process): TWIN_PASSWORD unless the twin was given another, as `testbed run --emulate`
+and `testbed emulate` give each twin a random one. The framework hands it to its drivers through the environment
+variable TWIN_PASSWORD_ENV (testbed/twin/bridge.py), never through a file.
 """
 
 from __future__ import annotations
@@ -21,8 +22,19 @@ FRONTENDS: dict[str, str] = {
     "netconf": "emulators.netconf.frontend:NetconfFrontend",
 }
 
-TWIN_PASSWORD = "twin"  # noqa: S105 (a loopback-only emulator's published password, not a secret)
+TWIN_PASSWORD = "twin"  # noqa: S105 (the published default, TwinSpec.password's, for a twin started by hand)
 TWIN_PASSWORD_ENV = "TESTBED_TWIN_PASSWORD"  # noqa: S105 (the name of a variable, not a password)
+_password = TWIN_PASSWORD
+
+
+def twin_password() -> str:
+    """The password this process's twin accepts (one twin per process: set once it starts)."""
+    return _password
+
+
+def set_twin_password(password: str) -> None:
+    global _password
+    _password = password
 
 
 def frontend_class(name: str) -> type:

@@ -57,6 +57,10 @@ class TwinSpec:
     # kind -> ("module:SpecClass", "module:AdapterClass") for kinds beyond emulators/kinds.py's own: a device
     # family from another package names its emulator here.
     kinds: dict = field(default_factory=dict)
+    # What the twin's switches (TL1, NETCONF) and BMCs accept with their user. The default is published (for a twin
+    # a test starts by hand); `testbed run --emulate` and `testbed emulate` give each twin a random one, since
+    # other accounts of the machine reach 127.0.0.1 too.
+    password: str = "twin"  # noqa: S105
 
     def to_json(self) -> str:
         out: dict = {"devices": [asdict(d) for d in self.devices]}
@@ -70,6 +74,7 @@ class TwinSpec:
             out["trunks"] = [dict(t) for t in self.trunks]
         if self.truth_log:
             out["truth_log"] = self.truth_log
+        out["password"] = self.password
         return json.dumps(out)
 
     @classmethod
@@ -97,6 +102,15 @@ class TwinSpec:
         truth_log = raw.get("truth_log")
         if truth_log is not None and not isinstance(truth_log, str):
             raise ValueError(f"truth_log must be a file path, got {truth_log!r}")
+        password = raw.get("password", cls.password)
+        if not isinstance(password, str) or not password:
+            raise ValueError("password must be a non-empty string")
         return cls(
-            devices=devices, fault_proxy=fault_proxy, fibres=fibres, trunks=trunks, truth_log=truth_log, kinds=kinds
+            devices=devices,
+            fault_proxy=fault_proxy,
+            fibres=fibres,
+            trunks=trunks,
+            truth_log=truth_log,
+            kinds=kinds,
+            password=password,
         )

@@ -53,7 +53,7 @@ Twin-wide control ops ("device": null):
 
 BMCs: every GPU host also has a BMC speaking Redfish on HTTPS (emulators/redfish), announced with the host's
 endpoints as "redfish" (https://127.0.0.1:PORT), "redfish_ca" (the certificate to verify it with) and
-"redfish_user" (its password is emulators.frontends.TWIN_PASSWORD). Its ComputerSystem.Reset ForceOff / On
+"redfish_user" (its password is the twin's: TwinSpec.password). Its ComputerSystem.Reset ForceOff / On
 are the host's power_off / power_on. The BMCs are not behind the fault proxy.
 
 Other twin-wide ops: ping; clock (the twin's CLOCK_MONOTONIC); endpoints; truth.open path (the ground
@@ -111,6 +111,9 @@ class TwinServer:
         names = [d.name for d in spec.devices]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate device names in twin spec: {names}")
+        from emulators.frontends import set_twin_password
+
+        set_twin_password(spec.password)  # what this process's switches and BMCs accept
         self.devices: dict[str, EmulatedDevice] = {d.name: build_device(d, spec.kinds) for d in spec.devices}
         self.fault_proxy = spec.fault_proxy
         self._seeds = {d.name: int(getattr(d, "seed", 0)) for d in spec.devices}
@@ -149,12 +152,12 @@ class TwinServer:
         hosts = {n: d for n, d in self.devices.items() if d.kind == "gpu_host" and hasattr(d, "engine")}
         if not hosts:
             return
-        from emulators.frontends import TWIN_PASSWORD
+        from emulators.frontends import twin_password
         from emulators.redfish import TWIN_BMC_USER, RedfishServer
 
         self.bmcs = RedfishServer()
         for name, host in hosts.items():
-            self.endpoints.devices[name].update(self.bmcs.add(name, host.engine, TWIN_BMC_USER, TWIN_PASSWORD))
+            self.endpoints.devices[name].update(self.bmcs.add(name, host.engine, TWIN_BMC_USER, twin_password()))
         self.bmcs.start()
 
     async def _put_proxy_in_front(self, name: str, endpoints: dict[str, str]) -> dict[str, str]:

@@ -51,3 +51,64 @@ def testbed_run(repo) -> Callable[..., Path]:
         return Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
 
     return run
+
+
+# --- every run a test makes closes its operations and heals its faults ------------------------------------------
+
+# What `testbed check` says of each run folder a test leaves (the other checks are the tests' own business).
+HISTORY_CHECKS = ("every invoke closed", "every fault healed")
+_unchecked: list[Path] = []  # the folders of tests whose runs are meant to leave something open
+_checked: set[Path] = set()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "unchecked_history(reason): this test's runs are meant to leave an operation open or a fault active "
+        "(a runner killed and not healed, a history damaged on purpose)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def every_run_closes_its_operations_and_heals_its_faults(request, tmp_path):
+    """After the test, `testbed check`'s history checks pass on every run folder under its tmp_path: whatever ends
+    a step, its faults are healed and its operations closed.
+    """
+    yield
+    if request.node.get_closest_marker("unchecked_history"):
+        _unchecked.append(tmp_path)
+        return
+    problems = _history_problems(tmp_path)
+    assert problems == {}, f"runs that left an operation open or a fault active: {problems}"
+
+
+def _history_problems(root: Path) -> dict[str, list[str]]:
+    from testbed.contracts.errors import UserError
+    from testbed.ops.check import check_run
+
+    problems = {}
+    for run_json in sorted(root.rglob("run.json")):
+        folder = run_json.parent
+        if folder in _checked or not (folder / "events.jsonl").exists():
+            continue
+        _checked.add(folder)
+        try:
+            result = check_run(folder)
+        except UserError:
+            continue  # not a run's folder (a test's own damaged copy): its test says what it expects
+        found = [p for name in HISTORY_CHECKS for p in result.checks.get(name, [])]
+        if found:
+            problems[str(folder)] = found
+    return problems
+
+
+@pytest.fixture(scope="session", autouse=True)
+def every_fixture_run_closes_its_operations_and_heals_its_faults(tmp_path_factory):
+    """The runs of module and session fixtures (outside any one test's tmp_path), checked at the session's end."""
+    yield
+    problems = {
+        folder: found
+        for folder, found in _history_problems(tmp_path_factory.getbasetemp()).items()
+        if not any(Path(folder).is_relative_to(excluded) for excluded in _unchecked)
+    }
+    assert problems == {}, f"runs that left an operation open or a fault active: {problems}"

@@ -37,3 +37,37 @@ def _closed(fd: int) -> bool:
     except OSError:
         return True
     return False
+
+
+def test_heal_ends_nothing_for_a_folder_that_is_not_a_ray_session(tmp_path):
+    """run.json names the folder whose processes heal ends: one changed to name another folder (/, a home, a
+    link to a session) has no process ended for it, and heal says so.
+    """
+    import socket
+
+    from testbed.engine.ray_session import session_folder_problem
+    from testbed.ops.heal import HealReport, _end_ray_leftovers
+
+    (tmp_path / "held").write_text("")  # the bystander holds a file in the folder: heal would end it, were it to act
+    hold = "import time; f = open('held'); time.sleep(60)"
+    bystander = subprocess.Popen([sys.executable, "-c", hold], cwd=tmp_path)
+    try:
+        session = tmp_path / "session_2026-11-26_10-00-00_000001_1"
+        (session / "logs").mkdir(parents=True)
+        (session / "sockets").mkdir()
+        (tmp_path / "link").symlink_to(session)
+        assert "not named as Ray names" in session_folder_problem("/")
+        for named, why in (
+            (str(tmp_path), "not named as Ray names"),
+            (str(tmp_path / "link"), "a symbolic link"),
+            ("relative/session_x", "not an absolute path"),
+        ):
+            report = HealReport()
+            info = {"ray": {"session_dir": named}, "runner": {"hostname": socket.gethostname()}}
+            _end_ray_leftovers(info, recorder=None, report=report)
+            assert bystander.poll() is None  # a process holding a file in the folder: not touched
+            assert report.done == [] and why in report.problems[0], (named, report.problems)
+        assert session_folder_problem(str(session)) is None  # a Ray session's folder is believed
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -3,7 +3,7 @@
 Built, like the GPU hosts' SSH server (emulators/gpuhost/server.py), on emulators/sshserver.py, and sharing their
 key store: one Ed25519 host key per switch listed in the twin's known_hosts under `[127.0.0.1]:<port>`, and the
 twin's one client key. The switch's user (OcsSpec.user) logs in with that key or with
-emulators.frontends.TWIN_PASSWORD.
+the twin's password (emulators.frontends.twin_password()).
 
 Each channel that asks for the subsystem is one NETCONF session, served on a thread of its own: framing
 (emulators/netconf/framing.py) and XML (emulators/netconf/server.py) are handled there, and every access to the
@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import paramiko
 
-from emulators.frontends import TWIN_PASSWORD
+from emulators.frontends import twin_password
 from emulators.gpuhost.keys import keystore, new_ed25519
 from emulators.netconf.framing import FrameReader, FramingError, frame
 from emulators.netconf.replay import NetconfReplay
@@ -112,7 +112,7 @@ class NetconfFrontend(SshListener):
             self._keys = None
 
     def interface(self) -> _SubsystemInterface:
-        return _SubsystemInterface(self.spec.user, self._keys.client_key, TWIN_PASSWORD)
+        return _SubsystemInterface(self.spec.user, self._keys.client_key, twin_password())
 
     # -- one NETCONF session ----------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ moving ports and light. What the dialects accept, answer and deny: docs/protocol
 
 Behaviour common to both dialects (the emulator's choices, each an option where it matters):
 - every command but ACT-USER needs a login on its connection (DENY PLNA); the user is the spec's, the
-  password emulators.frontends.TWIN_PASSWORD; a wrong one is DENY PIUI, whichever of the two was wrong;
+  password the twin's (emulators.frontends.twin_password()); a wrong one is DENY PIUI, whichever of the two was wrong;
 - a command that moves mirrors is answered COMPLD once the move has settled (`compld_after_settle`):
   COMPLD means "completed", and TL1 has no `*OPC?`; if that is more than `ack_after_s` away, `IP <ctag>`
   and `<` go out at once (the in-progress acknowledgment);
@@ -26,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from emulators.frontends import TWIN_PASSWORD
+from emulators.frontends import twin_password
 from emulators.scpi.ocs import PolatisEngine, SwitchRefused
 from emulators.spec import OcsSpec
 from emulators.tl1 import grammar as g
@@ -195,7 +195,7 @@ class Tl1Frontend:
 
     def _act_user(self, session: Tl1Session, command: Command, now: float) -> list[str]:
         user, password = g.unquote(command.aid), g.unquote(command.payload(0))
-        if user != self.spec.user or password != TWIN_PASSWORD:
+        if user != self.spec.user or password != twin_password():
             raise Tl1Error("PIUI", "login refused: unknown user or wrong password")
         already = session.user is not None
         session.user = user

@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from emulators.frontends import TWIN_PASSWORD
+from emulators.frontends import twin_password
 from emulators.scpi.replay import Exchange
 
 # A response's first line after the header: `M  <ctag> <completion code>` (§8.3).
@@ -180,7 +180,7 @@ class Tl1Replay:
     def exchange(self, message: str, now: float) -> Exchange:
         if _LOGIN.match(message):
             self._connect()
-            message = _MASKED_LOGIN.sub(lambda m: m.group(1) + TWIN_PASSWORD, message, count=1)
+            message = _MASKED_LOGIN.sub(lambda m: m.group(1) + twin_password(), message, count=1)
         self._sent = []
         assert self._session is not None
         self._session.receive(message.encode("latin-1", errors="replace"), now)

@@ -130,6 +130,7 @@ def load_yaml(path: str | Path) -> LocatedData:
 
 def parse_yaml(text: str, name: str = "<string>") -> LocatedData:
     try:
+        _refuse_deep_nesting(text, name)  # before composing: PyYAML's composer recurses once per level
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -160,6 +161,24 @@ def parse_yaml(text: str, name: str = "<string>") -> LocatedData:
 
 
 MAX_NODES = 200_000  # far above any real lab file; a "billion laughs" of aliases stops here
+MAX_DEPTH = 64  # mappings and lists inside each other; a lab file nests a handful deep
+
+
+def _refuse_deep_nesting(text: str, name: str) -> None:
+    """ConfigError at the line where the nesting goes deeper than MAX_DEPTH, read from PyYAML's event stream
+    (which does not recurse), before anything that does.
+    """
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1
+                raise ConfigError(
+                    [ConfigProblem(name, line, "", f"nested more than {MAX_DEPTH} deep: not an inventory or playbook")]
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 class _TooLarge(Exception):

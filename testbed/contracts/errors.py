@@ -58,10 +58,27 @@ class ActorDied(ExperimentFailed):
         super().__init__(f"the actor of {', '.join(devices)} died during a call ({detail}); Ray restarts it")
 
 
+class OutcomeUnknown(StepFailed):
+    """A step did not succeed, and one of its device operations may or may not have happened (an `info`
+    outcome: a timeout after a write, a lost actor).
+    """
+
+
 def raise_failures(results) -> None:
-    """StepFailed with every error among these results (None: a call not run after an earlier failure)."""
+    """StepFailed with every error among these results (None: a call not run after an earlier failure);
+    OutcomeUnknown when one of them may have happened all the same.
+    """
     failed = [r for r in results if r is None or r.status != "ok"]
     if failed:
-        raise StepFailed(
-            "\n".join((r.error or f"{r.device}: {r.procedure} failed") if r else "not run" for r in failed)
-        )
+        text = "\n".join((r.error or f"{r.device}: {r.procedure} failed") if r else "not run" for r in failed)
+        unknown = any(r is not None and r.status == "info" for r in failed)
+        raise (OutcomeUnknown if unknown else StepFailed)(text)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is: the step's faults are healed, teardown runs, the fabric is read back."""
+
+
+def interruption(exc: KeyboardInterrupt) -> str:
+    """What stopped a run, in the words its events and summary use."""
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"

@@ -32,6 +32,11 @@ class Inventory(Strict):
         description="switch-to-switch fibres, one direction each: {from, egress, to, ingress, loss_db}",
     )
     spares: list[Name] = Field(default_factory=list)
+    controller_address: str | None = Field(
+        None,
+        description="this control host's address on the lab network, where the GPU hosts reach the services a run "
+        "starts on it (the job's fabric service); default: found from the route to each host",
+    )
 
     def switches(self) -> dict[str, SwitchConfig]:
         """Devices that hold circuits between ports (fibres and trunks land on them)."""

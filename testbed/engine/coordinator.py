@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from testbed.contracts.errors import ActorDied, ExperimentFailed, StepFailed, raise_failures
+from testbed.contracts.errors import ActorDied, ExperimentFailed, StepFailed, interruption, raise_failures
 from testbed.engine.device_actor import OpResult
 from testbed.engine.dispatch import ActorLost, CallTimeout, Dispatcher
 from testbed.events import Event, InvokeLedger, Op
@@ -143,11 +143,16 @@ class Coordinator:
             for device, program in programs.items()
         }
         done, died = {}, {}
-        for device, call in pending.items():
-            try:
-                done[device] = call.result()
-            except ActorLost as exc:
-                died[device] = str(exc)
+        try:
+            for device, call in pending.items():
+                try:
+                    done[device] = call.result()
+                except ActorLost as exc:
+                    died[device] = str(exc)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM while the devices work: what they did is unknown
+            reason = f"outcome unknown: {interruption(exc)} before the device answered"
+            self._close_unanswered(programs, done, reason)
+            raise
         out: dict[str, list[OpResult | None]] = {}
         for device, program in programs.items():
             if device in died:
@@ -166,6 +171,20 @@ class Coordinator:
                 self._observe_after_death(list(died))
             raise ActorDied(list(died), next(iter(died.values())))
         return out
+
+    def _close_unanswered(self, programs: dict[str, list[Call]], done: dict, reason: str) -> None:
+        """Close as `info` the invokes of a dispatch abandoned before its devices answered (their audit records
+        are not collected: the calls may still be running on the actors).
+        """
+        for device, program in programs.items():
+            if device in done:
+                results = list(done[device]) + [None] * (len(program) - len(done[device]))
+                for (label, procedure, _), result in zip(program, results, strict=True):
+                    self.record(device, label, procedure, result)
+                continue
+            for label, procedure, _ in program:
+                data = {"error": reason, "error_type": "Interrupted", "audit_lost": True}
+                self.recorder.emit("info", procedure, device=device, step=label, data=data)
 
     def check_leases(self) -> None:
         """Before any command: the run's leases still certainly held (a lab), else LeaseLapsed, recorded once."""

@@ -73,6 +73,10 @@ UP_TIMEOUT_S = 120.0  # the head's whole start: Ray's own budgets are within it
 STOP_TIMEOUT_S = 15.0  # Ray gives each process a second on SIGTERM, then kills it
 
 
+class PrivateStartUnavailable(Exception):
+    """The installed Ray lacks (or changed) an internal this start uses: start it with a plain ray.init instead."""
+
+
 class LocalHead:
     """The private local instance's head process, started at once (a Popen: a few milliseconds). `wait_up`
     gives its address; `stop` ends it. Raises nothing at start: a head that cannot start says so in wait_up.
@@ -105,6 +109,9 @@ class LocalHead:
             answer = json.loads(line) if line else {}
         except ValueError:
             answer = {"error": f"it printed {line[:200]!r}"}
+        if "fallback" in answer:  # Ray's internals changed: nothing was started; the session starts Ray its own way
+            self.stop(wait=True)
+            raise PrivateStartUnavailable(str(answer["fallback"]))
         if "address" not in answer:
             printed = self._printed()
             self.stop(wait=True)
@@ -165,6 +172,10 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (LocalHead sets this process's single-machine mode)
     try:
         import ray
+    except Exception as exc:  # said on the line the session reads, which turns it into a UserError
+        _answer({"error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    try:
         from ray._private.node import Node
         from ray._private.parameter import RayParams
 
@@ -175,11 +186,18 @@ def main() -> int:
             include_dashboard=False,
             no_monitor=True,
             include_log_monitor=False,
-            _system_config=dict(LOCAL_SYSTEM_CONFIG),  # a copy: Ray adds its own keys to it
+            _system_config=known_system_config(ray),  # a copy: Ray adds its own keys to it
         )
+    except (ImportError, AttributeError, TypeError) as exc:  # Ray's internals moved: its own start, slower
+        _answer({"fallback": f"Ray {getattr(ray, '__version__', '?')} has no {_what(exc)}"})
+        return 0
+    try:
         with api_server_not_started(ray), node_registration_polled(ray):
             # spawn_reaper: on Linux it means the kernel's fate sharing (PR_SET_PDEATHSIG), not a reaper process.
             node = Node(params, head=True, shutdown_at_exit=False, spawn_reaper=True, ray_init_cluster=True)
+    except TypeError as exc:  # Node's signature changed: nothing was started
+        _answer({"fallback": f"Ray {getattr(ray, '__version__', '?')} has no {_what(exc)}"})
+        return 0
     except Exception as exc:  # said on the line the session reads, which turns it into a UserError
         _answer({"error": f"{type(exc).__name__}: {exc}"})
         return 1
@@ -190,6 +208,46 @@ def main() -> int:
     # As ray.shutdown() stops the instance ray.init() started.
     node.kill_all_processes(check_alive=False, allow_graceful=True, wait=True)
     return 0
+
+
+# The Ray versions this start is tested with (CI runs the lowest and the highest); pyproject's pin says the same.
+TESTED_RAY = ((2, 40), (2, 60))
+
+
+def known_system_config(ray) -> dict:
+    """LOCAL_SYSTEM_CONFIG, less the keys the installed Ray does not know: Ray's own processes refuse to start
+    on an unknown key. Within the tested versions every key is known; beyond them, a key is kept only if Ray's
+    native library names it (its configuration is compiled in).
+    """
+    if _version(getattr(ray, "__version__", "")) <= TESTED_RAY[1]:
+        return dict(LOCAL_SYSTEM_CONFIG)
+    return {key: value for key, value in LOCAL_SYSTEM_CONFIG.items() if key in names_in_ray(ray)}
+
+
+def names_in_ray(ray) -> set[str]:
+    """Which of LOCAL_SYSTEM_CONFIG's keys Ray's native library holds as text (read once; it is large)."""
+    raylet = getattr(getattr(ray, "_raylet", None), "__file__", None)
+    if raylet is None:
+        return set()
+    try:
+        with open(raylet, "rb") as f:
+            data = f.read()
+    except OSError:
+        return set()
+    return {key for key in LOCAL_SYSTEM_CONFIG if key.encode() in data}
+
+
+def _version(text: str) -> tuple[int, int]:
+    parts = [int(p) if p.isdigit() else 0 for p in text.split(".")[:2]]
+    return (parts + [0, 0])[0], (parts + [0, 0])[1]
+
+
+def _what(exc: BaseException) -> str:
+    """What of Ray's internals a start found missing or changed, from the error it raised."""
+    name = getattr(exc, "name", None)
+    if isinstance(exc, ImportError) and name:
+        return name
+    return str(exc).split("\n")[0][:160]
 
 
 def _answer(message: dict) -> None:

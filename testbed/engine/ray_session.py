@@ -19,10 +19,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import socket
+import stat
 import sys
 import threading
 from pathlib import Path
+
+from testbed.engine.ray_local import LOCAL_CPUS, LOCAL_OBJECT_STORE_BYTES, PrivateStartUnavailable
 
 
 @contextlib.contextmanager
@@ -142,13 +146,26 @@ def _init(address: str | None, head, abandoned):
         from testbed.contracts.errors import UserError
 
         raise UserError("the Ray instance this process had was shut down while a run was starting; start it again")
-    target = head.wait_up() if head is not None else address  # UserError if the head could not start
+    try:
+        target = head.wait_up() if head is not None else address  # UserError if the head could not start
+    except PrivateStartUnavailable as exc:
+        _say_once(
+            f"testbed: {exc}, which its quick start of a local Ray uses: Ray is started by a plain ray.init "
+            'instead (slower; docs/architecture.md, "Start-up")'
+        )
+        head.session_dir = None  # Ray's own folder: not ours to name to heal
+        target = None
     if abandoned():
         return None, False
     try:
         # Off the main thread Ray logs that it set no SIGTERM handler: the run sets its own (run.py).
         with _quiet_logger("ray._private.worker"):
-            ray.init(address=target, **common)
+            if target is None:  # a plain local start, as `ray.init()` makes one
+                ray.init(
+                    num_cpus=LOCAL_CPUS, object_store_memory=LOCAL_OBJECT_STORE_BYTES, include_dashboard=False, **common
+                )
+            else:
+                ray.init(address=target, **common)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         from testbed.contracts.errors import UserError
 
@@ -163,6 +180,16 @@ def _init(address: str | None, head, abandoned):
         ray.shutdown()
         return None, False
     return ray, True
+
+
+_said: set[str] = set()
+
+
+def _say_once(text: str) -> None:
+    """A note for the user, once per process (a warm session starts Ray once, a test suite many times)."""
+    if text not in _said:
+        _said.add(text)
+        print(text, file=sys.stderr, flush=True)
 
 
 def _loopback(address: str) -> bool:
@@ -201,6 +228,33 @@ def runner_alive(runner: dict) -> bool:
         return False  # another machine: heal cannot look (and says so)
     ticks = process_start_ticks(int(runner["pid"]))
     return ticks is not None and ticks == runner.get("start_ticks")
+
+
+_SESSION_NAME = re.compile(r"^session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_\d+$")
+
+
+def session_folder_problem(session_dir: str) -> str | None:
+    """Why `session_dir` is not a Ray session folder of this account (None when it is one). `testbed heal` ends the
+    processes that hold files in it, so a folder named in a run.json is believed only if it is one.
+    """
+    path = Path(session_dir)
+    if not path.is_absolute():
+        return "not an absolute path"
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder"
+    if st.st_uid != os.geteuid():
+        return "another account's folder"
+    if not _SESSION_NAME.match(path.name):
+        return "not named as Ray names a session's folder (session_<date>_<time>_<n>_<pid>)"
+    if not (path / "logs").is_dir() or not (path / "sockets").is_dir():
+        return "no Ray session in it (no logs/ and sockets/)"
+    return None
 
 
 def leftovers(session_dir: str) -> list[tuple[int, str]]:

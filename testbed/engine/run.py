@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from testbed.contracts.errors import ActorDied, ExperimentFailed, UserError
+from testbed.contracts.errors import ActorDied, ExperimentFailed, Terminated, UserError, interruption
 from testbed.documents.inventory import Inventory
 from testbed.engine.clocks import measure_clocks
 from testbed.engine.coordinator import Coordinator
@@ -161,7 +161,7 @@ def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: 
             recorder.add_observer(display)
             status, error = _execute(plan, coordinator, recorder)
     except KeyboardInterrupt as exc:
-        status, error = "aborted", "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+        status, error = "aborted", interruption(exc)
         recorder.emit("mark", Op.RUN_ABORTED, data={"reason": error})
     except ExperimentFailed as exc:
         status, error = "failed", str(exc)
@@ -256,10 +256,6 @@ def _actor_death(exc: BaseException) -> str | None:
     if isinstance(exc, ActorLost):
         return f"a device actor died ({exc.actor}: {exc})"
     return None
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled as Ctrl-C is: the step's faults are healed, teardown runs, the fabric is read back."""
 
 
 @contextlib.contextmanager

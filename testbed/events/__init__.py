@@ -1,9 +1,9 @@
 """Events: what a run records, in one vocabulary (schema), read back by one reader (jsonl).
 
-The bottom layer of the framework: it imports nothing of testbed but its errors.
+It imports nothing of testbed but its errors (docs/architecture.md, "Layers").
 """
 
-from testbed.events.jsonl import JsonlError, JsonlFile, read_jsonl, set_aside_torn_line
+from testbed.events.jsonl import JsonlError, JsonlFile, read_events, read_jsonl, set_aside_torn_line
 from testbed.events.ledger import InvokeLedger
 from testbed.events.record import Event, EventType, Observer, now
 from testbed.events.schema import FORMAT_VERSION, Op, SchemaError
@@ -19,6 +19,7 @@ __all__ = [
     "Op",
     "SchemaError",
     "now",
+    "read_events",
     "read_jsonl",
     "set_aside_torn_line",
 ]

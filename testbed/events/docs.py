@@ -99,6 +99,8 @@ FIELD_DOCS: dict[str, str] = {
     "t_ready_ns": "fabric service: when the configuration was ready (verified, emulated OCS delay over)",
     "command_ms": "fabric service: framework time from the request that completed the barrier to the first command",
     "changes": "fabric service: how many changes it made",
+    "over_limit": "fabric service: connections closed at once, as many were open as it takes",
+    "untraced_unauthorised": "fabric service: connections that said no valid hello, beyond the few it recorded",
     "phase": "rail.train: the card's phase (phases over the same circuits counted together: `a..b (n phases)`)",
     "job_bytes": "rail.train: bytes of the messages the job's ranks delivered in the phase (headers included)",
     "plane_bytes": "rail.train: bytes the twin's data-plane relays carried for the phase (emulated runs only)",

@@ -66,6 +66,8 @@ def _parse(out: JsonlFile, path: Path, number: int, raw: bytes) -> None:
         raise JsonlError(
             f"{path}:{number}: not a JSON line ({exc}); the file is damaged beyond a torn last line"
         ) from None
+    except RecursionError:
+        raise JsonlError(f"{path}:{number}: a JSON value nested too deep for a run's record") from None
     if not isinstance(record, dict):
         raise JsonlError(f"{path}:{number}: a JSON {type(record).__name__}, not an object")
     out.records.append(record)
@@ -93,3 +95,57 @@ def set_aside_torn_line(path: Path) -> str | None:
             torn.write(fragment + b"\n")
         f.truncate(keep)
     return f"{path.name}: its last line was torn ({len(fragment)} bytes, no newline); set aside in {path.name}.torn"
+
+
+# An event's envelope as the recorder writes it (testbed/events/record.py): field -> its type, and whether required.
+_ENVELOPE: dict[str, tuple[type | tuple[type, ...], bool]] = {
+    "seq": (int, True),
+    "type": (str, True),
+    "op": (str, True),
+    "mono_ns": (int, True),
+    "wall": ((int, float), True),
+    "run": (str, True),
+    "trial": (int, False),
+    "step": (str, False),
+    "node": (str, False),
+    "device": (str, False),
+    "data": (dict, False),
+}
+_TYPES = ("invoke", "ok", "fail", "info", "mark", "measure")
+
+
+def read_events(path: Path) -> JsonlFile:
+    """A run's events.jsonl by the rule above, each line an event as the recorder writes it (its envelope: the
+    fields and their types, the sequence numbers rising); JsonlError names the file, the line and the field.
+    """
+    out = read_jsonl(path)
+    last = 0
+    for number, record in out.numbered():
+        problem = _envelope_problem(record)
+        if problem is None and record["seq"] <= last:
+            problem = f"seq {record['seq']} after seq {last}: sequence numbers rise"
+        if problem is not None:
+            raise JsonlError(f"{path}:{number}: {problem}; the history is damaged (not a line the recorder writes)")
+        last = record["seq"]
+    return out
+
+
+def _envelope_problem(record: dict) -> str | None:
+    for name, (types, required) in _ENVELOPE.items():
+        if name not in record:
+            if required:
+                return f"no {name!r}"
+            continue
+        value = record[name]
+        if value is None and not required:
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):
+            return f"{name!r} is {json.dumps(value)[:40]}, not {_kind(types)}"
+    if record["type"] not in _TYPES:
+        return f"'type' is {json.dumps(record['type'])[:40]}, not one of {', '.join(_TYPES)}"
+    return None
+
+
+def _kind(types) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", dict: "an object"}
+    return " or ".join(names[t] for t in (types if isinstance(types, tuple) else (types,)))

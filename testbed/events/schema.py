@@ -285,6 +285,8 @@ class FabricServiceChange(TypedDict):
 
 class FabricServiceStop(TypedDict):
     changes: int
+    over_limit: NotRequired[int]  # connections closed at once: as many were open as the service takes
+    untraced_unauthorised: NotRequired[int]  # connections without a valid hello, beyond the few recorded
 
 
 class FabricServiceUnanswered(TypedDict):
@@ -434,7 +436,8 @@ SCHEMA: dict[str, EventSpec] = {
             Op.FAILURE_REATTRIBUTED,
             "mark",
             FailureReattributed,
-            "the hosts' evidence names another rank than the first exit seen: that one is failed over",
+            "a watcher saw a peer of the rank the fault hit fail first (its ring broke): the rank the fault hit "
+            "is the one failed over",
             False,
         ),
         _spec(Op.SPARE_SELECTED, "mark", SpareSelected, "failover milestone: the spare is chosen", False),

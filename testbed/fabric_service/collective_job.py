@@ -9,7 +9,6 @@ import json
 import re
 
 from testbed.contracts.errors import StepFailed, raise_failures
-from testbed.fabric_service.serving import ServedFabric
 
 # What the job prints (hostside/collective.py) that the step reads back.
 OUTPUT = r"^(allreduce |warmup |done rank |error: )"
@@ -25,13 +24,7 @@ def run_collective_job(step, engine) -> None:
     engine.execute(step.first)  # the ring, or rd's last stage (where every all-reduce ends); not measured
     jobs.close_service()
     if step.algorithm == "rd":  # a ring never asks; recursive doubling asks before every stage
-        jobs.served = ServedFabric(
-            engine,
-            engine.plan.fabric_service,
-            ranks=len(jobs.ranks),
-            label=step.label,
-            in_place=step.first.configuration,
-        )
+        jobs.serve_fabric(step.label, in_place=step.first.configuration)
 
     def where(rank: int, route) -> str:
         partner, port, partner_port = route

@@ -8,7 +8,6 @@ import json
 import re
 
 from testbed.contracts.errors import StepFailed, raise_failures
-from testbed.fabric_service.serving import ServedFabric
 
 # What the job prints (hostside/phased.py) that the step reads back.
 OUTPUT = r"^(step \d+ ms |sent |done rank |error: )"
@@ -22,16 +21,9 @@ def run_rail_job(step, engine) -> None:
     jobs.assign(list(jobs.job.ranks))  # every trial starts from the playbook's assignment
     engine.execute(step.first)  # the rails before the job (static: for good); not measured
     if step.mode != "static":
-        jobs.close_service()
-        steps = engine.plan.fabric_service  # job.fabric_service's configurations, as job.start serves them
-        jobs.served = ServedFabric(
-            engine,
-            steps,
-            ranks=len(jobs.ranks),
-            delay_s=step.delay_s,
-            label=step.label,
-            in_place=step.first.configuration,  # just applied: the first phase's setup is answered at once
-        )
+        # job.fabric_service's configurations, as job.start serves them; the first phase's (just applied) setup is
+        # answered at once
+        jobs.serve_fabric(step.label, delay_s=step.delay_s, in_place=step.first.configuration)
     relays: dict[tuple[str, int, int], str] = {}  # (phase, rank, partner) -> the address the rank sends to
 
     def where(rank: int, route, phase: str) -> str:

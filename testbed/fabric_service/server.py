@@ -20,6 +20,12 @@ would add a loop the coordinator (which is synchronous) would have to run beside
 Calls to `handler` from different connections run concurrently: the handler must be thread-safe (at a phase
 boundary every rank asks for the same configuration at once; coalescing them is the handler's business).
 `on_event` is called under one lock, so it need not be.
+
+The service listens where the ranks' hosts reach it (testbed/fabric_service/addresses.py), so anyone on that
+network may connect. A connection must say hello with the run's token, as a rank of the job (0 .. world_size - 1),
+within `hello_timeout_s`, or it is closed; at most `max_connections` are open at once (more are closed at once,
+counted); and a connection that never said a valid hello leaves a trace in the run's history only for the first
+`TRACED_UNAUTHORISED` of them (the rest are counted: `refused_counts`), so a stranger cannot fill the history.
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ from hostside.fabric_protocol import (
 log = logging.getLogger(__name__)
 
 MAX_ERROR = 2000  # characters of an error answer (a long list of allowed configurations is cut)
+HELLO_TIMEOUT_S = 10.0  # a connection that says no valid hello by then is closed: it holds no thread longer
+TRACED_UNAUTHORISED = 8  # connections without a valid hello whose events are recorded; the rest are counted
 
 Handler = Callable[[ConfigRequest], None]
 OnEvent = Callable[[dict[str, Any]], None]
@@ -96,11 +104,21 @@ class FabricService:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
+        world_size: int | None = None,
+        max_connections: int = 64,
+        hello_timeout_s: float = HELLO_TIMEOUT_S,
+        advertised: dict[str, str] | None = None,
     ) -> None:
         if not token:
             raise ValueError("the fabric service needs a token")
         self._token = token.encode()
         self.allowed = frozenset(allowed)
+        self.world_size = world_size  # a hello claims a rank of the job: 0 .. world_size - 1
+        self.max_connections = max_connections
+        self.hello_timeout_s = hello_timeout_s
+        self.advertised = advertised or {}  # host -> the address that host reaches the service at
+        self._traced_unauthorised = 0
+        self.refused_counts = {"over_limit": 0, "untraced_unauthorised": 0}
         self._handler = handler
         self._on_event = on_event
         self._event_lock = threading.Lock()
@@ -119,10 +137,18 @@ class FabricService:
         host, port = self._server.server_address[:2]
         return str(host), int(port)
 
-    def env(self) -> dict[str, str]:
-        """What a rank's environment needs for `FabricClient()` to find this service."""
-        host, port = self.address
-        return {ENV_ADDRESS: f"{host}:{port}", ENV_TOKEN: self._token.decode()}
+    def env(self, host: str | None = None) -> dict[str, str]:
+        """What the environment of a rank on `host` needs for `FabricClient()` to find this service: the address
+        that host reaches it at (the one it listens on, when that is one address).
+        """
+        bound, port = self.address
+        where = self.advertised.get(host, bound) if host is not None else bound
+        if where in ("0.0.0.0", "::"):  # noqa: S104 - listening on every address: no host was told which
+            raise ValueError(f"the fabric service listens on every address: which one does {host} reach?")
+        return {
+            ENV_ADDRESS: f"[{where}]:{port}" if ":" in where else f"{where}:{port}",
+            ENV_TOKEN: self._token.decode(),
+        }
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop listening, end every connection (a rank's client sees a reset and reconnects to whatever serves
@@ -154,13 +180,21 @@ class FabricService:
     # -- one connection, in its own thread ----------------------------------------------------------------------
 
     def _serve(self, conn: socket.socket, rfile: Any, wfile: Any, peer: tuple[str, int]) -> None:
-        number = next(self._ids)
         with self._conn_lock:
             if self._closed:
                 return
+            if len(self._connections) >= self.max_connections:
+                self.refused_counts["over_limit"] += 1
+                return  # closed by socketserver once this returns; nothing recorded
+            number = next(self._ids)
             self._connections[number] = (conn, threading.current_thread())
-        state: dict[str, Any] = {"conn": number, "rank": None}
-        self._event({"event": "fabric_service.connect", "conn": number, "peer": f"{peer[0]}:{peer[1]}"})
+        # Until its hello is valid a connection's events are held back (a stranger's may never be recorded).
+        state: dict[str, Any] = {"conn": number, "rank": None, "held": []}
+        hello_deadline = threading.Timer(self.hello_timeout_s, _shut, (conn,))
+        hello_deadline.daemon = True
+        hello_deadline.start()
+        state["deadline"] = hello_deadline
+        self._event({"event": "fabric_service.connect", "conn": number, "peer": f"{peer[0]}:{peer[1]}"}, state)
         reason = "closed by the rank"
         try:
             while True:
@@ -184,7 +218,13 @@ class FabricService:
         except OSError as e:
             reason = f"connection lost: {e}"
         finally:
-            self._event({"event": "fabric_service.disconnect", "conn": number, "rank": state["rank"], "reason": reason})
+            hello_deadline.cancel()
+            if state["rank"] is None and not hello_deadline.is_alive() and reason == "closed by the rank":
+                reason = f"no valid hello within {self.hello_timeout_s:g} s"
+            self._event(
+                {"event": "fabric_service.disconnect", "conn": number, "rank": state["rank"], "reason": reason}, state
+            )
+            self._end_unauthorised(state)
             with self._conn_lock:
                 self._connections.pop(number, None)
 
@@ -210,7 +250,13 @@ class FabricService:
                 error = "wrong token: this is not the fabric service of your run"
                 self._answer(wfile, state, request, Answer(None, False, t_received, error=error, kind=UNAUTHORISED))
                 return False
+            if self.world_size is not None and not 0 <= request.rank < self.world_size:
+                error = f"rank {request.rank} is not a rank of this job (0 .. {self.world_size - 1})"
+                self._answer(wfile, state, request, Answer(None, False, t_received, error=error, kind=INVALID))
+                return False
+            state["deadline"].cancel()
             state["rank"] = request.rank
+            self._release_held(state)
             self._answer(wfile, state, request, Answer(None, True, t_received))
             return True
         if state["rank"] is None:
@@ -244,7 +290,7 @@ class FabricService:
         event: dict[str, Any] = {"event": "fabric_service.answer", "conn": state["conn"], "rank": state["rank"]}
         event |= _request_fields(request)
         event |= answer.to_wire()
-        self._event(event)
+        self._event(event, state)
         wfile.write(line)
         wfile.flush()
 
@@ -256,9 +302,13 @@ class FabricService:
         event["t_server_ns"] = t_received
         if invalid is not None:
             event["invalid"] = invalid
-        self._event(event)
+        self._event(event, state)
 
-    def _event(self, event: dict[str, Any]) -> None:
+    def _event(self, event: dict[str, Any], state: dict[str, Any] | None = None) -> None:
+        """Record an event; a connection's are held back until its hello is valid."""
+        if state is not None and state["held"] is not None:
+            state["held"].append(event)
+            return
         if self._on_event is None:
             return
         with self._event_lock:
@@ -266,6 +316,34 @@ class FabricService:
                 self._on_event(event)
             except Exception:  # a recorder's failure must not end a rank's connection
                 log.exception("fabric service: on_event failed on %s", event.get("event"))
+
+    def _release_held(self, state: dict[str, Any]) -> None:
+        """A valid hello: what the connection did before it is recorded now, in order."""
+        held, state["held"] = state["held"], None
+        for event in held:
+            self._event(event)
+
+    def _end_unauthorised(self, state: dict[str, Any]) -> None:
+        """A connection that ended without a valid hello: its events recorded while few such have come, else
+        counted.
+        """
+        if state["held"] is None:
+            return
+        with self._conn_lock:
+            traced = self._traced_unauthorised < TRACED_UNAUTHORISED
+            self._traced_unauthorised += 1
+            if not traced:
+                self.refused_counts["untraced_unauthorised"] += 1
+        if traced:
+            self._release_held(state)
+        state["held"] = None
+
+
+def _shut(conn: socket.socket) -> None:
+    try:
+        conn.shutdown(socket.SHUT_RDWR)  # the connection's reader returns at once, and the connection ends
+    except OSError:
+        pass
 
 
 def _request_fields(request: Any) -> dict[str, Any]:

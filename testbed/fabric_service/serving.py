@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hostside.fabric_protocol import ConfigRequest, Prepare, Release
+from testbed.fabric_service.addresses import service_addresses
 from testbed.fabric_service.server import FabricService, Refused
 
 
@@ -61,7 +62,12 @@ class ServedFabric:
         barrier_timeout_s: float = 120.0,
         label: str = "job",
         in_place: str | None = None,
+        hosts: dict[str, str] | None = None,
+        controller_address: str | None = None,
     ) -> None:
+        """`hosts`: every host the job's ranks may run on -> its address as this machine reaches it (the service
+        listens where they reach it; testbed/fabric_service/addresses.py); `controller_address`: the inventory's.
+        """
         self.c = coordinator
         self.steps = steps  # configuration -> its planned ApplyStep (Plan.fabric_service)
         self.ranks = ranks  # a change starts once this many ranks asked for it
@@ -83,10 +89,21 @@ class ServedFabric:
             step=label,
             data={"configurations": configurations, "ranks": ranks, "delay_ms": delay_s * 1000},
         )
-        self.service = FabricService(secrets.token_hex(16), set(steps), self._handle, self._record)
+        listen, advertised = service_addresses(hosts or {"this machine": "127.0.0.1"}, controller_address)
+        self.service = FabricService(
+            secrets.token_hex(16),
+            set(steps),
+            self._handle,
+            self._record,
+            host=listen,
+            world_size=ranks,
+            max_connections=2 * ranks + 16,  # every rank, a reconnection each, and some to spare
+            advertised=advertised,
+        )
 
-    def env(self) -> dict[str, str]:
-        return self.service.env()
+    def env(self, host: str) -> dict[str, str]:
+        """The environment a rank on `host` finds the service by."""
+        return self.service.env(host)
 
     def relaunched(self) -> None:
         """The ranks were started again (a failover): what the ranks before asked for counts no more."""
@@ -111,7 +128,9 @@ class ServedFabric:
             end = max(change.answered) if change.answered else change.t_ready_ns
             if received is not None and end is not None:  # the whole change: request read -> last answer
                 self._span("fabric_service.change_time", change, received, end)
-        self.c.recorder.emit("mark", "fabric_service.stop", data={"changes": len(self.changes)})
+        self.c.recorder.emit(
+            "mark", "fabric_service.stop", data={"changes": len(self.changes), **self.service.refused_counts}
+        )
 
     def _span(self, name: str, change: _Change, start: int, end: int) -> None:
         data = {"ms": (end - start) / 1e6, "config": change.config, "start_ns": start, "end_ns": end}

@@ -98,6 +98,8 @@ class FaultKind(Protocol):
     lab_support: str | None
 
     # Optional: `describe(params) -> str`, the details `testbed plan` adds after the kind (", Xid 79").
+    # Optional: `slows_only = True` for a rank kind that leaves the rank running (slower): no watcher sees it
+    # fail, so fault.detect and failover refuse it (see `fails_a_rank`).
 
     def inject(self, env: FaultEnv, target: Any) -> Injected: ...
 
@@ -129,3 +131,10 @@ def twin_control(lab: HealLab, fault: DeadFault) -> Any:
     if lab.control is None:
         raise FaultFailed(f"{fault.name}: only the twin can heal a {fault.kind} so far, and it is not reachable")
     return lab.control
+
+
+def fails_a_rank(kind: FaultKind) -> bool:
+    """Whether the kind makes the rank it hits fail, so that a watcher sees it and a failover can replace its host
+    (a connection's or a switch port's fault hits no rank; a straggler only slows one).
+    """
+    return kind.target == "rank" and not getattr(kind, "slows_only", False)

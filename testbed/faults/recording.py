@@ -13,7 +13,7 @@ import contextlib
 import threading
 import time
 
-from testbed.contracts.errors import StepFailed
+from testbed.contracts.errors import OutcomeUnknown, StepFailed
 from testbed.events import Op
 from testbed.faults import FAULT_KINDS, FaultEnv, FaultFailed, Injected
 
@@ -27,15 +27,30 @@ def fault_env(engine, label: str) -> FaultEnv:
     return FaultEnv(engine.twin, call, getattr(getattr(engine, "plan", None), "inventory", None))
 
 
+class InjectionUnknown(StepFailed):
+    """The injection failed in a way that leaves it unknown whether the fault took effect: it is healed all the
+    same.
+    """
+
+
 def inject(engine, kind: str, target, label: str, device: str, data: dict) -> Injected:
-    """Inject one fault, recorded; raises StepFailed (recorded as `fail`) when it could not be."""
+    """Inject one fault, recorded. Raises StepFailed (recorded as `fail`) when it certainly did not take effect,
+    InjectionUnknown (recorded as `info`) when it may have; any other exception is recorded as `info` too.
+    """
     fault = FAULT_KINDS.get(kind)
     engine.recorder.emit("invoke", Op.FAULT_INJECT, device=device, step=label, data=data)
     try:
         injected = fault.inject(fault_env(engine, label), target)
+    except OutcomeUnknown as exc:
+        engine.recorder.emit("info", Op.FAULT_INJECT, device=device, step=label, data={**data, "error": str(exc)})
+        raise InjectionUnknown(f"{label}: {exc}") from None
     except (FaultFailed, StepFailed) as exc:
-        engine.recorder.emit("fail", Op.FAULT_INJECT, device=device, step=label, data=data)
+        engine.recorder.emit("fail", Op.FAULT_INJECT, device=device, step=label, data={**data, "error": str(exc)})
         raise StepFailed(f"{label}: {exc}") from None
+    except BaseException as exc:  # an abort, a lost actor, lapsed leases: the fault may be in place
+        error = f"outcome unknown: {type(exc).__name__}: {exc}"
+        engine.recorder.emit("info", Op.FAULT_INJECT, device=device, step=label, data={**data, "error": error})
+        raise
     engine.recorder.emit("ok", Op.FAULT_INJECT, device=device, step=label, data=data)
     if injected.marked_by_device:
         engine.recorder.emit(
@@ -56,9 +71,44 @@ def heal(engine, kind: str, target, label: str, device: str, data: dict) -> None
     try:
         FAULT_KINDS.get(kind).heal(fault_env(engine, label), target)
     except (FaultFailed, StepFailed) as exc:
-        engine.recorder.emit("fail", Op.FAULT_HEAL, device=device, step=label, data=data)
+        engine.recorder.emit("fail", Op.FAULT_HEAL, device=device, step=label, data={**data, "error": str(exc)})
         raise StepFailed(f"{label}: could not heal {kind}: {exc}") from None
+    except BaseException as exc:
+        error = f"outcome unknown: {type(exc).__name__}: {exc}"
+        engine.recorder.emit("info", Op.FAULT_HEAL, device=device, step=label, data={**data, "error": error})
+        raise
     engine.recorder.emit("ok", Op.FAULT_HEAL, device=device, step=label, data=data)
+
+
+@contextlib.contextmanager
+def held(engine, kind: str, target, label: str, device: str, data: dict):
+    """The fault injected for the block and healed when the block ends, however it ends (a failed step or trial,
+    an abort): the promise of docs/faults.md. An injection that may have taken effect is healed too; one that
+    certainly did not leaves nothing to heal. A heal that fails while another error ends the block is recorded
+    and noted on that error, which is the one raised.
+    """
+    try:
+        injected = inject(engine, kind, target, label, device, data)
+    except StepFailed as exc:
+        if isinstance(exc, InjectionUnknown):
+            _heal_noting(engine, kind, target, label, device, data, exc)
+        raise
+    except BaseException as exc:
+        _heal_noting(engine, kind, target, label, device, data, exc)
+        raise
+    try:
+        yield injected
+    except BaseException as exc:
+        _heal_noting(engine, kind, target, label, device, data, exc)
+        raise
+    heal(engine, kind, target, label, device, data)
+
+
+def _heal_noting(engine, kind, target, label, device, data, error: BaseException) -> None:
+    try:
+        heal(engine, kind, target, label, device, data)
+    except BaseException as failed:  # recorded as the heal's outcome; the error that ended the block stands
+        error.add_note(f"and healing {kind} failed: {failed}")
 
 
 class FaultBudget:

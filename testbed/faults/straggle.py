@@ -38,6 +38,7 @@ class HostStraggle:
     """The rank is stopped for `duty` of every `period_s` (StragglAR's persistent straggler)."""
 
     name: str = "host.straggle"
+    slows_only: bool = True  # the rank runs on, slower: nothing fails (testbed.faults.base.fails_a_rank)
     target: str = "rank"
     lab_support: str | None = None  # a duty-cycle agent on the host (testbed-straggle, installed with testbed)
     marks_failed_on_lab: bool = False

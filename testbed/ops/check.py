@@ -26,7 +26,7 @@ from pathlib import Path
 from drivers.audit import ALL_PORTS
 from testbed.contracts.errors import UserError
 from testbed.documents.inventory import Inventory
-from testbed.events import InvokeLedger, Op, read_jsonl
+from testbed.events import InvokeLedger, Op, read_events, read_jsonl
 from testbed.fabric_service.history import fabric_within_allowed, requests_answered
 from testbed.families.drivers import driver_spec
 
@@ -48,7 +48,7 @@ def check_run(run_dir: Path) -> CheckResult:
         inventory = Inventory.model_validate(info["inventory"])
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"{run_dir}: not a readable run folder ({exc}); pass a folder `testbed run` wrote") from None
-    events_file, audit_file = read_jsonl(run_dir / "events.jsonl"), read_jsonl(run_dir / "audit.jsonl")
+    events_file, audit_file = read_events(run_dir / "events.jsonl"), read_jsonl(run_dir / "audit.jsonl")
     events, audit = events_file.records, audit_file.records
     result = CheckResult()
     result.notes += [f.torn for f in (events_file, audit_file) if f.torn]

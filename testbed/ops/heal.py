@@ -46,8 +46,8 @@ from rich.markup import escape
 
 from testbed.contracts.errors import EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
 from testbed.documents.inventory import Inventory
-from testbed.engine.ray_session import leftovers, runner_alive
-from testbed.events import Event, Op, read_jsonl, set_aside_torn_line
+from testbed.engine.ray_session import leftovers, runner_alive, session_folder_problem
+from testbed.events import Event, Op, read_events, read_jsonl, set_aside_torn_line
 from testbed.fabric_service.history import windows as service_windows
 from testbed.families import family_of
 from testbed.faults import FAULT_KINDS
@@ -152,7 +152,7 @@ def heal_run(run_dir: Path, console: Console) -> int:
         torn = set_aside_torn_line(run_dir / name)
         if torn:
             report.notes.append(torn)
-    run.events = read_jsonl(run_dir / "events.jsonl").records
+    run.events = read_events(run_dir / "events.jsonl").records
     found = find(run.events)
     if not found.anything and all(w.stop is not None for w in service_windows(run.events)):
         for note in report.notes:
@@ -483,6 +483,13 @@ def _end_ray_leftovers(info: dict, recorder: Recorder, report: HealReport) -> No
     """The agents a SIGKILLed runner's Ray instance leaves for a while (see testbed.engine.ray_session)."""
     session = (info.get("ray") or {}).get("session_dir")
     if not session or (info.get("runner") or {}).get("hostname") != socket.gethostname():
+        return
+    problem = session_folder_problem(session) if isinstance(session, str) else "not a path"
+    if problem is not None:  # run.json is a file anyone who can write the results folder may have changed
+        report.problems.append(
+            f"run.json names {str(session)[:200]!r} as its Ray instance's folder, which is {problem}: no process "
+            "was ended for it; look for the run's Ray processes yourself (`ray status`, `ps`)"
+        )
         return
     ended, exiting = [], {}
     for pid, name in leftovers(session):

@@ -17,7 +17,7 @@ from drivers.audit import AuditRecord
 from testbed.events import Event, EventType, Observer, now
 from testbed.events.schema import SchemaError, check_event
 from testbed.families import PROCEDURES
-from testbed.results.redact import redact
+from testbed.results.redact import StreamRedactor, redact
 
 log = logging.getLogger(__name__)
 # Tests set it: an event outside the schema is then an error, not a warning (a lab run keeps going).
@@ -38,6 +38,7 @@ class Recorder:
         self._strict = os.environ.get(STRICT_ENV) == "1"
         self._procedures = PROCEDURES.marks()  # the registered families' procedures and their marks
         self._warned: set[tuple[str, str]] = set()
+        self._streams = StreamRedactor()  # a device's writes, each redacted knowing the one before
 
     def add_observer(self, observer: Observer) -> None:
         self._observers.append(observer)
@@ -127,8 +128,14 @@ class Recorder:
         if not records:
             return
         with self._lock:
-            self._audit.write("".join(json.dumps(redact(r.to_dict())) + "\n" for r in records))
+            self._audit.write("".join(json.dumps(self._redacted(r)) + "\n" for r in records))
             self._audit.flush()
+
+    def _redacted(self, record: AuditRecord) -> dict:
+        """A device exchange with its secrets masked, a secret split over two writes of one stream included."""
+        out = record.to_dict()
+        out["data"] = self._streams.redact((record.device, record.direction), record.data)
+        return redact(out)
 
     def close(self) -> None:
         with self._lock:

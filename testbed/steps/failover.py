@@ -5,9 +5,11 @@ the last checkpoint and wait for the first step on the spare. Every milestone is
 fault_injected -> failure_detected -> spare_selected -> fabric_reconfigured -> link_verified ->
 job_relaunched -> job_ready -> first_step (a step after the checkpoint, on the spare).
 
-As soon as a watcher sees the failure, the spare is chosen for the rank it saw fail and the fabric is rewired
-through it, while the surviving ranks are torn down: both must be done before the relaunch, and neither waits
-for the other. The spare takes the place of the failed rank's host (every rank it held).
+As soon as a watcher sees the failure, the spare is chosen for the rank the fault hit (whichever rank was seen
+first: when a rank goes, its peers' ring breaks and they exit too) and the fabric is rewired through it, while the
+surviving ranks are torn down: both must be done before the relaunch, and neither waits for the other. The spare
+takes the place of the failed rank's host (every rank it held). A stop that fails on that host (off, unreachable)
+is the fault's expected outcome; the fault is healed when the step ends, however it ends.
 
 With `launcher: torchrun` the relaunch is every host's torchrun stopped and started again over the new hosts,
 with a new rendezvous id; the rendezvous (and MASTER_ADDR) is rank 0's host, the spare when rank 0's host was
@@ -17,7 +19,6 @@ and the spare's launch is followed from its start to its rank's ready line and f
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -86,6 +87,10 @@ class FailoverStep(FaultDetectStep):
 
 
 def _failover(engine, jobs, step: FailoverStep) -> dict[str, int]:
+    """The failover of the rank the step's fault hits: the spare takes its host's place, whichever rank a watcher
+    saw fail first (a peer of the failed rank exits as the ring breaks, and may be seen first; a host that lost
+    power is seen last, or only through its peers). The fault is healed when this ends, however it ends.
+    """
     recorder = engine.recorder
     chosen: dict = {}
 
@@ -96,42 +101,34 @@ def _failover(engine, jobs, step: FailoverStep) -> dict[str, int]:
         recorder.emit("mark", name, mono_ns=ns, wall=time.time(), step=step.label)
         return ns
 
-    def on_detect(rank: int) -> None:
-        failed = jobs.ranks[rank]
-        spare = choose_spare(
-            failed.host,
-            jobs.inventory,
-            in_use=set(jobs.assignment),
-            used_count=jobs.spare_use,
-            seed=jobs.seed + jobs.failovers,
-            spares=jobs.job.spares,
-        )
-        jobs.failovers += 1
-        jobs.spare_use[spare] = jobs.spare_use.get(spare, 0) + 1
-        chosen[Op.SPARE_SELECTED] = mark(Op.SPARE_SELECTED, {"failed": failed.host, "spare": spare, "rank": rank})
-        hosts = [spare if host == failed.host else host for host in jobs.assignment]
-        chosen.update(rank=rank, spare=spare, hosts=hosts)
-        chosen["fabric"] = engine.pool.submit(jobs.apply_fabric, step.label, hosts)
+    with jobs.fault(step) as fault:
+        failed = fault.target
 
-    target, injected, first, job = jobs.inject_and_detect(step, heal=False, on_detect=on_detect)
-    data = jobs.fault_data(step.kind, target)
-    try:
+        def on_detect(seen: int) -> None:
+            spare = choose_spare(
+                failed.host,
+                jobs.inventory,
+                in_use=set(jobs.assignment),
+                used_count=jobs.spare_use,
+                seed=jobs.seed + jobs.failovers,
+                spares=jobs.job.spares,
+            )
+            jobs.failovers += 1
+            jobs.spare_use[spare] = jobs.spare_use.get(spare, 0) + 1
+            data = {"failed": failed.host, "spare": spare, "rank": failed.index}
+            chosen[Op.SPARE_SELECTED] = mark(Op.SPARE_SELECTED, data)
+            hosts = [spare if host == failed.host else host for host in jobs.assignment]
+            chosen.update(seen=seen, spare=spare, hosts=hosts)
+            chosen["fabric"] = engine.pool.submit(jobs.apply_fabric, step.label, hosts)
+
+        first = fault.detect(on_detect)
         if "fabric" not in chosen:
             raise StepFailed(f"{step.label}: the failure was not reported by a watcher in time to fail over")
-        if first is not None and first[0] != chosen["rank"]:
-            # The spare was chosen for the first rank seen to exit, a peer of the one the evidence names
-            # (see failed_rank): undo that choice and fail over the right rank; it costs a second rewiring.
-            with contextlib.suppress(Exception):  # the wrong rewiring's outcome no longer matters
-                chosen["fabric"].result()
-            jobs.failovers -= 1
-            jobs.spare_use[chosen["spare"]] -= 1
-            mark(
-                Op.FAILURE_REATTRIBUTED,
-                {"first_seen": chosen["rank"], "failed": first[0], "evidence": first[2].get("evidence")},
-            )
-            on_detect(first[0])
+        if chosen["seen"] != failed.index:
+            # A watcher saw a peer of the failed rank first: its ring broke when the failed rank went away.
+            mark(Op.FAILURE_REATTRIBUTED, {"first_seen": chosen["seen"], "failed": failed.index, "evidence": "fault"})
         milestones = {
-            Op.FAULT_INJECTED: injected,
+            Op.FAULT_INJECTED: fault.injected_ns,
             Op.FAILURE_DETECTED: first[1],
             Op.SPARE_SELECTED: chosen[Op.SPARE_SELECTED],
         }
@@ -142,10 +139,9 @@ def _failover(engine, jobs, step: FailoverStep) -> dict[str, int]:
         )
         if all("lit" in r.marks for r in switches.values()):
             milestones[Op.LINK_VERIFIED] = mark_at(Op.LINK_VERIFIED, max(r.marks["lit"][0] for r in switches.values()))
-        rank = chosen["rank"]
         # The rank on the spare is watched from its launch on: its ready line, then its first step after the
         # checkpoint.
-        started, result = jobs.launch(step.label, watch=rank, timeout_s=step.timeout_s)
+        started, result = jobs.launch(step.label, watch=failed.index, timeout_s=step.timeout_s, relaunch=True)
         milestones[Op.JOB_RELAUNCHED] = mark_at(
             Op.JOB_RELAUNCHED, max(r.marks["job_started"][0] for r in started.values())
         )
@@ -158,8 +154,6 @@ def _failover(engine, jobs, step: FailoverStep) -> dict[str, int]:
             Op.FAILOVER_RESUMED,
             step=step.label,
             device=chosen["spare"],
-            data={"resumed_from": result.value["resumed"], "step": result.value["step"], "rank": rank},
+            data={"resumed_from": result.value["resumed"], "step": result.value["step"], "rank": failed.index},
         )
-    finally:
-        jobs.heal(step, target, job, data)  # the rank hit, as it was launched (its pid may be gone)
     return milestones

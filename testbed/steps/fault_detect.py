@@ -12,6 +12,7 @@ from pydantic import Field
 
 from testbed.config.common import Name
 from testbed.faults import FAULT_KINDS
+from testbed.faults.base import fails_a_rank
 from testbed.faults.model import Fault
 from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
 from testbed.steps.fault_inject import check_fault, describe_fault
@@ -26,6 +27,16 @@ class Detection(StepModel):
     stall_timeout_ms: float = Field(5000, gt=0)
 
     def check(self, ctx: CheckContext) -> list[Problem]:
+        refused = [k for k in self.fault.kinds() if not fails_a_rank(FAULT_KINDS.get(k))]
+        if refused:
+            return [
+                (
+                    ("fault", "kind"),
+                    f"{self.action} needs a fault that makes a rank fail, so that a watcher sees it: "
+                    f"{', '.join(refused)} does not (it slows a rank, or hits a connection or a switch's ports); "
+                    "use it in a fault.inject step",
+                )
+            ]
         return check_fault(self, ctx)
 
     def planned(self, ctx: PlanContext, step_class, label: str):
@@ -72,7 +83,9 @@ class FaultDetectStep(Planned):
     def execute(self, engine) -> None:
         with engine.fault_budget.hold(self.label):
             jobs = engine.require_jobs(self.label)
-            target, injected, first, _ = jobs.inject_and_detect(self, heal=True)
+            with jobs.fault(self) as fault:  # healed once detected
+                first = fault.detect()
+            injected = fault.injected_ns
         rank, detected_ns, value = first
         if self.measure:
             engine.recorder.emit(

@@ -187,12 +187,9 @@ class FaultInjectStep(Planned):
     def _hold(self, engine, target, device: str, data: dict) -> None:
         if self.when_s:
             engine.stopping.wait(self.when_s)  # the playbook's schedule for the fault, not synchronisation
-        recording.inject(engine, self.kind, target, self.label, device, data)
-        try:
+        with recording.held(engine, self.kind, target, self.label, device, data):
             # How long the playbook keeps the fault (part of the experiment); an abort cuts it short.
             engine.stopping.wait(self.duration_s)
-        finally:
-            recording.heal(engine, self.kind, target, self.label, device, data)
 
     def devices(self, plan) -> Touches:
         if self.device is not None:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import time
 from pathlib import Path
 from typing import Any
 
 from emulators.control import TriggerMissed
-from emulators.frontends import TWIN_PASSWORD, TWIN_PASSWORD_ENV
+from emulators.frontends import TWIN_PASSWORD_ENV
 from emulators.kinds import BUILTIN_KINDS, adapter_class, spec_class
 from emulators.spec import TwinSpec
 from emulators.twin import TwinProcess
@@ -168,9 +169,11 @@ def start_twin(plan, truth_log: Path | None, console=None):
     if truth_log is not None:
         spec.truth_log = str(Path(truth_log).resolve())  # the twin's account of what really happened
     spec.fault_proxy = plan.transport_faults  # only then: a proxy adds its own hop to every device call
-    # The twin's switches accept its published password on TL1 and NETCONF (loopback only); the transports
-    # pointed at the twin read it from here, as a lab's from the variable its inventory names.
-    os.environ[TWIN_PASSWORD_ENV] = TWIN_PASSWORD
+    # The twin's switches and BMCs accept a password of its own, random (other accounts of the machine reach its
+    # loopback endpoints too); the transports pointed at the twin read it from here, as a lab's from the variable
+    # its inventory names.
+    spec.password = secrets.token_urlsafe(16)
+    os.environ[TWIN_PASSWORD_ENV] = spec.password
     with TwinProcess(spec) as process:
         handle = TwinHandle(process)
         inventory = point_at_twin(plan.inventory, handle.endpoints)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import signal
 import threading
 
@@ -13,9 +14,9 @@ from testbed.documents import load_inventory
 from testbed.twin.bridge import emulated_kinds, twin_spec
 
 
-def endpoint_lines(ep: dict, user: str = "admin") -> list[str]:
+def endpoint_lines(ep: dict, user: str = "admin", password: str = TWIN_PASSWORD) -> list[str]:
     """How to reach one emulated device with ordinary tools, one line per endpoint, each working as printed
-    (`user`: who logs in on a switch's TL1 and NETCONF, as the inventory says).
+    (`user`: who logs in on a switch's TL1 and NETCONF, as the inventory says; `password`: the twin's).
     """
     lines = []
     if "visa" in ep:
@@ -34,10 +35,10 @@ def endpoint_lines(ep: dict, user: str = "admin") -> list[str]:
         bmc, ca, who = ep["redfish"], ep["redfish_ca"], ep.get("redfish_user", "admin")
         lines.append(
             f"redfish: python3 -c \"import redfish; c = redfish.redfish_client(base_url='{bmc}', username='{who}', "
-            f"password='{TWIN_PASSWORD}', cafile='{ca}', max_retry=0); c.login(auth='session'); "
+            f"password='{password}', cafile='{ca}', max_retry=0); c.login(auth='session'); "
             "print(c.get('/redfish/v1/Systems/1').dict['PowerState']); c.logout()\""
         )
-        lines.append(f"redfish (curl): curl -sS --cacert {ca} -u {who}:{TWIN_PASSWORD} {bmc}/redfish/v1/Systems/1")
+        lines.append(f"redfish (curl): curl -sS --cacert {ca} -u {who}:{password} {bmc}/redfish/v1/Systems/1")
     if "tcp" in ep:
         lines.append(f"tcp: {ep['tcp']}")
     if "tl1" in ep:
@@ -45,7 +46,7 @@ def endpoint_lines(ep: dict, user: str = "admin") -> list[str]:
         query = "RTRV-CRS:::3::ALL;" if "tl1-calient" in ep.get("interfaces", "") else "RTRV-PATCH:::3:;"
         lines.append(
             f"tl1: python3 -c \"import socket, time; s = socket.create_connection(('{host}', {port})); "
-            f"s.sendall(b'ACT-USER::{user}:1::{TWIN_PASSWORD};{query}'); time.sleep(0.5); "
+            f"s.sendall(b'ACT-USER::{user}:1::{password};{query}'); time.sleep(0.5); "
             'print(s.recv(65536).decode())"'
         )
     if "netconf" in ep:
@@ -88,6 +89,7 @@ def serve_twin(inventory_file: str, seed: int, console: Console, fault_proxy: bo
     inv = load_inventory(inventory_file).model
     spec = twin_spec(inv, seed)
     spec.fault_proxy = fault_proxy  # a lab's Toxiproxy, as the twin's proxy with its HTTP API (emulators/twin.py)
+    spec.password = secrets.token_urlsafe(16)  # its own: other accounts of the machine reach its endpoints too
     with TwinProcess(spec) as twin:
         endpoints = twin.endpoints.to_json()
         # Plain lines, not a table: endpoints are for copying into other tools and must never wrap.
@@ -95,7 +97,7 @@ def serve_twin(inventory_file: str, seed: int, console: Console, fault_proxy: bo
         for name, ep in endpoints["devices"].items():
             console.print(f"{name} ({ep['kind']})", style="bold", highlight=False)
             user = getattr(inv.devices[name].transport, "user", "admin")
-            for line in [*endpoint_lines(ep, user), *fault_proxy_lines(ep)]:
+            for line in [*endpoint_lines(ep, user, spec.password), *fault_proxy_lines(ep)]:
                 console.print(f"  {line}", soft_wrap=True, markup=False, highlight=False)
         skipped = [n for n, d in inv.devices.items() if d.kind not in emulated_kinds()]
         if skipped:

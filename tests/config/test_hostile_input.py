@@ -7,7 +7,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from testbed.config.yamlfile import MAX_NODES, parse_yaml, validate
+from testbed.config.yamlfile import MAX_DEPTH, MAX_NODES, parse_yaml, validate
 from testbed.contracts.errors import ConfigError
 from testbed.documents.inventory import Inventory
 from testbed.documents.playbook import Playbook
@@ -86,3 +86,21 @@ def test_a_billion_laughs_is_refused_before_it_is_expanded():
     (problem,) = refused.value.problems
     assert problem.file == "laughs.yaml" and problem.line == 1
     assert f"expands to more than {MAX_NODES} values" in problem.message
+
+
+@pytest.mark.parametrize("kind", ["flow", "block"])
+def test_yaml_nested_too_deep_is_refused_at_its_line(kind, tmp_path, capsys):
+    from testbed.cli import main
+
+    deep = 600
+    if kind == "flow":
+        text = "name: deep\nsteps: " + "[" * deep + "]" * deep + "\n"
+        line = 2
+    else:
+        text = "name: deep\nx:\n" + "".join(f"{'  ' * (i + 1)}k{i}:\n" for i in range(deep)) + f"{'  ' * (deep + 1)}v\n"
+        line = 2 + MAX_DEPTH  # the mapping that goes one level too deep starts there
+    (tmp_path / "deep.yaml").write_text(text)
+    assert main(["validate", str(tmp_path / "deep.yaml")]) == 2
+    printed = capsys.readouterr()
+    err = printed.out + printed.err
+    assert f"deep.yaml:{line}:" in err and f"nested more than {MAX_DEPTH} deep" in err and "Traceback" not in err

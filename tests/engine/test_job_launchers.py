@@ -18,7 +18,10 @@ from testbed.engine.job.ranks import ranks_of
 from testbed.engine.job.torchrun_launcher import TorchrunLauncher, host_environment, rendezvous_id, torchrun_command
 from testbed.events import Op
 
-SERVICE = {"TESTBED_FABRIC_SERVICE": "127.0.0.1:7000", "TESTBED_FABRIC_TOKEN": "t0ken"}
+
+def service(host: str) -> dict[str, str]:
+    """The fabric service's address as `host` reaches it (a lab's hosts may each see a different one)."""
+    return {"TESTBED_FABRIC_SERVICE": f"ctl-for-{host}:7000", "TESTBED_FABRIC_TOKEN": "t0ken"}
 
 
 def launch(hosts: list[str], launcher: str = "direct", **kwargs) -> Launch:
@@ -37,7 +40,7 @@ def result(host: str, status: str = "ok", value: object = None) -> OpResult:
 
 
 def test_a_rank_gets_pytorchs_rendezvous_and_testbeds_variables_over_the_playbooks():
-    run = launch(["gpu01", "gpu01", "gpu02", "gpu02"], service_env=SERVICE, rank_env=lambda r: {"ROUTE": str(r.index)})
+    run = launch(["gpu01", "gpu01", "gpu02", "gpu02"], service_env=service, rank_env=lambda r: {"ROUTE": str(r.index)})
     env = rank_environment(run, run.ranks[3])
     assert env == {
         "RANK": "3",  # testbed's, not the playbook's
@@ -50,7 +53,8 @@ def test_a_rank_gets_pytorchs_rendezvous_and_testbeds_variables_over_the_playboo
         "TESTBED_MASTER_HOST": "gpu01",
         "TESTBED_PEERS": "gpu01.lab:29500,gpu01.lab:29501,gpu02.lab:29502,gpu02.lab:29503",
         "TESTBED_CHECKPOINT_DIR": "checkpoints",
-        **SERVICE,
+        "TESTBED_FABRIC_SERVICE": "ctl-for-gpu02:7000",  # as rank 3's host reaches it
+        "TESTBED_FABRIC_TOKEN": "t0ken",
         "ROUTE": "3",
     }
 
@@ -64,8 +68,8 @@ def test_each_rank_is_started_on_its_host_and_the_watched_rank_followed_after_th
         for label, procedure, args in programs["gpu01"][:2]
     ]
     assert starts == [
-        ("start", "gpu.start_job", "rank0.3", [0], "testbed-jobs/rank0"),
-        ("start", "gpu.start_job", "rank1.3", [1], "testbed-jobs/rank1"),
+        ("start", "gpu.start_job", "rank0.3", [0], "testbed-jobs/run-7-a/start1/rank0"),
+        ("start", "gpu.start_job", "rank1.3", [1], "testbed-jobs/run-7-a/start1/rank1"),
     ]
     assert programs["gpu01"][0][2]["command"] == ["testbed-train", "--steps", "9"]
     wait = {"job": "rank1.3", "progress": run.job.progress, "ready": READY, "min_step": 0, "max_s": 30.0}
@@ -108,14 +112,32 @@ def test_each_node_runs_torchrun_at_rank_0s_rendezvous_with_this_launchs_id():
     programs = TorchrunLauncher().programs(run)
     assert list(programs) == ["gpu02", "gpu01"]  # node 0 is rank 0's host
     (label, procedure, args) = programs["gpu01"][0]
-    assert (args["name"], args["gpus"], args["workdir"]) == ("node1.3", [0, 1], "testbed-jobs/node1")
+    assert (args["name"], args["gpus"], args["workdir"]) == ("node1.3", [0, 1], "testbed-jobs/run-7-a/start1/node1")
+
+
+def test_a_slots_directory_is_kept_across_relaunches_of_one_start_and_new_for_each_start_and_run():
+    """A rank resumes from the newest checkpoint in its directory: a failover's relaunch must find the start's,
+    a new job.start (another trial, another run on the same host) none.
+    """
+    first = launch(["gpu01", "gpu02"])
+    relaunch = first.__class__(**{**first.__dict__, "number": 4})  # same start: a failover's relaunch
+    second = first.__class__(**{**first.__dict__, "number": 5, "generation": 2})
+    other_run = first.__class__(**{**first.__dict__, "run_id": "run 8"})
+
+    def workdirs(run: Launch) -> list[str]:
+        return [args["workdir"] for calls in DirectLauncher().programs(run).values() for _, _, args in calls]
+
+    assert workdirs(first) == workdirs(relaunch)
+    assert not set(workdirs(first)) & set(workdirs(second))
+    assert not set(workdirs(first)) & set(workdirs(other_run))
 
 
 def test_a_hosts_torchrun_passes_testbeds_variables_and_each_ranks_own_log():
-    run = launch(["gpu01", "gpu01", "gpu02", "gpu02"], "torchrun", service_env=SERVICE)
+    run = launch(["gpu01", "gpu01", "gpu02", "gpu02"], "torchrun", service_env=service)
     env = host_environment(run, "gpu02")
     assert env["TESTBED_MASTER_HOST"] == "gpu01" and env["TESTBED_RANK_LOG"] == "rank{rank}.3.log"
-    assert env["TESTBED_FABRIC_TOKEN"] == "t0ken" and "MASTER_ADDR" not in env  # torchrun sets it
+    assert env["TESTBED_FABRIC_SERVICE"] == "ctl-for-gpu02:7000" and env["TESTBED_FABRIC_TOKEN"] == "t0ken"
+    assert "MASTER_ADDR" not in env  # torchrun sets it
     assert "TESTBED_RANK_LOG" not in host_environment(launch(["gpu01", "gpu02"], "torchrun"), "gpu02")
 
 

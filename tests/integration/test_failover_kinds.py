@@ -1,74 +1,46 @@
-"""A failover from a hung rank (process.hang: the rank stops, detected by its stalled progress) heals the hang
-on the rank it hit, and the job fabric's light check uses the playbook's own thresholds.
+"""A failover on every fault kind a failover takes (gpu.fail, process.kill, process.hang, host.power_off), on the
+twin: the host the fault hit is the one replaced, whichever rank a watcher saw fail first; the survivors are
+stopped (a stop on a host that lost power is that fault's expected outcome); each fault is healed; `testbed check`
+passes. A kind that cannot fail a rank is refused at validate, at its line.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
+from failover_every_kind import assert_each_failover_replaced_the_host_its_fault_hit, playbook
 
-from testbed.cli.main import main
-
-pytestmark = pytest.mark.timeout(300)
-
-JOB = """\
-job:
-  command: [testbed-train, --steps, "1000000", --dim, "16", --step-time, "0.02", --checkpoint-every, "10",
-            --timeout, "10"]
-  ranks: [gpu01, gpu02, gpu03, gpu04]
-  fabric: {topology: ring, port: p0, reverse_port: p1%s}
-"""
-
-HANG = (
-    "name: hang-failover\ntrials: 2\n"
-    + JOB % ""
-    + """\
-steps:
-  - {action: job.start, wait_steps: 12}
-  - {action: failover, fault: {kind: process.hang, target: "rank:1"}, heartbeat_ms: 50, stall_timeout_ms: 600}
-  - {action: job.stop}
-"""
-)
-
-# 0 dBm launched, 1 dB through the switch: every egress reads about -1 dBm, never +10.
-BRIGHT = (
-    "name: too-bright\ntrials: 1\n"
-    + JOB % ", min_power_dbm: 10, light_timeout_ms: 300"
-    + """\
-steps:
-  - {action: job.start, wait_steps: 1}
-"""
-)
+from testbed.cli import main
+from testbed.ops.check import check_run
 
 
-def run(repo: Path, tmp_path: Path, text: str, capsys) -> tuple[int, Path, str]:
-    playbook = tmp_path / "playbook.yaml"
-    playbook.write_text(text)
-    inventory = str(repo / "playbooks/inventory/emulated-rack.yaml")
-    code = main(["run", str(playbook), "--emulate", "--inventory", inventory, "--results", str(tmp_path / "r")])
-    out = capsys.readouterr()
-    return code, Path(out.out.strip().splitlines()[-1].removeprefix("results: ")), out.err
+def test_a_failover_on_every_fault_kind_replaces_the_host_the_fault_hit(repo, tmp_path):
+    (tmp_path / "every-kind.yaml").write_text(playbook())
+    done = subprocess.run(
+        [sys.executable, "-m", "testbed", "run", str(tmp_path / "every-kind.yaml"), "--emulate"]
+        + ["--results", str(tmp_path / "results")],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = Path(done.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    assert_each_failover_replaced_the_host_its_fault_hit(run_dir)
+    checked = check_run(run_dir)
+    assert checked.ok, checked.checks
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["trials"]["ok"] == 1
 
 
-def test_a_hung_rank_fails_over_and_its_hang_is_healed(ray_cluster, repo, tmp_path, capsys):
-    code, run_dir, err = run(repo, tmp_path, HANG, capsys)
-    assert code == 0, err
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    heals = [e for e in events if e["op"] == "fault.heal" and e["type"] != "invoke"]
-    assert [e["type"] for e in heals] == ["ok", "ok"]
-    assert all(e["data"]["kind"] == "process.hang" and e["data"]["rank"] == 1 for e in heals)
-    resumed = [e for e in events if e["op"] == "gpu.resume_job" and e["type"] == "ok"]
-    assert len(resumed) == 2 and all(e["device"] == "gpu02" for e in resumed)  # the host of the hung rank
-    assert len([e for e in events if e["op"] == "failover.resumed"]) == 2
-    assert main(["check", str(run_dir)]) == 0
-
-
-def test_the_job_fabric_checks_light_against_the_playbooks_threshold(ray_cluster, repo, tmp_path, capsys):
-    code, run_dir, err = run(repo, tmp_path, BRIGHT, capsys)
-    assert code == 1
-    assert "within 0.3 s (threshold 10.0 dBm)" in err  # the playbook's figures, not the defaults (5 s, -20 dBm)
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    failed = [e for e in events if e["op"] == "ocs.reconfigure" and e["type"] == "fail"]
-    assert failed and failed[0]["data"]["error_type"] == "VerificationError"
+def test_a_fault_kind_that_fails_no_rank_is_refused_in_a_failover_at_its_line(repo, tmp_path, capsys):
+    text = playbook().replace("kind: gpu.fail", "kind: [gpu.fail, host.straggle]")
+    (tmp_path / "straggle.yaml").write_text(text)
+    assert main(["validate", str(tmp_path / "straggle.yaml")]) == 2
+    printed = capsys.readouterr()
+    err = printed.out + printed.err
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if "host.straggle" in row)
+    assert f"straggle.yaml:{line}:" in err and "host.straggle does not" in err and "fault.inject" in err

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from failover_every_kind import assert_each_failover_replaced_the_host_its_fault_hit, playbook
 
 from testbed.faults.transport import ToxiproxyApi
 
@@ -204,6 +205,34 @@ def test_chaos_failover_runs_on_the_lab_through_its_toxiproxy_and_checks(lab, re
     assert state["toxics"] == [] and state["enabled"] is True
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["trials"]["ok"] == trials  # every failover rewired again once the connection was back
+
+
+def test_a_failover_on_every_fault_kind_runs_on_the_lab_and_leaves_no_host_off(lab, repo):
+    """On the lab every kind takes its lab path: gpu.fail and process.kill by signals over SSH, process.hang by
+    SIGSTOP and SIGCONT, host.power_off by the host's BMC (Redfish), healed by powering it on again.
+    """
+    _, inventory, folder, _ = lab
+    (folder / "every-kind.yaml").write_text(playbook())
+    proc = cli(
+        repo, "run", str(folder / "every-kind.yaml"), "--inventory", str(inventory), "--yes",
+        "--results", str(folder / "results"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    assert_each_failover_replaced_the_host_its_fault_hit(run_dir)
+    checked = cli(repo, "check", str(run_dir), timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    from drivers.redfish import RedfishBmc, RedfishSettings
+    from testbed.documents import load_inventory
+
+    hosts = load_inventory(inventory).model.hosts()
+    states = {}
+    for name, host in hosts.items():
+        with RedfishBmc(RedfishSettings.from_dict(host.bmc.call_args(name)), name) as bmc:
+            states[name] = bmc.power_state()
+    assert {name: state for name, state in states.items() if state != "On"} == {}  # the one that lost power too
+    secret = os.environ["OUR_LAB_BMC_PASSWORD"].encode()  # used by every power-off and power-on of the run
+    assert [str(p) for p in run_dir.rglob("*") if p.is_file() and secret in p.read_bytes()] == []
 
 
 def test_heal_after_a_kill9_removes_the_dead_runs_toxic_through_the_api(lab, repo):

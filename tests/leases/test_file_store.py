@@ -191,6 +191,7 @@ def test_a_writer_killed_before_its_rename_leaves_the_lease_as_it_was(folder):
 
 def test_two_takers_at_once_never_both_get_the_device(folder):
     FileLeaseStore(folder).list()  # the folder made first
+
     def take(name: str, start: threading.Barrier, results: list) -> None:
         start.wait()
         results.append(FileLeaseStore(folder).acquire({name: "tcp://10.0.0.15:5025"}, me(name), "run", 60))

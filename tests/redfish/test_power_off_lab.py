@@ -189,6 +189,7 @@ def dead_run(tmp_path, twin, inv: Inventory) -> int:
     return rank.pid
 
 
+@pytest.mark.unchecked_history("the dead run's history is written by hand: the fault and the rank, nothing else")
 def test_testbed_heal_powers_the_host_on_through_its_bmc(tmp_path, twin, ctl, bmc_password, monkeypatch):
     monkeypatch.setenv("TESTBED_LOCK_DIR", str(tmp_path / "locks"))
     inv = lab_inventory(twin)

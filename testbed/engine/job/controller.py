@@ -56,6 +56,7 @@ class JobController:
         self.spare_use: dict[str, int] = {}
         self.failovers = 0
         self.launches = 0  # each launch names its ranks' jobs afresh: a log read from its start is this launch's
+        self.starts = 0  # the job.starts so far: each has its own checkpoints (Launch.generation)
         self.ports: list[int] = []  # rank -> its listen port, in the last launch
         self.handles: dict[int, dict] = {}  # rank -> job handle (pid, log) while running
         self.launchers: dict[str, dict] = {}  # host -> its torchrun's job handle (launcher: torchrun)
@@ -87,15 +88,14 @@ class JobController:
         if self.job.fabric is not None:
             self.apply_fabric(step.label)
         if self.job.fabric_service is not None:
-            self.close_service()
-            self.served = ServedFabric(self.c, self.c.plan.fabric_service, ranks=len(self.ranks), label=step.label)
+            self.serve_fabric(step.label)
         self.launch(step.label)
         if step.wait_steps > 0:
             self._wait(step.label, self.ranks, self.job.progress, step.wait_steps, step.timeout_s)
         self.c.recorder.emit("mark", Op.JOB_READY, step=step.label, data={"ranks": len(self.ranks)})
 
     def launch(
-        self, label: str, watch: int | None = None, timeout_s: float = 120.0
+        self, label: str, watch: int | None = None, timeout_s: float = 120.0, *, relaunch: bool = False
     ) -> tuple[dict[int, object], object | None]:
         """Start every rank at once; returns each rank's start result (its job_started mark) and, for the
         rank `watch`, the result of following its log to its ready line (job_ready) and on to its first
@@ -107,7 +107,12 @@ class JobController:
         with every rank, and the job's failures reach it too (its peers' deaths end it). Watching every
         rank's ready line made those results, and Ray's traffic for them, arrive just as the first step
         did, and delayed seeing it (the twin's ground truth showed both biases).
+
+        A `relaunch` (a failover's) resumes from the checkpoints of the launch before; any other launch is a
+        fresh job whose ranks find no checkpoint (Launch.generation).
         """
+        if not relaunch or self.starts == 0:
+            self.starts += 1
         if self.served is not None:
             self.served.relaunched()
         layout = Layout.of(self.ranks, self._listen_ports(), self.address_of, fabric=self.job.fabric, link=self.link)
@@ -119,7 +124,8 @@ class JobController:
             job=self.job,
             layout=layout,
             run_id=str(self.c.recorder.run_id),
-            service_env=self.served.env() if self.served is not None else {},
+            generation=self.starts,
+            service_env=self.served.env if self.served is not None else (lambda host: {}),
             rank_env=self.rank_env,
             watch=watch,
             timeout_s=timeout_s,
@@ -158,28 +164,52 @@ class JobController:
                 out[r.index] = result
         return out
 
+    def serve_fabric(self, label: str, *, delay_s: float = 0.0, in_place: str | None = None) -> None:
+        """Start the job's fabric service (ending the one before): listening where every host the job may run on
+        reaches it (testbed/fabric_service/addresses.py), for this job's ranks only.
+        """
+        self.close_service()
+        # the spares only when a failover may move a rank there (the plan's spares): a host the run never uses
+        # need not resolve
+        hosts = {h: self.address_of(h) for h in dict.fromkeys([*self.job.ranks, *self.c.plan.spares])}
+        on_lab = self.link is None and self.inventory is not None
+        self.served = ServedFabric(
+            self.c,
+            self.c.plan.fabric_service,
+            ranks=len(self.ranks),
+            delay_s=delay_s,
+            label=label,
+            in_place=in_place,
+            hosts=hosts,
+            controller_address=self.inventory.controller_address if on_lab else None,
+        )
+
     def close_service(self) -> None:
         """End the job's fabric service (job.stop, a failed trial, the run's end); nothing if none runs."""
         served, self.served = self.served, None
         if served is not None:
             served.close()
 
-    def stop(self, label: str = "stop job", *, end_service: bool = True) -> None:
-        """Stop every rank, then (unless a relaunch follows: a failover) the job's fabric service."""
+    def stop(self, label: str = "stop job", *, end_service: bool = True, hit: frozenset[str] = frozenset()) -> None:
+        """Stop every rank, then (unless a relaunch follows: a failover) the job's fabric service. A stop that
+        fails on a host in `hit` (the one a fault took: off, unreachable) is that fault's expected outcome, recorded
+        as it came back but not a failure of the step.
+        """
         try:
-            self._stop(label)
+            self._stop(label, hit)
         finally:
             if end_service:
                 self.close_service()  # after the ranks: none of them sees its service go before it stops
 
-    def _stop(self, label: str) -> None:
+    def _stop(self, label: str, hit: frozenset[str]) -> None:
         if not self.handles and not self.launchers:
             return
         programs = self.launcher.stop_programs(label, self.ranks, self.handles, self.launchers)
         self.handles.clear()
         self.launchers.clear()
-        for results in self.c.dispatch(programs).values():
-            raise_failures(results)
+        for host, results in self.c.dispatch(programs).items():
+            if host not in hit:
+                raise_failures(results)
 
     # --- the fabric ------------------------------------------------------------------------------
 
@@ -196,23 +226,19 @@ class JobController:
         """The fault's description in its events: what hit which rank (`testbed heal` needs the pid)."""
         return injection.fault_data(kind, target, self.handles)
 
-    def heal(self, step, target: Rank, job: dict, data: dict) -> None:
-        injection.heal(self.c, step, target, job, data)
-
-    def inject_and_detect(self, step, *, heal: bool, on_detect: Callable[[int], None] | None = None):
-        """Watch every rank, inject the fault once all are watching, wait for the first detection and stop
-        the job (so every other watch ends). Heals the fault at once when `heal`; otherwise the caller heals.
-        Returns (the rank hit, injection ns, the first detection (rank, ns, value), its job handle).
+    def fault(self, step):
+        """The step's fault on its rank, every rank watched (a context manager yielding an injection.RankFault):
+        healed, and every watcher's outcome recorded, when the block ends, however it ends. Detecting it stops
+        the job (keeping its fabric service for a relaunch); a stop that fails on the host the fault hit is that
+        fault's expected outcome.
         """
         self.require_running(step.label)
-        return injection.inject_and_detect(
+        host = self.ranks[step.rank].host
+        return injection.fault_on_rank(
             self.c,
             self.ranks,
             self.handles,
             self.job.progress,
             step,
-            heal_at_once=heal,
-            # a failover relaunches the ranks with the same service
-            stop=lambda: self.stop(label=step.label, end_service=False),
-            on_detect=on_detect,
+            stop=lambda: self.stop(label=step.label, end_service=False, hit=frozenset({host})),
         )

@@ -5,6 +5,7 @@ failure is seen; the first failure names the rank that failed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from testbed.engine.job.ranks import Rank
@@ -42,6 +43,7 @@ class Watches:
         self.ranks = ranks
         self.step = step
         self.pending = pending  # rank -> its watcher's call
+        self.recorded: set[int] = set()  # ranks whose watcher's outcome is in the history
 
     @classmethod
     def start(cls, coordinator, ranks: list[Rank], handles: dict[int, dict], progress: str, step) -> Watches:
@@ -95,10 +97,35 @@ class Watches:
         dispatcher.wait(list(self.pending.values()), timeout=limit)
         stop()
         detections = []
-        for rank, call in self.pending.items():
-            (result,) = call.result()  # a watcher that died raises ActorLost: the trial fails as info
-            self.c.record(self.ranks[rank].host, self.step.label, "gpu.watch_job", result)
+        results, errors = self.close()
+        if errors:
+            raise errors[0]  # a watcher's actor died, or a watch did not end: recorded as info, the trial fails
+        for rank, result in results.items():
             mark = result.marks.get(Op.FAILURE_DETECTED) if result.status == "ok" else None
             if mark and (result.value or {}).get("detected"):
                 detections.append((rank, mark[0], result.value))
         return failed_rank(detections)
+
+    def close(self) -> tuple[dict[int, object], list[Exception]]:
+        """Every watcher's outcome recorded, once: each watch ends when its rank's job does (the job is stopped
+        by now, or its host is gone) or at its own time limit. A watcher that does not answer within that limit,
+        or whose actor died, is recorded as `info` (its outcome unknown). Returns the outcomes that came back, and
+        why the others did not.
+        """
+        deadline = time.monotonic() + self.step.timeout_s + WATCH_READY_TIMEOUT_S
+        results, errors = {}, []
+        for rank, call in self.pending.items():
+            if rank in self.recorded:
+                continue
+            self.recorded.add(rank)
+            host = self.ranks[rank].host
+            try:
+                (result,) = call.result(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as exc:  # no answer in time, or the watcher's actor died
+                error = f"outcome unknown: the watch gave no answer ({type(exc).__name__}: {exc})"
+                self.c.recorder.emit("info", "gpu.watch_job", device=host, step=self.step.label, data={"error": error})
+                errors.append(exc)
+                continue
+            self.c.record(host, self.step.label, "gpu.watch_job", result)
+            results[rank] = result
+        return results, errors

@@ -24,7 +24,7 @@ def rank_environment(launch: Launch, r: Rank) -> dict[str, str]:
         "TESTBED_MASTER_HOST": layout.master,
         "TESTBED_PEERS": ",".join(layout.peers_of(r)),
         "TESTBED_CHECKPOINT_DIR": launch.job.checkpoint_dir,
-        **launch.service_env,
+        **launch.service_env(r.host),
         **launch.extra_env(r),
     }
 
@@ -42,8 +42,8 @@ class DirectLauncher:
                 "name": rank_job_name(launch, r),
                 "gpus": [r.local],
                 "env": rank_environment(launch, r),
-                # a rank slot keeps its directory across launches, so its checkpoints are found again
-                "workdir": f"testbed-jobs/rank{r.index}",
+                # a rank slot keeps its directory across a start's relaunches, so its checkpoints are found again
+                "workdir": launch.workdir(f"rank{r.index}"),
             }
             programs.setdefault(r.host, []).append((launch.label, "gpu.start_job", args))
         if launch.watch is not None:

@@ -1,10 +1,12 @@
-"""A fault on one of the job's ranks, injected and healed by its kind (testbed/faults, recorded by
-testbed/faults/recording.py), and injected while every rank is watched (testbed/engine/job/detection.py).
+"""A fault on one of the job's ranks, injected while every rank is watched (testbed/engine/job/detection.py), and
+healed when the step that holds it ends, however it ends (testbed/faults/recording.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from testbed.contracts.errors import StepFailed
 from testbed.engine.job.detection import Detection, Watches
@@ -29,48 +31,52 @@ def rank_target(step, r: Rank, job: dict) -> RankTarget:
     return RankTarget(r.index, r.host, r.local, job, {"xid": step.xid})
 
 
-def heal(coordinator, step, target: Rank, job: dict, data: dict) -> None:
-    recording.heal(coordinator, step.kind, rank_target(step, target, job), step.label, target.host, data)
+@dataclass
+class RankFault:
+    """A fault in place on `target` (its job handle `job`), every rank watched; `detect` waits for the failure."""
+
+    target: Rank
+    injected_ns: int
+    job: dict
+    data: dict
+    watches: Watches
+    stop: Callable[[], None]
+    kind: str
+    timeout_s: float
+
+    def detect(self, on_detect: Callable[[int], None] | None = None) -> Detection:
+        """The first failure a watcher saw (rank, ns, value), once the job is stopped; StepFailed if none was seen
+        within the step's timeout. `on_detect(rank seen)` runs the moment a failure is seen.
+        """
+        first = self.watches.first_failure(self.stop, on_detect)
+        if first is None:
+            raise StepFailed(
+                f"{self.kind} on rank {self.target.index} ({self.target.host}) was not detected within "
+                f"{self.timeout_s:g} s"
+            )
+        return first
 
 
-def inject_and_detect(
+@contextlib.contextmanager
+def fault_on_rank(
     coordinator,
     ranks: list[Rank],
     handles: dict[int, dict],
     progress: str,
     step,
-    *,
-    heal_at_once: bool,
     stop: Callable[[], None],
-    on_detect: Callable[[int], None] | None = None,
-) -> tuple[Rank, int, Detection, dict]:
-    """Watch every rank, inject the fault once all are watching, wait for the first detection and `stop` the
-    job (so every other watch ends). Heals the fault at once when `heal_at_once`; otherwise the caller heals.
-    Returns (the rank hit, injection ns, the first detection (rank, ns, value), its job handle); raises
-    StepFailed (the fault healed) when no watcher saw a failure.
+) -> Iterator[RankFault]:
+    """Watch every rank, inject the step's fault on its rank once all are watching, and yield it; on leaving, the
+    fault is healed and every watcher's outcome recorded, whatever ended the block.
     """
     target = ranks[step.rank]
-    watches = Watches.start(coordinator, ranks, handles, progress, step)
-    ready = watches.ready()
-    data = fault_data(step.kind, target, handles)
     job = handles[target.index]
-    injected = recording.inject(
-        coordinator,
-        step.kind,
-        rank_target(step, target, job),
-        step.label,
-        target.host,
-        {**data, "watching": ready},
-    ).at_ns
+    data = fault_data(step.kind, target, handles)
+    watches = Watches.start(coordinator, ranks, handles, progress, step)
     try:
-        first = watches.first_failure(stop, on_detect)
+        ready = watches.ready()
+        rank = rank_target(step, target, job)
+        with recording.held(coordinator, step.kind, rank, step.label, target.host, {**data, "watching": ready}) as f:
+            yield RankFault(target, f.at_ns, job, data, watches, stop, step.kind, step.timeout_s)
     finally:
-        if heal_at_once:
-            heal(coordinator, step, target, job, data)
-    if first is None:
-        if not heal_at_once:
-            heal(coordinator, step, target, job, data)
-        raise StepFailed(
-            f"{step.kind} on rank {target.index} ({target.host}) was not detected within {step.timeout_s:g} s"
-        )
-    return target, injected, first, job
+        watches.close()

@@ -6,6 +6,7 @@ itself (testbed/engine/job/direct_launcher.py) or one torchrun per host does
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -30,7 +31,11 @@ class Launch:
     job: Job
     layout: Layout
     run_id: str
-    service_env: dict[str, str] = field(default_factory=dict)  # the job's fabric service, when it has one
+    # the job.start this launch belongs to (a failover's relaunch keeps it): its ranks resume only from the
+    # checkpoints of that start, never from another trial's or another run's on the same host
+    generation: int = 1
+    # host -> the environment its ranks find the job's fabric service by (each host told the address it reaches)
+    service_env: Callable[[str], dict[str, str]] = field(default=lambda host: {})
     # More of a rank's environment, computed once its listen ports are known (rail.train's routes)
     rank_env: Callable[[Rank], dict[str, str]] | None = None
     watch: int | None = None  # the rank whose log is followed to its first training step
@@ -39,6 +44,12 @@ class Launch:
     @property
     def ranks(self) -> list[Rank]:
         return self.layout.ranks
+
+    def workdir(self, slot: str) -> str:
+        """The directory, in the host's home, of a rank or node slot: kept across the relaunches of one job.start
+        (a spare takes the slot of the host it replaces), new for each start and each run (docs/jobs.md).
+        """
+        return f"testbed-jobs/{re.sub(r'[^A-Za-z0-9_.-]', '-', self.run_id)}/start{self.generation}/{slot}"
 
     def extra_env(self, r: Rank) -> dict[str, str]:
         return self.rank_env(r) if self.rank_env is not None else {}

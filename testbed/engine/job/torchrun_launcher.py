@@ -46,7 +46,7 @@ def host_environment(launch: Launch, host: str) -> dict[str, str]:
         "TESTBED_MASTER_HOST": layout.master,
         "TESTBED_PEERS": ",".join(layout.host_peers(host)),
         "TESTBED_CHECKPOINT_DIR": launch.job.checkpoint_dir,
-        **launch.service_env,
+        **launch.service_env(host),
     }
     for r in launch.ranks:
         if r.host == host:
@@ -90,8 +90,7 @@ class TorchrunLauncher:
             env = host_environment(launch, host)
             name = f"node{i}.{launch.number}"
             args = {"command": torchrun_command(launch, i), "name": name, "gpus": list(range(nproc)), "env": env}
-            # a node slot keeps its directory across launches (a spare takes the slot of the host it replaces)
-            programs[host] = [(launch.label, "gpu.start_job", {**args, "workdir": f"testbed-jobs/node{i}"})]
+            programs[host] = [(launch.label, "gpu.start_job", {**args, "workdir": launch.workdir(f"node{i}")})]
             if launch.watch is not None and host == launch.ranks[launch.watch].host:
                 programs[host].append(launch.watch_step(name))
         return programs
