@@ -14,7 +14,9 @@ from testbed.fabric.circuits import PathError, links_to_circuits
 from testbed.fabric.jobfabric import fabric_links
 from testbed.steps.fabric_apply import ApplyStep
 
-# A switch whose connection failed during a rewiring is tried again for this long (then the step fails).
+# A switch whose connection failed during a rewiring is tried again for this long after the failure (then the
+# step fails). Counted from the failure, not from the first attempt: an attempt that ran into the device's own
+# timeout (timeout_ms, often 2-5 s on a lab) must still leave time to try again once the connection is back.
 FABRIC_RETRY_S = 3.0
 FABRIC_RETRY_BACKOFF_S = 0.05
 RETRYABLE = {"DeviceConnectionError", "DeviceTimeout"}
@@ -50,19 +52,21 @@ def fabric_step(
 
 def rewire(coordinator, step: ApplyStep, label: str) -> dict:
     """Apply the job fabric on every switch at once; a switch whose connection failed (a reset, a stall,
-    a refused connection: the device may be fine) is tried again until FABRIC_RETRY_S has passed. Its
+    a refused connection: the device may be fine) is tried again until FABRIC_RETRY_S after it failed. Its
     procedure reads the switch afresh each time (a failed one forgets its cached state), so a retry
     after a lost acknowledgement sends only what is still missing. Every attempt is in the history.
     Returns each switch's result with its sent / acked / lit marks.
     """
     calls = step.calls(coordinator)
-    deadline = time.monotonic() + FABRIC_RETRY_S
+    deadline: float | None = None
     done: dict = {}
     while True:
         results = {d: r[0] for d, r in coordinator.dispatch({d: [(label, *calls[d])] for d in calls}).items()}
         done.update(results)
         failed = {d: r for d, r in results.items() if r is None or r.status != "ok"}
         retry = all(r is not None and r.error_type in RETRYABLE for r in failed.values())
+        if failed and deadline is None:
+            deadline = time.monotonic() + FABRIC_RETRY_S
         if not failed or not retry or time.monotonic() >= deadline:
             raise_failures(done.values())
             return done
