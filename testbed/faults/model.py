@@ -4,10 +4,12 @@ registered fault kinds (testbed.faults), so a kind added by another package is v
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, WithJsonSchema, field_validator, model_validator
+from annotated_types import Ge, Le
+from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
 from testbed.config.common import Name, PortList, Strict, sweepable
 from testbed.faults import FAULT_KINDS, TransportFault
@@ -16,6 +18,29 @@ FaultKindName = Literal[tuple(FAULT_KINDS.names())]
 HOST_PORT = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*:[A-Za-z][A-Za-z0-9_.-]*$")
 # Checked by Fault._host_ports (one message naming the value, not one per branch of the union); editors get the pattern.
 HostPort = Annotated[str, WithJsonSchema({"type": "string", "pattern": HOST_PORT.pattern})]
+INT64_MAX = 2**63 - 1
+
+
+def _whole(value):
+    """A toxic's attribute as Toxiproxy decodes it: an integer. A whole number written as a float (300.0) is
+    that integer, and is sent as one; a fraction is refused here, where Toxiproxy would refuse the toxic with
+    HTTP 400 in the middle of a run (docs/faults.md, "Toxiproxy's types").
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number: Toxiproxy takes a toxic's attributes as integers")
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            hint = f", e.g. {round(value)}" if math.isfinite(value) else ""
+            raise ValueError(
+                f"{value!r} is not a whole number: Toxiproxy takes a toxic's attributes as integers (int64; ms, "
+                f"bytes, KB/s, or us for slicer's delay) and refuses a fraction with HTTP 400; give a whole number{hint}"
+            )
+        return int(value)
+    return value
+
+
+# Every attribute of every Toxiproxy toxic is an integer (a Go int64 or int); none is negative in a meaningful toxic.
+ToxicAttribute = Annotated[int, Ge(0), Le(INT64_MAX), BeforeValidator(_whole)]
 
 
 class Fault(Strict):
@@ -44,9 +69,9 @@ class Fault(Strict):
     ports: PortList | None = Field(
         None, description="for link.down, with `device`: the switch's ports to disable, e.g. [5, 37]"
     )
-    attributes: dict[str, float] = Field(
+    attributes: dict[str, ToxicAttribute] = Field(
         default_factory=dict,
-        description="for transport.*: the toxic's attributes, in Toxiproxy's names and units "
+        description="for transport.*: the toxic's attributes, whole numbers in Toxiproxy's names and units "
         "(latency: latency, jitter ms; bandwidth: rate KB/s; slow_close: delay ms; timeout and reset_peer: "
         "timeout ms; slicer: average_size, size_variation bytes, delay us; limit_data: bytes)",
     )

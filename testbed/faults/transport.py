@@ -54,7 +54,7 @@ class ConnectionTarget:
     device: str
     toxic: str
     stream: str = "downstream"
-    attributes: tuple[tuple[str, float], ...] = ()
+    attributes: tuple[tuple[str, int], ...] = ()  # integers, as Toxiproxy decodes them (int64)
 
 
 # --- a lab's Toxiproxy, through its HTTP API ----------------------------------------------------------------
@@ -90,7 +90,7 @@ class ToxiproxyApi:
     def _proxy_path(self) -> str:
         return f"/proxies/{quote(self.proxy, safe='')}"
 
-    def add_toxic(self, name: str, toxic_type: str, stream: str, attributes: dict[str, float]) -> dict:
+    def add_toxic(self, name: str, toxic_type: str, stream: str, attributes: dict[str, int]) -> dict:
         body = {"name": name, "type": toxic_type, "stream": stream, "toxicity": 1.0, "attributes": attributes}
         status, answer = self.request("POST", f"{self._proxy_path}/toxics", body)
         if status == 404:

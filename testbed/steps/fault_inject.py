@@ -135,7 +135,7 @@ class FaultInjectStep(Planned):
     when_s: float
     duration_s: float
     device: str | None = None  # a fault on a connection: the device behind the twin's fault proxy
-    attributes: tuple[tuple[str, float], ...] = ()  # a fault on a connection: the toxic's attributes
+    attributes: tuple[tuple[str, int], ...] = ()  # a fault on a connection: the toxic's attributes (integers)
     stream: str = "downstream"
     ports: PortTarget | None = None  # a fault on switch ports (link.down): which, and the family's procedures
     faults: ClassVar[int] = 1
