@@ -5,6 +5,7 @@ What it does, in the library's calls:
 
     client = redfish.redfish_client(base_url=..., username=..., password=..., cafile=..., timeout=..., max_retry=0)
     client.login(auth="session")                      # POST SessionService/Sessions -> X-Auth-Token
+                                                      # (or auth="basic": the BMC has no SessionService)
     client.get("/redfish/v1/Systems/1")               # ComputerSystem: PowerState, the Reset action's target
     client.post(".../Actions/ComputerSystem.Reset", body={"ResetType": "ForceOff"})
     client.logout()                                   # DELETE the session
@@ -13,8 +14,14 @@ What it does, in the library's calls:
 `power_wait_s`), because a BMC accepts a reset before the host has followed it. A power call skips the reset
 when the host is already in that state (several BMCs refuse a ForceOff of a host that is off with 409).
 
-TLS is always verified: against `ca_file` when the inventory names one (the CA that signed the BMC's
-certificate, or that certificate itself, pinned), else against the CA bundle `requests` ships. The library
+The login follows the service root (the Redfish standard allows both): a session (X-Auth-Token) when the root
+links a SessionService, as most BMCs do; HTTP Basic on each request when it does not (OpenStack's
+sushy-emulator, some older BMCs). Either way the password goes only over https: a plain-http address is
+refused before anything is sent.
+
+TLS is always verified, hostname included: against `ca_file` when the inventory names one (the CA that signed
+the BMC's certificate, or that certificate itself, pinned, whoever issued it: drivers.redfish.http's
+`verifying_context`), else against the CA bundle `requests` ships. The library
 turns verification off when it is given no CA file, so one is always given. `max_retry=0`: the library would
 otherwise retry a failed request ten times a second apart (a Reset included), which hides a dead BMC for
 ten seconds and can send a reset twice. The library's requests go through drivers.redfish.http's adapter: no
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +80,7 @@ class RedfishBmc:
         self.address = settings.address
         self.audit = audit
         self._client: Any = None
+        self.auth: str | None = None  # "session" or "basic", from the service root at login (`_connect`)
         self._system: dict | None = None  # {"path", "reset", "allowed"}
 
     # --- power --------------------------------------------------------------------------------------------
@@ -176,13 +185,10 @@ class RedfishBmc:
         if self._client is not None:
             return self._client
         import redfish
-        from redfish.messages import RedfishPasswordChangeRequiredError
         from redfish.rest.v1 import (
-            InvalidCredentialsError,
             JsonDecodingError,
             RetriesExhaustedError,
             ServerDownOrUnreachableError,
-            SessionCreationError,
         )
 
         s = self.settings
@@ -194,8 +200,20 @@ class RedfishBmc:
                 if s.password_env
                 else "give the driver the BMC password",
             )
+        if urlparse(self.address).scheme.lower() != "https":
+            # A session login carries the password in its body, HTTP Basic in every request's header: neither goes
+            # over plain HTTP (the Redfish standard requires TLS for both). Nothing is sent.
+            raise self._error(
+                DeviceConnectionError,
+                f"the BMC's address {self.address} is plain http: the BMC's password (a session login or HTTP Basic) "
+                "is sent only over https",
+                sent="(nothing)",
+                hint="set bmc.address to the BMC's https address (https://HOST[:PORT]); every Redfish BMC serves "
+                "https, and its certificate is verified against bmc.ca_file",
+            )
         ca = self._ca_file()
         sent = f"GET {ROOT}/"
+        adapter = self._adapter(ca, sent)
         record(self.audit, self.device, self.address, "tx", sent)
         try:
             client = redfish.redfish_client(
@@ -205,7 +223,7 @@ class RedfishBmc:
                 cafile=ca,
                 timeout=s.timeout_s,
                 max_retry=0,
-                https_adapter=GuardedAdapter(self.address, s.timeout_s),
+                https_adapter=adapter,
             )
         except RetriesExhaustedError as exc:
             raise self._transport_error(exc, sent, ca) from None
@@ -230,21 +248,40 @@ class RedfishBmc:
             ) from None
         root = getattr(client, "root", None) or {}
         record(self.audit, self.device, self.address, "rx", f"200 {_clip(json.dumps(root))}")
+        self.auth = "session" if _has_session_service(root) else "basic"
+        if self.auth == "session":
+            self._session_login(client, ca)
+        else:
+            self._basic_login(client, root, ca)
+        self._client = client
+        return client
+
+    def _adapter(self, ca: str, sent: str) -> GuardedAdapter:
+        try:
+            return GuardedAdapter(self.address, self.settings.timeout_s, ca)
+        except (OSError, ssl.SSLError) as exc:  # not PEM, no certificate in it, unreadable
+            raise self._error(
+                DeviceConnectionError,
+                f"could not use the CA file {ca} to verify the BMC",
+                sent=f"(nothing: {sent} needs it)",
+                received=str(exc),
+                hint="set bmc.ca_file to a readable PEM file holding the CA that signed the BMC's certificate, or "
+                "the BMC's certificate itself",
+            ) from None
+
+    def _session_login(self, client: Any, ca: str) -> None:
+        """POST the service root's Links.Sessions: the BMC has a SessionService."""
+        from redfish.messages import RedfishPasswordChangeRequiredError
+        from redfish.rest.v1 import InvalidCredentialsError, RetriesExhaustedError, SessionCreationError
+
+        s = self.settings
         login = f"POST {client.login_url} (session login as {s.user!r})"
         record(self.audit, self.device, self.address, "tx", login)
         try:
             client.login(auth="session")
         except InvalidCredentialsError:
             record(self.audit, self.device, self.address, "rx", "401 (login refused)")
-            raise self._error(
-                DeviceCommandError,
-                f"the BMC refused the login of user {s.user!r}",
-                sent=login,
-                received="HTTP 401 Unauthorized",
-                hint=f"check bmc.user in the inventory and the password in ${s.password_env}"
-                if s.password_env
-                else "check the user and the password",
-            ) from None
+            raise self._refused(login) from None
         except RedfishPasswordChangeRequiredError:
             record(self.audit, self.device, self.address, "rx", "(password change required)")
             raise self._error(
@@ -262,14 +299,42 @@ class RedfishBmc:
                 "the BMC did not open a session",
                 sent=login,
                 received=str(exc),
-                hint="the BMC may have no free session slot: log out other clients (or wait for their sessions "
-                "to time out) and try again",
+                hint=_session_hint(str(exc)),
             ) from None
         except RetriesExhaustedError as exc:
             raise self._transport_error(exc, login, ca) from None
         record(self.audit, self.device, self.address, "rx", "session opened")
-        self._client = client
-        return client
+
+    def _basic_login(self, client: Any, root: dict, ca: str) -> None:
+        """HTTP Basic on every request (the BMC has no SessionService; the address is https, checked above). The
+        credentials are tried on the Systems collection, which needs them and is read next anyway.
+        """
+        from redfish.rest.v1 import InvalidCredentialsError, RetriesExhaustedError
+
+        systems = _path_of((root.get("Systems") or {}).get("@odata.id") or "") or f"{ROOT}/Systems"
+        client.login_url = systems  # where the library's basic login checks the credentials (a GET)
+        login = f"GET {systems} (HTTP Basic as {self.settings.user!r}: the BMC has no SessionService)"
+        record(self.audit, self.device, self.address, "tx", login)
+        try:
+            client.login(auth="basic")
+        except InvalidCredentialsError:
+            record(self.audit, self.device, self.address, "rx", "401 (login refused)")
+            raise self._refused(login) from None
+        except RetriesExhaustedError as exc:
+            raise self._transport_error(exc, login, ca) from None
+        record(self.audit, self.device, self.address, "rx", "credentials accepted")
+
+    def _refused(self, login: str) -> DeviceError:
+        s = self.settings
+        return self._error(
+            DeviceCommandError,
+            f"the BMC refused the login of user {s.user!r}",
+            sent=login,
+            received="HTTP 401 Unauthorized",
+            hint=f"check bmc.user in the inventory and the password in ${s.password_env}"
+            if s.password_env
+            else "check the user and the password",
+        )
 
     def _ca_file(self) -> str:
         ca = self.settings.ca_file
@@ -305,7 +370,7 @@ class RedfishBmc:
                 self._drop()
                 raise self._transport_error(exc, sent, self.settings.ca_file) from None
             t1 = record(self.audit, self.device, self.address, "rx", f"{resp.status} {_clip(_text(resp))}")
-            if resp.status == 401 and attempt == 1:
+            if resp.status == 401 and attempt == 1 and self.auth == "session":
                 self._drop()  # the session timed out or the BMC restarted: a 401 means nothing was done
                 continue
             return resp, t0, t1
@@ -476,6 +541,38 @@ class RedfishBmc:
             hint="check bmc.address in the inventory (https://HOST[:PORT]) and that this machine reaches the "
             "BMC's management network",
         )
+
+
+def _has_session_service(root: dict) -> bool:
+    """Whether the service root links a SessionService (or, as the standard requires beside it, Links.Sessions):
+    then the driver logs in with a session; without one, HTTP Basic is the standard's other way in.
+    """
+    links = root.get("Links") if isinstance(root.get("Links"), dict) else {}
+    return any(
+        isinstance(link, dict) and link.get("@odata.id") for link in (root.get("SessionService"), links.get("Sessions"))
+    )
+
+
+def _session_hint(failure: str) -> str:
+    """What to change when a BMC that has a SessionService did not open a session (the library's text: "HTTP
+    STATUS: Failed to create the session\nMESSAGE").
+    """
+    status = failure.split(":", 1)[0].removeprefix("HTTP ").strip()
+    if status == "503" or "SessionLimitExceeded" in failure or "session limit" in failure.lower():
+        return (
+            "the BMC has no free session slot: log out other clients (or wait for their sessions to time out) "
+            "and try again"
+        )
+    if status in ("404", "405", "501"):
+        return (
+            "the BMC lists a SessionService but does not take a session login at that address: enable its session "
+            "service in the BMC's own settings, or check bmc.address"
+        )
+    if status == "403":
+        return "the user may not log in over Redfish: give it a role with the Login privilege on the BMC"
+    if status.startswith("5"):
+        return "the BMC failed: try again; if it persists, reset the BMC (not the host) from its own interface"
+    return "read the BMC's message above; the login is the one the Redfish standard specifies"
 
 
 def _timed_out(exc: BaseException) -> bool:

@@ -9,7 +9,13 @@ adapter it is given (`https_adapter`). This one:
 - bounds each request by one deadline, from the connection to the body's last byte: `requests`' timeout bounds
   each socket read, so a BMC trickling a byte a second would hold a call for as long as it likes. A watchdog shuts
   the request's socket when the deadline passes;
-- reads at most `max_body` bytes of a body: a 300 MB answer is refused, not read whole into memory.
+- reads at most `max_body` bytes of a body: a 300 MB answer is refused, not read whole into memory;
+- verifies the BMC's certificate with a TLS context of its own (`verifying_context`): standard X.509 path
+  validation and the hostname, against the CA file it is given, where every certificate in that file is a trust
+  anchor. That is what lets a lab pin the BMC's own certificate even when a CA issued it: OpenSSL otherwise
+  accepts only a self-signed certificate as the end of a chain (urllib3's default context, on Python before
+  3.13, does not set VERIFY_X509_PARTIAL_CHAIN), so a pinned CA-issued leaf failed with "self-signed certificate
+  in certificate chain" or "unable to get local issuer certificate".
 
 Each is raised as its own exception (below); the driver turns them into device errors that say what happened.
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 import time
 from urllib.parse import urljoin, urlsplit
@@ -25,6 +32,7 @@ from urllib.parse import urljoin, urlsplit
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.util.ssl_ import create_urllib3_context
 
 MAX_BODY = 16 * 1024 * 1024  # a Redfish resource is kilobytes; a BMC's largest (a log) well under this
 CHUNK = 64 * 1024
@@ -52,18 +60,36 @@ class BodyTooLarge(Exception):
         self.limit = limit
 
 
+def verifying_context(ca_file: str) -> ssl.SSLContext:
+    """The TLS context a BMC's certificate is checked with: certificate required, hostname checked (an IP
+    address against the certificate's IP SANs), TLS 1.2 or later, trusting what `ca_file` holds.
+
+    VERIFY_X509_PARTIAL_CHAIN makes each certificate in `ca_file` a trust anchor, whether or not it signed
+    itself: a CA's certificate anchors the chains it issued (the standard case, unchanged), and a BMC's own
+    certificate, pinned, anchors itself whoever issued it. Python 3.13's default context sets the same flag.
+    Nothing else is relaxed: the pinned certificate must still be valid now, be for a server, and name the
+    host in bmc.address.
+    """
+    context = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED, verify_flags=ssl.VERIFY_X509_PARTIAL_CHAIN)
+    context.check_hostname = True
+    context.load_verify_locations(cafile=ca_file)
+    return context
+
+
 class GuardedAdapter(HTTPAdapter):
-    """A transport adapter for one BMC origin (`https://host[:port]`), with a deadline per request and a cap on
-    the body.
+    """A transport adapter for one BMC origin (`https://host[:port]`), with a deadline per request, a cap on
+    the body, and the BMC's certificate verified against `ca_file` (`verifying_context`).
     """
 
-    def __init__(self, origin: str, deadline_s: float, max_body: int = MAX_BODY) -> None:
+    def __init__(self, origin: str, deadline_s: float, ca_file: str, max_body: int = MAX_BODY) -> None:
         self.origin = _origin(origin)
         self.deadline_s = deadline_s
         self.max_body = max_body
+        self.ssl_context = verifying_context(ca_file)  # before super().__init__, which makes the pool manager
         super().__init__(max_retries=0)
 
     def init_poolmanager(self, *args, **kwargs) -> None:
+        kwargs["ssl_context"] = self.ssl_context
         super().init_poolmanager(*args, **kwargs)
         self.poolmanager.pool_classes_by_scheme = {"http": _WatchedPool, "https": _WatchedHttpsPool}
 
