@@ -1,7 +1,8 @@
 """ProxyServer: Toxiproxy's HTTP API shape over FaultProxy, so Toxiproxy clients can drive it.
 
 A minimal HTTP/1.1 server on 127.0.0.1 (keep-alive, Content-Length bodies only, JSON in and out).
-Routes, status codes and error bodies ({"error": ..., "status": ...}) follow Toxiproxy 2.x:
+Routes, status codes, request types and error bodies ({"error": ..., "status": ...}, Toxiproxy's texts) follow
+Toxiproxy 2.x's server (read from its source: docs/protocols.md §5.2 says what is reproduced and what not):
 
     GET    /proxies                      200 {name: proxy}
     POST   /proxies                      201 proxy     {name, listen, upstream, enabled}; 409 if it exists
@@ -16,8 +17,9 @@ Routes, status codes and error bodies ({"error": ..., "status": ...}) follow Tox
     POST   /reset                        204           every proxy: toxics removed, enabled
     GET    /version                      200
 
-Malformed requests get 400 and the connection is closed; unknown routes 404; a known route with
-another method 405. `listen` must be a loopback address (port 0 = ephemeral); anything else is 400.
+Bodies are decoded as Toxiproxy's Go server decodes them (gojson.py): a float where it takes an integer is
+400 with Go's message. Malformed HTTP gets 400 and the connection is closed; unknown routes 404; a known route
+with another method 405. `listen` must be a loopback address (port 0 = ephemeral); anything else is 400.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ import json
 from typing import Any
 from urllib.parse import unquote
 
+from emulators.proxy import gojson
 from emulators.proxy.core import FaultProxy, check_loopback, parse_hostport
-from emulators.proxy.toxics import ConflictError, NotFoundError
+from emulators.proxy.toxics import SCHEMA, STREAMS, ConflictError, NotFoundError, make_toxic
 
 MAX_HEADER = 16 * 1024
 MAX_BODY = 1024 * 1024
@@ -40,6 +43,7 @@ _REASONS = {
     201: "Created",
     204: "No Content",
     400: "Bad Request",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
@@ -100,7 +104,7 @@ class ProxyServer:
                     return
                 except (TimeoutError, asyncio.IncompleteReadError):
                     return  # the client went away (or idled out) between or inside requests
-                status, payload = await self.handle(method, target, body)
+                status, payload = await self.handle(method, target, body, headers)
                 await self._respond(writer, status, payload, keep_alive)
         except Exception:  # noqa: S110 - a broken client connection must never reach the loop
             pass
@@ -159,17 +163,25 @@ class ProxyServer:
         body = b"" if status == 204 else json.dumps(payload).encode() + b"\n"
         head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}"]
         if status != 204:
-            head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+            # Toxiproxy answers errors through Go's http.Error: the JSON error object as text/plain.
+            kind = "application/json" if status < 400 else "text/plain; charset=utf-8"
+            head += [f"Content-Type: {kind}", f"Content-Length: {len(body)}"]
         head.append("Connection: keep-alive" if keep_alive else "Connection: close")
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
         await writer.drain()
 
     # --- routes ----------------------------------------------------------------------------------
 
-    async def handle(self, method: str, target: str, body: bytes) -> tuple[int, Any]:
+    async def handle(
+        self, method: str, target: str, body: bytes, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
         """One request -> (status, JSON payload); never raises."""
         try:
+            if (headers or {}).get("user-agent", "").startswith("Mozilla/"):
+                raise HttpError(403, "User agent not allowed")  # Toxiproxy turns browsers away (no CSRF guard)
             return await self._route(method, target, body)
+        except gojson.DecodeError as exc:
+            return 400, {"error": str(exc), "status": 400}
         except HttpError as exc:
             return exc.status, {"error": exc.message, "status": exc.status}
         except NotFoundError as exc:
@@ -178,7 +190,7 @@ class ProxyServer:
             return 409, {"error": str(exc), "status": 409}
         except ValueError as exc:
             return 400, {"error": str(exc), "status": 400}
-        except OSError as exc:  # e.g. the listen port is taken
+        except OSError as exc:  # e.g. the listen port is taken (Toxiproxy: 500 with the listen error)
             return 409, {"error": f"cannot listen: {exc}", "status": 409}
         except Exception as exc:  # a bug here must not take the API down
             return 500, {"error": f"{type(exc).__name__}: {exc}", "status": 500}
@@ -201,7 +213,7 @@ class ProxyServer:
                 self._allow(method, "GET", "POST")
                 if method == "GET":
                     return 200, {name: p.state() for name, p in self.proxies.items()}
-                return 201, await self._create_proxy(_json_object(body))
+                return 201, await self._create_proxy(gojson.check_proxy(gojson.loads(body)))
             case ["proxies", name]:
                 self._allow(method, "GET", "POST", "DELETE")
                 proxy = self._proxy(name)
@@ -211,22 +223,24 @@ class ProxyServer:
                     del self.proxies[name]
                     await proxy.close()
                     return 204, None
-                return 200, self._update_proxy(proxy, _json_object(body))
+                return 200, self._update_proxy(proxy, gojson.check_proxy(gojson.loads(body)))
             case ["proxies", name, "toxics"]:
                 self._allow(method, "GET", "POST")
                 proxy = self._proxy(name)
                 if method == "GET":
                     return 200, proxy.toxics()
-                return 200, self._create_toxic(proxy, _json_object(body))
+                return 200, self._create_toxic(proxy, gojson.check_toxic_wrapper(gojson.loads(body)))
             case ["proxies", name, "toxics", toxic]:
                 self._allow(method, "GET", "POST", "DELETE")
                 proxy = self._proxy(name)
+                current = self._toxic(proxy, toxic)
                 if method == "GET":
-                    return 200, proxy.toxic(toxic).to_json()
+                    return 200, current.to_json()
                 if method == "DELETE":
                     proxy.remove_toxic(toxic)
                     return 204, None
-                return 200, self._update_toxic(proxy, toxic, _json_object(body))
+                update = gojson.check_toxic_update(current.type, gojson.loads(body))
+                return 200, self._update_toxic(proxy, toxic, update)
         raise HttpError(404, f"no route {path[:200]!r}")
 
     @staticmethod
@@ -238,15 +252,24 @@ class ProxyServer:
         try:
             return self.proxies[name]
         except KeyError:
-            raise NotFoundError(f"proxy {name!r} not found") from None
+            raise HttpError(404, "proxy not found") from None  # Toxiproxy's ErrProxyNotFound
+
+    @staticmethod
+    def _toxic(proxy: FaultProxy, name: str):
+        try:
+            return proxy.toxic(name)
+        except NotFoundError:
+            raise HttpError(404, "toxic not found") from None  # Toxiproxy's ErrToxicNotFound
 
     async def _create_proxy(self, req: dict[str, Any]) -> dict[str, Any]:
         _only(req, "proxy", "name", "listen", "upstream", "enabled", "seed")
         name = req.get("name")
-        if not isinstance(name, str) or not name:
-            raise ValueError("missing required field: name")
-        if "upstream" not in req:
+        if not name:
+            raise ValueError("missing required field: name")  # Toxiproxy's ErrMissingField texts
+        if not req.get("upstream"):
             raise ValueError("missing required field: upstream")
+        if name in self.proxies:
+            raise HttpError(409, "proxy already exists")  # Toxiproxy checks this before it listens
         upstream = parse_hostport(req["upstream"], "upstream")
         listen = parse_hostport(req.get("listen", "127.0.0.1:0"), "listen")
         check_loopback(listen[0])
@@ -256,14 +279,12 @@ class ProxyServer:
         seed = req.get("seed", self.seed)
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ValueError(f"seed must be an integer, got {seed!r}")
-        if name in self.proxies:
-            raise ConflictError(f"proxy {name!r} already exists")
         proxy = FaultProxy(name, upstream, seed=seed, listen=listen)
         proxy.enabled = enabled
         await proxy.start()
         if name in self.proxies:  # created concurrently while we were starting
             await proxy.close()
-            raise ConflictError(f"proxy {name!r} already exists")
+            raise HttpError(409, "proxy already exists")
         self.proxies[name] = proxy
         return proxy.state()
 
@@ -287,15 +308,23 @@ class ProxyServer:
         return proxy.state()
 
     def _create_toxic(self, proxy: FaultProxy, req: dict[str, Any]) -> dict[str, Any]:
-        _only(req, "toxic", "name", "type", "stream", "toxicity", "attributes")
-        toxic_type = req.get("type")
-        stream = req.get("stream", "downstream")
+        """Toxiproxy's order: the body's types, the stream, the type, a name taken (409), the attributes' types;
+        then what the twin refuses beyond Toxiproxy (unknown fields and attributes, negative values, toxicity
+        outside 0..1, slicer's sizes), each a 400 naming it.
+        """
+        stream = str(req.get("stream", "downstream"))
+        if stream.lower() not in STREAMS:
+            raise HttpError(400, "stream was invalid, can be either upstream or downstream")
+        toxic_type = req.get("type", "")
         name = req.get("name") or f"{toxic_type}_{stream}"  # Toxiproxy's default name
-        attributes = req.get("attributes")
-        attributes = {} if attributes is None else attributes
-        if not isinstance(attributes, dict):
-            raise ValueError(f"attributes must be an object, got {attributes!r}")
-        return proxy.add_toxic_from(name, toxic_type, stream, req.get("toxicity", 1.0), attributes)
+        if toxic_type not in SCHEMA:
+            raise HttpError(400, "invalid toxic type")
+        if name in {t["name"] for t in proxy.toxics()}:
+            raise HttpError(409, "toxic already exists")
+        attributes = gojson.check_attributes(toxic_type, req.get("attributes"))
+        _only(req, "toxic", "name", "type", "stream", "toxicity", "attributes")
+        toxic = make_toxic(name, toxic_type, stream.lower(), req.get("toxicity", 1.0), attributes, aliases=False)
+        return proxy.add_toxic_from(toxic.name, toxic.type, toxic.stream, toxic.toxicity, toxic.attributes)
 
     def _update_toxic(self, proxy: FaultProxy, name: str, req: dict[str, Any]) -> dict[str, Any]:
         _only(req, "toxic", "name", "type", "stream", "toxicity", "attributes")
@@ -303,21 +332,10 @@ class ProxyServer:
         for key in ("name", "type", "stream"):
             if key in req and req[key] != getattr(current, key):
                 raise ValueError(f"a toxic's {key} cannot be changed; delete it and add another")
-        attributes = req.get("attributes")
-        attributes = {} if attributes is None else attributes
-        if not isinstance(attributes, dict):
-            raise ValueError(f"attributes must be an object, got {attributes!r}")
+        attributes = req.get("attributes") or {}
+        merged = {**current.attributes, **attributes}
+        make_toxic(name, current.type, current.stream, req.get("toxicity", current.toxicity), merged, aliases=False)
         return proxy.update_toxic_from(name, req.get("toxicity"), attributes)
-
-
-def _json_object(body: bytes) -> dict[str, Any]:
-    try:
-        value = json.loads(body) if body.strip() else {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise HttpError(400, f"bad request body: {exc}") from None
-    if not isinstance(value, dict):
-        raise HttpError(400, f"bad request body: expected a JSON object, got {type(value).__name__}")
-    return value
 
 
 def _only(req: dict[str, Any], what: str, *keys: str) -> None:

@@ -12,7 +12,10 @@ as in Toxiproxy, which stamps each chunk with the time it was read).
 Attribute names and units are Toxiproxy's (latency/jitter/delay/timeout in ms, slicer delay in
 microseconds, rate in KB/s with KB = 1000 bytes, bytes in bytes). The Python API also accepts
 unit-suffixed aliases (latency_ms, jitter_ms, rate_kbps, delay_ms, timeout_ms, delay_us); state and
-JSON always use Toxiproxy's names. An attribute left out is 0, as in Toxiproxy.
+JSON always use Toxiproxy's names (the HTTP API takes no alias: Toxiproxy would ignore one). An attribute left
+out is 0, as in Toxiproxy. Every attribute is an integer, as Toxiproxy decodes it; the Python API takes a
+whole number written as a float (300.0) as that integer and refuses a fraction (the HTTP API refuses any float,
+as Toxiproxy's JSON decoding does: emulators/proxy/gojson.py).
 """
 
 from __future__ import annotations
@@ -26,15 +29,25 @@ STREAMS = ("upstream", "downstream")  # upstream = client -> server, downstream 
 
 DATA, EOF, CLOSE = "data", "eof", "close"
 
-# type -> attribute -> must be an integer
-SCHEMA: dict[str, dict[str, bool]] = {
-    "latency": {"latency": False, "jitter": False},
-    "bandwidth": {"rate": False},
-    "slow_close": {"delay": False},
-    "timeout": {"timeout": False},
-    "reset_peer": {"timeout": False},
-    "slicer": {"average_size": True, "size_variation": True, "delay": False},
-    "limit_data": {"bytes": True},
+# type -> attribute -> its Go type in Toxiproxy (every attribute is an integer there: a fraction is refused), and
+# the Go struct each type decodes into, whose name Toxiproxy's decoding errors carry (emulators/proxy/gojson.py).
+SCHEMA: dict[str, dict[str, str]] = {
+    "latency": {"latency": "int64", "jitter": "int64"},
+    "bandwidth": {"rate": "int64"},
+    "slow_close": {"delay": "int64"},
+    "timeout": {"timeout": "int64"},
+    "reset_peer": {"timeout": "int64"},
+    "slicer": {"average_size": "int", "size_variation": "int", "delay": "int"},
+    "limit_data": {"bytes": "int64"},
+}
+GO_STRUCTS: dict[str, str] = {
+    "latency": "LatencyToxic",
+    "bandwidth": "BandwidthToxic",
+    "slow_close": "SlowCloseToxic",
+    "timeout": "TimeoutToxic",
+    "reset_peer": "ResetToxic",
+    "slicer": "SlicerToxic",
+    "limit_data": "LimitDataToxic",
 }
 ALIASES: dict[str, dict[str, str]] = {
     "latency": {"latency_ms": "latency", "jitter_ms": "jitter"},
@@ -72,7 +85,7 @@ class Toxic:
     type: str
     stream: str
     toxicity: float
-    attributes: dict[str, int | float]
+    attributes: dict[str, int]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -84,8 +97,18 @@ class Toxic:
         }
 
 
-def make_toxic(name: Any, type: Any, stream: Any = "downstream", toxicity: Any = 1.0, attributes: Any = None) -> Toxic:
-    """Validate everything about one toxic; raises ValueError naming the offending field."""
+def make_toxic(
+    name: Any,
+    type: Any,
+    stream: Any = "downstream",
+    toxicity: Any = 1.0,
+    attributes: Any = None,
+    *,
+    aliases: bool = True,
+) -> Toxic:
+    """Validate everything about one toxic; raises ValueError naming the offending field. `aliases`: whether the
+    unit-suffixed names are taken (the Python API and control ops; not the HTTP API).
+    """
     if not isinstance(type, str) or type not in SCHEMA:
         raise ValueError(f"unknown toxic type {type!r} (types: {', '.join(SCHEMA)})")
     if not isinstance(name, str) or not name or len(name) > 200 or not name.isprintable() or "/" in name:
@@ -98,8 +121,8 @@ def make_toxic(name: Any, type: Any, stream: Any = "downstream", toxicity: Any =
         attributes = {}
     if not isinstance(attributes, dict):
         raise ValueError(f"attributes must be an object, got {attributes!r}")
-    schema, aliases = SCHEMA[type], ALIASES[type]
-    values: dict[str, int | float] = {key: 0 for key in schema}
+    schema, aliases = SCHEMA[type], (ALIASES[type] if aliases else {})
+    values: dict[str, int] = {key: 0 for key in schema}
     seen: set[str] = set()
     for raw_key, value in attributes.items():
         key = aliases.get(raw_key, raw_key)
@@ -111,10 +134,11 @@ def make_toxic(name: Any, type: Any, stream: Any = "downstream", toxicity: Any =
         seen.add(key)
         if not _is_number(value) or value < 0:
             raise ValueError(f"{type} toxic attribute {raw_key!r} must be a number >= 0, got {value!r}")
-        if schema[key]:
-            if value != int(value):
-                raise ValueError(f"{type} toxic attribute {raw_key!r} must be an integer, got {value!r}")
-            value = int(value)
+        if value != int(value):
+            raise ValueError(
+                f"{type} toxic attribute {raw_key!r} must be an integer (Toxiproxy's attributes are), got {value!r}"
+            )
+        value = int(value)
         limit = MAX_DELAY_MS * (1000 if type == "slicer" else 1)  # slicer's delay is in microseconds
         if key in ("latency", "jitter", "delay", "timeout") and value > limit:
             raise ValueError(f"{type} toxic attribute {raw_key!r} is absurdly large: {value!r}")
