@@ -104,7 +104,7 @@ class PolatisNetconfAuditModel:
         clears = default == "replace"
         ports: set[int] = set()
         ops: list[str] = []
-        for config in op.iterfind(_q(NC_NS, "config")):
+        for config in (c for c in op if c.tag in (_q(NC_NS, "config"), "config")):
             for top in config:
                 try:
                     top_op = _operation(top, default)
@@ -146,7 +146,9 @@ class PolatisNetconfAuditModel:
         params: dict[str, ET.Element] = {}
         for child in ops[0]:
             name = child.tag.rpartition("}")[2]
-            if not child.tag.startswith(f"{{{NC_NS}}}") or name not in _EDIT_PARAMS or name in params:
+            # a bare <config> too, as the switch takes it (docs/protocols.md §7.6)
+            qualified = child.tag.startswith(f"{{{NC_NS}}}") or child.tag == "config"
+            if not qualified or name not in _EDIT_PARAMS or name in params:
                 raise _Refused
             params[name] = child
         target = params.get("target")

@@ -547,24 +547,23 @@ class PolatisNetconf:
         message = _text(first.find(_q(NC_NS, "error-message")))
         info = first.find(_q(NC_NS, "error-info"))
         details = {c.tag.rpartition("}")[2]: _text(c) for c in ([] if info is None else info)}
+        path = _text(first.find(_q(NC_NS, "error-path")))
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         return self._error(
             DeviceCommandError,
             f"the switch refused {what}: {tag}: {message}{more}",
             sent=reply.sent,
             received=reply.raw,
-            hint=self._hint_for(tag, details),
+            hint=self._hint_for(tag, details, path),
         )
 
-    def _hint_for(self, tag: str, info: dict[str, str]) -> str:
+    def _hint_for(self, tag: str, info: dict[str, str], path: str = "") -> str:
         if tag in ("invalid-value", "bad-element"):
             return self._port_hint()
         if tag == "in-use":
-            if "session-id" in info:
-                return f"NETCONF session {info['session-id']} holds the lock on running: wait for it or end it"
-            return "an egress port carries one circuit at a time: disconnect the circuit that holds it first"
+            return self._in_use_hint(info, path)
         if tag == "lock-denied":
-            return f"NETCONF session {info.get('session-id', '?')} holds the lock on running: wait for it or end it"
+            return _lock_hint(info.get("session-id"))
         if tag == "data-missing":
             return "that circuit is not on the switch (read connections()); another client may have changed it"
         if tag == "data-exists":
@@ -579,6 +578,42 @@ class PolatisNetconf:
         if tag == "too-big":
             return "the request is too large for the switch: change fewer circuits per call"
         return "see the switch's error message; nothing was changed by a refused edit-config"
+
+    def _in_use_hint(self, info: dict[str, str], path: str) -> str:
+        """in-use says a port carries a circuit, or that running is locked (RFC 6241 §7.5, Appendix A: then with
+        no error-info, so no session-id). Only an error that points at a pair or a port gets the circuit hint;
+        one that names no port is a lock unless the switch shows otherwise: docs/protocols.md §7.10.
+        """
+        if "session-id" in info:
+            return _lock_hint(info["session-id"])
+        if info.get("bad-element") in ("ingress", "egress", "pair", "pairs") or "cross-connects" in path:
+            return "an egress port carries one circuit at a time: disconnect the circuit that holds it first"
+        holder = self._lock_holder()
+        if holder is not None:
+            return _lock_hint(holder)
+        return (
+            "the switch says something is in use but names no port and no session, and running was not locked when "
+            "the driver checked (a lock may have ended since): read connections(), then retry"
+        )
+
+    def _lock_holder(self) -> str | None:
+        """Who holds the lock on running, asked the only way NETCONF's base offers: a <lock>, which is refused
+        with lock-denied naming the holder's session-id (RFC 6241 Appendix A; 0: not a NETCONF session). If it is
+        granted instead, running was not locked: it is released at once. None: not locked, or no answer.
+        """
+        try:
+            reply = self._execute(self._m, f'<lock xmlns="{NC_NS}"><target><running/></target></lock>')
+            error = reply.root.find(_q(NC_NS, "rpc-error"))
+            if error is None:
+                self._execute(self._m, f'<unlock xmlns="{NC_NS}"><target><running/></target></unlock>')
+                return None
+            if _text(error.find(_q(NC_NS, "error-tag"))) != "lock-denied":
+                return None
+            info = error.find(_q(NC_NS, "error-info"))
+            ids = [_text(c) for c in ([] if info is None else info) if c.tag.rpartition("}")[2] == "session-id"]
+            return ids[0] if ids and ids[0] else "?"
+        except (DeviceError, AttributeError):  # the session is gone (the error says so): no holder to name
+            return None
 
     def _port_hint(self) -> str:
         return switch_ports_hint(self._size, self.size) or (
@@ -597,6 +632,16 @@ class PolatisNetconf:
             received=reply.raw,
             hint="is this a Polatis switch with the optical-switch YANG module? (see its hello capabilities)",
         )
+
+
+def _lock_hint(session_id: str | None) -> str:
+    if session_id == "0":
+        holder = "someone outside NETCONF (the switch's CLI, TL1 or web interface)"
+    elif session_id and session_id != "?":
+        holder = f"NETCONF session {session_id}"
+    else:
+        holder = "another NETCONF session (the switch did not say which)"
+    return f"running is locked by {holder}: wait for it to unlock, or end that session, then retry"
 
 
 def _revision(capabilities: Sequence[str]) -> str | None:

@@ -422,12 +422,20 @@ class ServerSession:
 
     # -- parameters ---------------------------------------------------------------------------------
 
-    def _params(self, op: ET.Element, allowed: Iterable[str]) -> dict[str, ET.Element]:
-        """The operation's parameters by name: each in the NETCONF namespace, known, and at most once."""
+    def _params(self, op: ET.Element, allowed: Iterable[str], unqualified: Iterable[str] = ()) -> dict[str, ET.Element]:
+        """The operation's parameters by name: each in the NETCONF namespace, known, and at most once.
+
+        `unqualified` names the parameters also taken without a namespace: the ones ncclient passes on as the user
+        wrote them (edit-config's <config>, get's and get-config's <filter>; ncclient's validated_element accepts
+        both spellings, its examples and most scripts write a bare <config>, and servers take it). Every other
+        parameter, and one in any other namespace, stays unknown-namespace as RFC 6241 §3.1 has it.
+        """
         found: dict[str, ET.Element] = {}
         allowed = set(allowed)
         for child in op:
             ns, name = split(child.tag)
+            if ns is None and name in unqualified:
+                ns = NC_NS
             if ns != NC_NS:
                 raise RpcError(
                     "unknown-namespace",
@@ -460,7 +468,7 @@ class ServerSession:
     # -- get / get-config -----------------------------------------------------------------------------
 
     def _get(self, op: ET.Element, run: Run, *, config_only: bool) -> str:
-        params = self._params(op, ("source", "filter") if config_only else ("filter",))
+        params = self._params(op, ("source", "filter") if config_only else ("filter",), unqualified=("filter",))
         if config_only:
             self._datastore(params, "source")
         filt = params.get("filter")
@@ -533,7 +541,9 @@ class ServerSession:
     # -- edit-config ----------------------------------------------------------------------------------
 
     def _edit_config(self, op: ET.Element, run: Run) -> str:
-        params = self._params(op, ("target", "default-operation", "test-option", "error-option", "config", "url"))
+        params = self._params(
+            op, ("target", "default-operation", "test-option", "error-option", "config", "url"), unqualified=("config",)
+        )
         self._datastore(params, "target")
         default_op = self._choice(params, "default-operation", ("merge", "replace", "none"), "merge")
         self._choice(params, "test-option", ("set", "test-then-set"), "set")  # without :validate both just set
@@ -704,6 +714,7 @@ class ServerSession:
                     "in-use",
                     f"egress {e} would carry two circuits (from ingress {owners[e]} and {i})",
                     info={"bad-element": "egress"},
+                    path=f"/opsw:cross-connects/opsw:{self.server.options.list_name}[opsw:ingress='{i}']/opsw:egress",
                 )
             owners[e] = i
         if state != current:
@@ -715,7 +726,9 @@ class ServerSession:
     def _check_lock(self) -> None:
         owner = self.server.lock_owner
         if owner is not None and owner != self.id:
-            raise RpcError("in-use", f"session {owner} holds the lock on running", info={"session-id": owner})
+            # RFC 6241 Appendix A: in-use carries no error-info (lock-denied is the tag with a session-id), so the
+            # holder is named in the message only, as a server that follows the RFC sends it.
+            raise RpcError("in-use", f"running is locked by session {owner}")
 
     # -- port-set-state, lock, unlock -------------------------------------------------------------------
 
