@@ -93,14 +93,20 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 class RedfishServer:
-    """Every BMC of one twin. `add` each host's BMC, then `start`; `close` stops them all."""
+    """Every BMC of one twin. `add` each host's BMC, then `start`; `close` stops them all.
 
-    def __init__(self) -> None:
+    `certificate` (a PEM chain, leaf first, and its key) serves a certificate of the caller's instead of the
+    twin's own, as a lab's BMC with a CA-issued certificate; `ca_file` is then what clients are told to verify
+    it with (`redfish_ca`), the chain's file if not given.
+    """
+
+    def __init__(self, certificate: tuple[Path, Path] | None = None, ca_file: Path | None = None) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="testbed-bmc-"))  # 0700
-        self.cert_file, key_file = self_signed_certificate(self.directory)
+        chain, key_file = certificate or self_signed_certificate(self.directory)
+        self.cert_file = Path(ca_file or chain)
         self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self._context.load_cert_chain(self.cert_file, key_file)
+        self._context.load_cert_chain(chain, key_file)
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)

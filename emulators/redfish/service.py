@@ -40,7 +40,13 @@ SYSTEM = f"{SYSTEMS}/{SYSTEM_ID}"
 RESET = f"{SYSTEM}/Actions/ComputerSystem.Reset"
 SESSION_SERVICE = f"{ROOT}/SessionService"
 SESSIONS = f"{SESSION_SERVICE}/Sessions"
-RESET_TYPES = ("On", "ForceOff", "ForceRestart", "PowerCycle")
+# What the ComputerSystem offers (ResetType@Redfish.AllowableValues). The emulated host has no operating system to
+# ask, so a graceful reset is its forced one; ForceOn is On. The graceful ones are how a Redfish client asks for
+# a soft power off or reboot; OpenStack's sushy-emulator offers them and ForceOn, as most BMCs do
+# (docs/protocols.md §9.6).
+RESET_TYPES = ("On", "ForceOn", "ForceOff", "GracefulShutdown", "ForceRestart", "GracefulRestart", "PowerCycle")
+OFF_TYPES = ("ForceOff", "GracefulShutdown")
+ON_TYPES = ("On", "ForceOn")
 REGISTRY = "Base.1.8"
 MAX_SESSIONS = 16  # a real BMC has a handful of session slots; a client that never logs out runs out of them
 SESSION_TIMEOUT_S = 1800  # an idle session is dropped after this (the SessionService's SessionTimeout)
@@ -223,7 +229,7 @@ class RedfishService:
         if path == ROOT:
             return self._read_only(method, path) or _json(200, self._service_root())
         if path == SESSIONS and method == "POST":
-            return self._login(body)
+            return self._login(headers, body)
         if path not in (SYSTEMS, SYSTEM, RESET, SESSION_SERVICE, SESSIONS) and not self._is_session(path):
             # An unknown URI is 404 whether or not the client logged in: it names no resource of this BMC.
             return error(404, "ResourceMissingAtURI", path)
@@ -233,7 +239,7 @@ class RedfishService:
         if path == RESET:
             if method != "POST":
                 return error(405, "OperationNotAllowed", method, path, headers={"Allow": "POST"})
-            return self._reset(body)
+            return self._reset(headers, body)
         if path == SESSIONS:
             return self._read_only(method, path, "GET, POST") or _json(200, self._session_collection())
         if self._is_session(path):
@@ -284,8 +290,8 @@ class RedfishService:
         for token in [t for t, s in self._sessions.items() if now - s.last_used > SESSION_TIMEOUT_S]:
             del self._sessions[token]
 
-    def _login(self, body: bytes) -> Response:
-        data = _object(body)
+    def _login(self, headers: Mapping[str, str], body: bytes) -> Response:
+        data = _object(headers, body)
         if isinstance(data, Response):
             return data
         for key in ("UserName", "Password"):
@@ -323,9 +329,9 @@ class RedfishService:
 
     # --- the system and its power ----------------------------------------------------------------------
 
-    def _reset(self, body: bytes) -> Response:
+    def _reset(self, headers: Mapping[str, str], body: bytes) -> Response:
         action = "ComputerSystem.Reset"
-        data = _object(body)
+        data = _object(headers, body)
         if isinstance(data, Response):
             return data
         unknown = sorted(k for k in data if k != "ResetType")
@@ -339,9 +345,9 @@ class RedfishService:
         if kind not in RESET_TYPES:
             return error(400, "ActionParameterValueNotInList", kind, "ResetType", action)
         with self._power:
-            if kind in ("ForceOff", "ForceRestart", "PowerCycle") and self.target.powered:
+            if kind not in ON_TYPES and self.target.powered:  # off, or the first half of a restart
                 self.target.power_off()
-            if kind in ("On", "ForceRestart", "PowerCycle"):
+            if kind not in OFF_TYPES:
                 self.target.power_on()
         return Response(204, b"", {"OData-Version": "4.0"})
 
@@ -430,8 +436,17 @@ def _path(target: str) -> str:
     return path
 
 
-def _object(body: bytes) -> dict | Response:
-    """A request body that must be one JSON object, or the error to answer."""
+def _object(headers: Mapping[str, str], body: bytes) -> dict | Response:
+    """A request body that must be one JSON object, or the error to answer. It must say it is JSON
+    (Content-Type application/json, a charset allowed): sushy-emulator (Flask) and many BMCs answer 415 to a body
+    without that header, so the twin does too, and a client that leaves it out fails here as on a lab.
+    """
+    media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media != "application/json":
+        shown = media or "no Content-Type"
+        return error(
+            415, "GeneralError", f"the request body must be sent as Content-Type application/json, not {shown}"
+        )
     try:
         data = json.loads(body.decode("utf-8")) if body.strip() else None
     except (UnicodeDecodeError, ValueError, RecursionError):

@@ -26,6 +26,8 @@ from emulators.redfish import RESET_TYPES, RedfishServer, RedfishService
 USER, PASSWORD = "admin", "bmc-pw"
 BASIC = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
 RESET = "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"
+JSON = {"content-type": "application/json"}
+JSON_BASIC = {"authorization": BASIC, **JSON}
 PATHS = [
     "/redfish", "/redfish/", "/redfish/v1", "/redfish/v1/", "/redfish/v1/Systems", "/redfish/v1/Systems/1",
     "/redfish/v1/Systems/1/", RESET, "/redfish/v1/SessionService", "/redfish/v1/SessionService/Sessions",
@@ -56,7 +58,7 @@ bodies = st.one_of(
 )
 auth = st.one_of(
     st.just({}),
-    st.just({"authorization": BASIC}),
+    st.just(JSON_BASIC),
     st.text(max_size=40).map(lambda t: {"authorization": t}),
     st.binary(max_size=30).map(lambda b: {"authorization": "Basic " + base64.b64encode(b).decode()}),
     st.text(max_size=40).map(lambda t: {"x-auth-token": t}),
@@ -76,7 +78,7 @@ def check_response(response) -> dict | None:
     """What every answer must be: a status Redfish uses, OData-Version, and a Redfish error body for an
     error; never a 500 (a bug in a handler).
     """
-    assert response.status in {200, 201, 204, 400, 401, 404, 405, 411, 413, 503}, response.status
+    assert response.status in {200, 201, 204, 400, 401, 404, 405, 411, 413, 415, 503}, response.status
     assert response.headers.get("OData-Version") == "4.0"
     if response.status == 204:
         assert response.body == b""
@@ -90,7 +92,7 @@ def check_response(response) -> dict | None:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(method=st.sampled_from(METHODS), path=st.sampled_from(PATHS) | st.text(max_size=30), headers=auth, body=bodies)
-@example(method="POST", path=RESET, headers={"authorization": BASIC}, body=b"[" * 100_000)
+@example(method="POST", path=RESET, headers=JSON_BASIC, body=b"[" * 100_000)
 def test_any_request_gets_a_redfish_answer_and_a_refused_one_changes_nothing(host, method, path, headers, body):
     service = RedfishService("gpu01", host, USER, PASSWORD)
     host.power_on()
@@ -113,10 +115,31 @@ def test_a_reset_body_that_is_not_one_json_object_is_malformed_json(host, body):
     if isinstance(parsed, dict):
         return  # a well-formed object: the next test's business
     host.power_on()
-    response = RedfishService("gpu01", host, USER, PASSWORD).handle("POST", RESET, {"authorization": BASIC}, body)
+    response = RedfishService("gpu01", host, USER, PASSWORD).handle("POST", RESET, JSON_BASIC, body)
     assert response.status == 400
     assert check_response(response)["error"]["@Message.ExtendedInfo"][0]["MessageId"] == "Base.1.8.MalformedJSON"
     assert host.powered
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(media=st.sampled_from(["", "text/plain", "application/x-www-form-urlencoded", "application/jsonx"]) | st.text())
+@example(media="")
+def test_a_body_not_sent_as_json_is_unsupported_media_type_and_changes_nothing(host, media):
+    headers = {"authorization": BASIC, **({"content-type": media} if media else {})}
+    host.power_on()
+    service = RedfishService("gpu01", host, USER, PASSWORD)
+    response = service.handle("POST", RESET, headers, b'{"ResetType": "ForceOff"}')
+    if media.split(";", 1)[0].strip().lower() == "application/json":
+        assert response.status == 204
+        return
+    assert response.status == 415 and host.powered  # as sushy-emulator (Flask) and many BMCs answer
+    assert "Content-Type application/json" in check_response(response)["error"]["@Message.ExtendedInfo"][0]["Message"]
+    login = service.handle(
+        "POST", "/redfish/v1/SessionService/Sessions", headers, b'{"UserName": "a", "Password": "b"}'
+    )
+    assert login.status == 415
+    charset = {"authorization": BASIC, "content-type": "Application/JSON; charset=utf-8"}
+    assert service.handle("POST", RESET, charset, b'{"ResetType": "On"}').status == 204
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -128,7 +151,7 @@ def test_a_reset_type_not_offered_or_an_unknown_parameter_is_refused_by_name(hos
     host.power_on()
     body = {**extra, "ResetType": kind}
     response = RedfishService("gpu01", host, USER, PASSWORD).handle(
-        "POST", RESET, {"authorization": BASIC}, json.dumps(body).encode()
+        "POST", RESET, JSON_BASIC, json.dumps(body).encode()
     )
     ids = {r["MessageId"] for r in (check_response(response) or {}).get("error", {}).get("@Message.ExtendedInfo", [])}
     if set(body) != {"ResetType"}:
@@ -138,7 +161,7 @@ def test_a_reset_type_not_offered_or_an_unknown_parameter_is_refused_by_name(hos
     elif kind not in RESET_TYPES:
         assert response.status == 400 and ids == {"Base.1.8.ActionParameterValueNotInList"}
     else:
-        assert response.status == 204 and host.powered == (kind != "ForceOff")
+        assert response.status == 204 and host.powered == (kind not in ("ForceOff", "GracefulShutdown"))
     if response.status == 400:
         assert host.powered
 
@@ -158,7 +181,7 @@ def test_an_unknown_path_is_resource_missing_whether_or_not_logged_in(host, path
     if trimmed in known or trimmed.startswith("/redfish/v1/SessionService/Sessions/"):
         return
     response = RedfishService("gpu01", host, USER, PASSWORD).handle(
-        method, path, {"authorization": BASIC} if logged_in else {}, b"{}"
+        method, path, JSON_BASIC if logged_in else {}, b"{}"
     )
     assert response.status == 404
     info = check_response(response)["error"]["@Message.ExtendedInfo"][0]
@@ -172,7 +195,7 @@ def test_an_unknown_path_is_resource_missing_whether_or_not_logged_in(host, path
 @example(login={"UserName": USER, "Password": "\ud800"})
 def test_a_login_opens_a_session_only_with_the_accounts_credentials(host, login):
     service = RedfishService("gpu01", host, USER, PASSWORD)
-    response = service.handle("POST", "/redfish/v1/SessionService/Sessions", {}, json.dumps(login).encode())
+    response = service.handle("POST", "/redfish/v1/SessionService/Sessions", JSON, json.dumps(login).encode())
     body = check_response(response)
     if login.get("UserName") == USER and login.get("Password") == PASSWORD:
         assert response.status == 201 and body["UserName"] == USER
@@ -187,7 +210,7 @@ def test_a_login_opens_a_session_only_with_the_accounts_credentials(host, login)
 def test_sessions_are_limited_like_a_bmcs_slots(host):
     service = RedfishService("gpu01", host, USER, PASSWORD)
     login = json.dumps({"UserName": USER, "Password": PASSWORD}).encode()
-    statuses = [service.handle("POST", "/redfish/v1/SessionService/Sessions", {}, login).status for _ in range(20)]
+    statuses = [service.handle("POST", "/redfish/v1/SessionService/Sessions", JSON, login).status for _ in range(20)]
     assert statuses.count(201) == 16 and statuses[16:] == [503] * 4
 
 
