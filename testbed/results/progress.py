@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from testbed.events import Event, Op
@@ -41,5 +42,13 @@ class ProgressDisplay:
             self.progress.advance(self.task)
         elif event.type == "fail":
             self.progress.console.print(
-                f"[red]fail[/] {event.device}: {event.op}: {str(event.data.get('error', '')).splitlines()[0]}"
+                f"[red]fail[/] {escape(str(event.device))}: {event.op}: {escape(first_line(event.data.get('error')))}"
             )
+
+
+def first_line(error: object) -> str:
+    """The first non-blank line of a fail event's error, whatever the event carries (none, empty, not text)."""
+    for line in str(error if error is not None else "").splitlines():
+        if line.strip():
+            return line.strip()
+    return "(no error text recorded)"
