@@ -24,6 +24,8 @@ folder, events, audit, summary, `testbed check` and `testbed heal`. What stays b
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -106,7 +108,9 @@ class Lab:
             plan, playbook_file = playbook, playbook_file or playbook.playbook.name
         else:
             plan, playbook_file = self.plan(playbook, trials=trials, seed=seed), str(playbook)
-        if not self.emulate:
+        if self.emulate:
+            refuse_on_the_twin(plan, playbook_file)
+        else:
             refuse_on_a_lab(plan, self.inventory_file, confirmed=yes)
         options = RunOptions(playbook_file, self.inventory_file, self.results, self.emulate, self.ray_address)
         return execute_run(plan, options, self.console, self._devices_for)
@@ -222,6 +226,42 @@ def refuse_on_a_lab(plan, inventory_file: str, *, confirmed: bool) -> None:
     if plan.writes and not confirmed:
         targets = ", ".join(f"{d} ({a})" for d, a in plan.addresses().items() if d in plan.writes)
         raise UserError(f"this run writes to real devices: {targets}; pass yes=True (--yes) to confirm")
+
+
+# What to install when a job needs PyTorch (docs/jobs.md, "The real PyTorch job").
+PYTORCH_INSTALL = "pip install 'testbed[torch]' (PyTorch's CPU build is enough: docs/jobs.md, The real PyTorch job)"
+
+
+def pytorch_needed(job) -> str | None:
+    """What of the job needs PyTorch where its ranks run, or None. The emulated hosts run only the project's own
+    programs (emulators/gpuhost/spec.py), so on the twin this is the whole list: its PyTorch job, testbed-train's
+    gloo backend, and PyTorch's own torchrun in place of the hosts' stand-in.
+    """
+    if job is None:
+        return None
+    program, args = Path(job.command[0]).name, job.command[1:]
+    if program == "testbed-torch-train":
+        return "testbed-torch-train is a PyTorch job"
+    pairs = zip(args[:-1], args[1:], strict=True)
+    gloo = "--backend=gloo" in args or any(a == "--backend" and b == "gloo" for a, b in pairs)
+    if program == "testbed-train" and gloo:
+        return "testbed-train --backend gloo sums over torch.distributed"
+    if job.launcher == "torchrun" and job.env.get("TESTBED_TWIN_TORCHRUN") == "real":
+        return "TESTBED_TWIN_TORCHRUN: real has the emulated hosts run PyTorch's torchrun"
+    return None
+
+
+def refuse_on_the_twin(plan, playbook_file: str) -> None:
+    """What a run on the twin refuses before anything starts: a job that needs PyTorch when this Python, which the
+    emulated hosts run their programs with, has none (its ranks would die at their first import instead).
+    """
+    why = pytorch_needed(plan.playbook.job)
+    if why is None or importlib.util.find_spec("torch") is not None:
+        return
+    raise UserError(
+        f"{playbook_file}: the job needs PyTorch ({why}); with --emulate its ranks run on this machine, with "
+        f"{sys.executable}, which has no PyTorch: {PYTORCH_INSTALL}"
+    )
 
 
 def _fault_targets(plan, kind: str) -> list[str]:

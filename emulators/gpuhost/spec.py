@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_JOBS = ("testbed-train", "sleep")
+# The project's own job programs (hostside/; testbed-torch-train needs PyTorch, docs/jobs.md) and sleep.
+DEFAULT_JOBS = ("testbed-train", "testbed-torch-train", "sleep")
 
 
 @dataclass

@@ -202,11 +202,13 @@ def cmd_run(args, console: Console) -> int:
     ray_start = RayStart(args.ray_address)
     try:
         from testbed.engine.run import RunOptions
-        from testbed.lab import one_run_lab, refuse_on_a_lab
+        from testbed.lab import one_run_lab, refuse_on_a_lab, refuse_on_the_twin
         from testbed.results.report import print_summary
 
         inventory_file, plan = _load_plan(args)
-        if not args.emulate:
+        if args.emulate:
+            refuse_on_the_twin(plan, args.playbook)
+        else:
             refuse_on_a_lab(plan, inventory_file, confirmed=True)  # all but the writes, which are asked about next
             if plan.writes and not args.yes:
                 _confirm(plan)

@@ -1,0 +1,226 @@
+"""testbed-torch-train: a small real PyTorch job, DistributedDataParallel over gloo, on synthetic data.
+
+Each rank trains the same two-layer perceptron (DistributedDataParallel: gloo all-reduces the gradients in the
+backward pass) to classify points labelled by a fixed random "teacher" network of the same shape; the data are
+drawn afresh for every rank and step from (seed, rank, step), so a resumed run sees the batches it would have
+seen. Every rank prints testbed-train's lines: `ready rank R world W step S` once the process group is up and
+the resume point agreed, then `step N loss L` (flushed, the same L on every rank: the mean over the ranks) after
+each optimizer step. Those are the lines testbed follows (job_ready, first_step; docs/jobs.md).
+
+Checkpoints: every K steps each rank writes the model's and the optimizer's state (torch.save, written to a
+temporary file and renamed) into TESTBED_CHECKPOINT_DIR, keeping its last three. On start the ranks agree on
+the newest checkpoint any of them holds and its holder sends it to the others, so a spare that holds none
+resumes with the rest.
+
+The process group is set up by env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE): torchrun's contract, and the
+direct launcher's. It runs on the CPU build of PyTorch (gloo). PyTorch is imported in `main` only: without it
+the program says what to install and exits 2; a peer that dies or hangs makes the others exit 3 within
+--timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+PROG = "testbed-torch-train"
+EXIT_COMM = 3  # as testbed-train: a peer is gone
+EXIT_NO_TORCH = 2
+INSTALL = (
+    "pip install 'testbed[torch]' (or PyTorch alone; its CPU build is enough: "
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu)"
+)
+CHECKPOINT = re.compile(r"ckpt-rank\d+-step(\d+)\.pt")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    env = os.environ
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--dim", type=int, default=32, help="input features")
+    p.add_argument("--hidden", type=int, default=64, help="hidden units")
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--batch", type=int, default=64, help="samples per rank and step")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint-dir", default=env.get("TESTBED_CHECKPOINT_DIR"))
+    p.add_argument("--checkpoint-every", type=int, default=10)
+    p.add_argument("--step-time", type=float, default=0.0, help="minimum seconds per step (models compute)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds a collective waits for a peer")
+    p.add_argument("--threads", type=int, default=1, help="PyTorch's intra-op threads (one rank per CPU here)")
+    p.add_argument(
+        "--log",
+        default=env.get("TESTBED_RANK_LOG"),
+        help="write this rank's output to this file ({rank}: the rank) instead of stdout and stderr",
+    )
+    args = p.parse_args(argv)
+    args.rank = int(env.get("RANK", "0"))
+    args.world_size = int(env.get("WORLD_SIZE", "1"))
+    if not 0 <= args.rank < args.world_size:
+        p.error(f"RANK {args.rank} and WORLD_SIZE {args.world_size} do not fit")
+    return args
+
+
+def latest_checkpoint(directory: Path | None) -> tuple[int, Path | None]:
+    """The newest checkpoint in `directory` (any rank's): its step and path, or (0, None)."""
+    best, path = 0, None
+    if directory is not None:
+        for p in directory.glob("ckpt-rank*-step*.pt"):
+            m = CHECKPOINT.fullmatch(p.name)
+            if m and int(m.group(1)) > best:
+                best, path = int(m.group(1)), p
+    return best, path
+
+
+def _step_of(path: Path) -> int:
+    return int(CHECKPOINT.fullmatch(path.name).group(1))
+
+
+def save_checkpoint(torch, directory: Path, rank: int, step: int, state: dict, keep: int = 3) -> None:
+    """This rank's checkpoint of `step`, whole or not at all (written aside, then renamed); its oldest beyond
+    `keep` removed.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"ckpt-rank{rank}-step{step}.pt"
+    tmp = directory / f".ckpt-rank{rank}-step{step}.tmp"
+    torch.save({**state, "step": step}, tmp)
+    os.replace(tmp, final)
+    mine = [p for p in directory.glob(f"ckpt-rank{rank}-step*.pt") if CHECKPOINT.fullmatch(p.name)]
+    mine.sort(key=_step_of)
+    for old in mine[:-keep]:
+        old.unlink(missing_ok=True)
+
+
+def _seed(*parts: int) -> int:
+    """A 63-bit seed from the parts (numpy's SeedSequence: independent streams per rank and step)."""
+    import numpy as np
+
+    return int(np.random.SeedSequence(list(parts)).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+def build(torch, args: argparse.Namespace):
+    """(student, teacher): two perceptrons of one shape; the teacher's fixed weights label the data."""
+    nn = torch.nn
+
+    def mlp():
+        return nn.Sequential(nn.Linear(args.dim, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.classes))
+
+    torch.manual_seed(_seed(args.seed, 1))
+    teacher = mlp()
+    torch.manual_seed(_seed(args.seed, 2))
+    student = mlp()  # the same initial weights on every rank (DDP also sends rank 0's)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return student, teacher
+
+
+def batch(torch, args: argparse.Namespace, teacher, step: int):
+    """Rank `args.rank`'s batch of `step`: the same whenever it is drawn (a resumed run redraws it)."""
+    gen = torch.Generator().manual_seed(_seed(args.seed, 3, args.rank, step))
+    x = torch.randn(args.batch, args.dim, generator=gen)
+    with torch.no_grad():
+        y = teacher(x).argmax(dim=1)
+    return x, y
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def train(torch, args: argparse.Namespace, say) -> int:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    rank, world = args.rank, args.world_size
+    timeout = datetime.timedelta(seconds=args.timeout)
+    try:
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
+    except (RuntimeError, ValueError) as exc:  # DistNetworkError / DistStoreError are RuntimeErrors
+        print(f"error: rank {rank}: gloo process group not set up: {_first_line(exc)}", file=sys.stderr, flush=True)
+        return EXIT_COMM
+    step = 0
+    try:
+        student, teacher = build(torch, args)
+        optimizer = torch.optim.SGD(student.parameters(), lr=args.lr, momentum=0.9)
+        ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+        # Agree on where to resume: the newest checkpoint any rank holds; its holder sends it to the others.
+        mine, path = latest_checkpoint(ckpt_dir)
+        steps = torch.zeros(world, dtype=torch.int64)
+        steps[rank] = mine
+        dist.all_reduce(steps)
+        start = int(steps.max())
+        if start > 0:
+            source = int(torch.nonzero(steps == start)[0])
+            box = [torch.load(path, weights_only=True) if rank == source else None]
+            dist.broadcast_object_list(box, src=source)
+            student.load_state_dict(box[0]["model"])
+            optimizer.load_state_dict(box[0]["optimizer"])
+            say(f"resumed from step {start} (checkpoint of rank {source})")
+        model = DistributedDataParallel(student)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        say(f"ready rank {rank} world {world} step {start}")
+        for step in range(start + 1, args.steps + 1):
+            t0 = time.monotonic()
+            x, y = batch(torch, args, teacher, step)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()  # DDP's gloo all-reduce of the gradients
+            optimizer.step()
+            mean = loss.detach().clone()
+            dist.all_reduce(mean)
+            say(f"step {step} loss {float(mean) / world:.6f}")
+            if ckpt_dir is not None and args.checkpoint_every > 0 and step % args.checkpoint_every == 0:
+                state = {"model": student.state_dict(), "optimizer": optimizer.state_dict()}
+                save_checkpoint(torch, ckpt_dir, rank, step, state)
+            spare = args.step_time - (time.monotonic() - t0)
+            if spare > 0:
+                time.sleep(spare)
+    except RuntimeError as exc:  # gloo's errors (DistBackendError ...): a peer died or stopped answering
+        print(
+            f"error: rank {rank}: step {step} failed, a peer is gone or did not answer within {args.timeout:g} s: "
+            f"{_first_line(exc)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_COMM
+    finally:
+        with contextlib.suppress(Exception):  # the group may be broken already: nothing left to tear down
+            dist.destroy_process_group()
+    say(f"done rank {rank} steps {args.steps}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.log:
+        from hostside.train import _to_log
+
+        _to_log(args.log, args.rank)
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    local = os.environ.get("LOCAL_RANK")
+    local = "" if local is None else f" local_rank={local}"
+    say(
+        f"rank {args.rank}/{args.world_size} starting pid {os.getpid()} "
+        f"cuda_visible_devices={os.environ.get('CUDA_VISIBLE_DEVICES')}{local}"
+    )
+    try:
+        import torch
+    except ImportError as exc:
+        print(f"error: {PROG} needs PyTorch on this host ({exc}): {INSTALL}", file=sys.stderr, flush=True)
+        return EXIT_NO_TORCH
+    torch.set_num_threads(max(1, args.threads))
+    return train(torch, args, say)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
