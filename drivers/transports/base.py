@@ -20,6 +20,9 @@ class TransportSettings:
     baudrate: int = 38400
     write_termination: str = "\n"
     read_termination: str = "\n"  # a trailing "\r" is stripped from every reply as well
+    # VISA only: the library pyvisa opens the resource with, "@py", "@ivi", "PATH@ivi" or "FILE.yaml@sim"
+    # (drivers/transports/visa_library.py)
+    visa_library: str = "@py"
 
     def __post_init__(self) -> None:
         if not self.read_termination:

@@ -1,18 +1,26 @@
-"""Line-oriented VISA transport on pyvisa with the pure-Python backend (pyvisa-py, no NI-VISA).
+"""Line-oriented VISA transport on pyvisa, with the VISA library the inventory names (`visa_library`): pyvisa-py
+by default, the vendor's VISA (`@ivi`: NI-VISA, Keysight) or pyvisa-sim (`FILE.yaml@sim`), docs/protocols.md §6.1.
 
 Speaks to `TCPIP0::host::port::SOCKET` (raw SCPI over TCP) and `ASRL/dev/...::INSTR` (serial)
-resources. pyvisa-py's failure signatures differ from what one would guess (docs/protocols.md §6): a reset
+resources, and through the vendor's VISA to whatever it opens (GPIB, USB-TMC). pyvisa-py's failure signatures
+differ from what one would guess (docs/protocols.md §6): a reset
 surfaces as a raw ConnectionResetError, a peer that closed (FIN) as VI_ERROR_TMO after the full
 timeout, a partial line as VI_ERROR_TMO with the bytes dropped, a refused port only on the first write,
 and open errors as a bare Exception. Every one of them leaves here as a drivers.errors type.
 
 A SOCKET session the peer has already closed (a device that rebooted or dropped an idle session) is
 reopened before a command is sent on it, so the command is not lost in a dead socket.
+
+Input nobody asked for is discarded before each query with viFlush. A library or resource without it (pyvisa-sim;
+pyvisa-py's VXI-11, USB and GPIB sessions: NotImplementedError; a VISA answering VI_ERROR_NSUP_OPER or
+VI_ERROR_INV_MASK) gets a drain instead: reads with a 1 ms timeout until one times out, the bytes recorded as
+received, and one audit record ("note") saying so.
 """
 
 from __future__ import annotations
 
 import socket
+import threading
 
 import pyvisa
 from pyvisa import constants
@@ -22,6 +30,7 @@ from drivers.audit import AuditSink, record
 from drivers.errors import DeviceConnectionError, DeviceTimeout
 from drivers.transports._common import dropped_hint, no_delay, refused_hint, serial_open_hint, strip_reply, timeout_hint
 from drivers.transports.base import TransportSettings
+from drivers.transports.visa_library import VisaLibrary, canonical_resource, parse_visa_library, sim_resources
 
 RESOURCE_HINT = (
     "VISA resource strings look like 'TCPIP0::10.0.0.5::5025::SOCKET' (raw SCPI over TCP) or "
@@ -32,6 +41,36 @@ _BAD_RESOURCE = {
     constants.StatusCode.error_invalid_resource_name,
     constants.StatusCode.error_resource_not_found,
 }
+# What a library answers viFlush with when it cannot flush this resource (or not with this mask).
+_FLUSH_ABSENT = {
+    constants.StatusCode.error_nonsupported_operation,
+    constants.StatusCode.error_invalid_mask,
+}
+DRAIN_TIMEOUT_MS = 1  # per read of a drain: what is already there arrives at once; nothing more is awaited
+DRAIN_MAX_READS = 64  # a device that never stops talking must not hold the query forever
+
+_INSTALL = {
+    "py": "install the pure-Python backend: pip install pyvisa-py",
+    "sim": "install pyvisa-sim (pip install pyvisa-sim), or set visa_library to '@py' for the real device",
+    "ivi": (
+        "install the vendor's VISA (NI-VISA, Keysight IO Libraries) or give the path of its library as "
+        "visa_library: '/path/to/libvisa.so@ivi'; a LAN or serial instrument works without it: visa_library: '@py'"
+    ),
+}
+
+# pyvisa keeps one ResourceManager per library per process, and closing one closes every session opened through
+# it: one per visa_library, made on first use and never closed here.
+_MANAGERS: dict[str, pyvisa.ResourceManager] = {}
+_MANAGERS_LOCK = threading.Lock()
+
+
+def resource_manager(library: VisaLibrary) -> pyvisa.ResourceManager:
+    """The process's ResourceManager for `library` (made on first use); pyvisa's own errors pass through."""
+    with _MANAGERS_LOCK:
+        rm = _MANAGERS.get(library.spec)
+        if rm is None or rm.visalib.resource_manager is not rm:  # closed by someone else: open it again
+            rm = _MANAGERS[library.spec] = pyvisa.ResourceManager(library.spec)
+        return rm
 
 
 class VisaTransport:
@@ -43,6 +82,7 @@ class VisaTransport:
         self.address = settings.address
         self._audit = audit
         self._res: pyvisa.resources.MessageBasedResource | None = None
+        self._no_flush = False  # learnt on the first query: the library cannot flush this resource
 
     # -- MessageTransport -------------------------------------------------------------------------
 
@@ -105,15 +145,14 @@ class VisaTransport:
         if self._res is not None:
             return self._res
         ms = max(1, round(self.settings.timeout_s * 1000))
-        try:
-            rm = pyvisa.ResourceManager("@py")
-        except Exception as exc:  # pyvisa raises ValueError/OSError/ImportError variously here
-            raise self._open_error(exc, message, "install the pure-Python backend: pip install pyvisa-py") from exc
+        rm, library = self._manager(message)
         try:
             # Attributes are set after opening: passed to open_resource, a malformed resource string
             # fails on the attribute ("not a valid attribute for type Resource") instead of its name.
             res = rm.open_resource(self.address, open_timeout=ms)
         except VisaIOError as exc:
+            if library.backend == "sim" and exc.error_code in _BAD_RESOURCE:
+                raise self._open_error(exc, message, self._sim_resource_hint(library)) from exc
             hint = RESOURCE_HINT if exc.error_code in _BAD_RESOURCE else refused_hint(self.address)
             raise self._open_error(exc, message, hint) from exc
         except Exception as exc:  # pyvisa-py raises a bare Exception("could not connect: ...")
@@ -142,6 +181,39 @@ class VisaTransport:
         self._res = res
         return res
 
+    def _manager(self, message: str) -> tuple[pyvisa.ResourceManager, VisaLibrary]:
+        try:
+            library = parse_visa_library(self.settings.visa_library)
+        except ValueError as exc:  # the inventory checks it; settings made by hand may still carry anything
+            raise self._open_error(f"visa_library {exc}", message, "set visa_library in the inventory") from None
+        if library.backend == "sim":
+            try:
+                sim_resources(library.argument)  # a missing or broken file said plainly, before pyvisa-sim reads it
+            except ValueError as exc:
+                raise self._open_error(exc, message, "fix the file, or set visa_library in the inventory") from None
+        try:
+            return resource_manager(library), library
+        except Exception as exc:  # pyvisa raises ValueError/OSError/ImportError variously here
+            # pyvisa-sim puts a whole traceback into its message; the user needs its last line
+            last = [line for line in str(exc).replace("\\n", "\n").splitlines() if line.strip()]
+            cause = f"VISA library {library}: {last[-1].strip() if last else type(exc).__name__}"
+            hint = _INSTALL[library.backend]
+            if library.backend == "sim" and "No package named" not in cause:
+                hint = (
+                    f"pyvisa-sim cannot load {library.argument}: check it against its format (docs/protocols.md §6.2)"
+                )
+            raise self._open_error(cause, message, hint) from None
+
+    def _sim_resource_hint(self, library: VisaLibrary) -> str:
+        try:
+            defined = ", ".join(sim_resources(library.argument))
+        except ValueError as exc:
+            return str(exc)
+        return (
+            f"the pyvisa-sim file {library.argument} defines {defined}, not "
+            f"{canonical_resource(self.address) or self.address}; set resource to one of them"
+        )
+
     def _discard_stale(self, res: pyvisa.resources.MessageBasedResource) -> bool:
         """Drop input nobody asked for; returns whether the peer has closed (or reset) the session.
 
@@ -149,11 +221,11 @@ class VisaTransport:
         timed out on a serial line) would be read as this query's answer.
         """
         if isinstance(res, pyvisa.resources.SerialInstrument):
-            res.flush(constants.BufferOperation.discard_read_buffer)
+            self._flush(res, constants.BufferOperation.discard_read_buffer)
             return False
         # SOCKET: pyvisa-py's own buffer, then the socket without waiting (its viClear drains for
         # 100 ms, and loops forever on a closed peer).
-        res.flush(constants.BufferOperation.discard_read_buffer_no_io)
+        self._flush(res, constants.BufferOperation.discard_read_buffer_no_io)
         sock = self._socket(res)
         if sock is None:
             return False
@@ -167,6 +239,46 @@ class VisaTransport:
         except OSError:
             return True  # reset
         finally:
+            if stale:
+                record(self._audit, self.device, self.address, "rx", stale)
+
+    def _flush(self, res: pyvisa.resources.MessageBasedResource, mask: constants.BufferOperation) -> None:
+        """viFlush, or a drain where the library has none for this resource (module docstring)."""
+        if not self._no_flush:
+            try:
+                res.flush(mask)
+                return
+            except NotImplementedError:
+                pass
+            except VisaIOError as exc:
+                if exc.error_code not in _FLUSH_ABSENT:
+                    raise
+            self._no_flush = True
+            record(
+                self._audit,
+                self.device,
+                self.address,
+                "note",
+                f"the VISA library {self.settings.visa_library} cannot flush {self.address}; input nobody asked for "
+                f"is drained before each query instead (reads with a {DRAIN_TIMEOUT_MS} ms timeout)",
+            )
+        self._drain(res)
+
+    def _drain(self, res: pyvisa.resources.MessageBasedResource) -> None:
+        """Read whatever is waiting, each read given DRAIN_TIMEOUT_MS; the bytes are recorded as received."""
+        stale = b""
+        saved = res.timeout
+        res.timeout = DRAIN_TIMEOUT_MS
+        try:
+            for _ in range(DRAIN_MAX_READS):
+                try:
+                    stale += bytes(res.read_raw())
+                except VisaIOError as exc:
+                    if exc.error_code == constants.StatusCode.error_timeout:
+                        return
+                    raise
+        finally:
+            res.timeout = saved
             if stale:
                 record(self._audit, self.device, self.address, "rx", stale)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal, NamedTuple
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from testbed.config.common import Strict
 
@@ -57,9 +57,36 @@ class VisaTransport(TransportConfig):
     timeout_ms: int = Field(2000, gt=0, le=600_000)
     read_termination: str = Field("\n", min_length=1, description="end of every reply (a trailing \\r is dropped)")
     write_termination: str = "\n"
+    visa_library: str = Field(
+        "@py",
+        description="the VISA library: '@py' (pyvisa-py), '@ivi' or 'PATH@ivi' (the vendor's VISA: NI-VISA, "
+        "Keysight; GPIB, USB-TMC), or 'FILE.yaml@sim' (pyvisa-sim answering from that definition file, e.g. "
+        "drivers/scpi/polatis-sim.yaml); docs/protocols.md section 6.1",
+    )
+
+    @field_validator("visa_library")
+    @classmethod
+    def _known_library(cls, value: str, info: ValidationInfo) -> str:
+        """A library pyvisa can be given; for pyvisa-sim, a definition file that exists and defines this resource
+        (else the run would fail at its first command, far from the line that is wrong).
+        """
+        from drivers.transports.visa_library import canonical_resource, parse_visa_library, sim_resources
+
+        library = parse_visa_library(value)
+        resource = info.data.get("resource")  # absent if it failed its own validation
+        if library.backend == "sim" and resource is not None:
+            defined = sim_resources(library.argument)
+            if canonical_resource(resource) not in defined:
+                raise ValueError(
+                    f"resource {resource!r} is not defined in the pyvisa-sim file {library.argument} "
+                    f"(it defines {', '.join(defined)}); set resource to one of them"
+                )
+        return str(library)
 
     def address(self) -> str:
-        return self.resource
+        # The library shows where it is not the default: the plan says a vendor's VISA or a simulation is used,
+        # and an emulated run refuses a transport still on one (testbed/twin/bridge.py assert_loopback).
+        return self.resource if self.visa_library == "@py" else f"{self.resource} via {self.visa_library}"
 
     def endpoint(self) -> Endpoint:
         """The VISA resource as pyvisa parses it: `TCPIP::localhost::5025::SOCKET` and
@@ -95,6 +122,7 @@ class VisaTransport(TransportConfig):
             self.timeout_ms / 1000,
             write_termination=self.write_termination,
             read_termination=self.read_termination,
+            visa_library=self.visa_library,
         )
 
     def at_twin(self, endpoint: dict) -> VisaTransport:
@@ -105,7 +133,10 @@ class VisaTransport(TransportConfig):
             or endpoint.get("kind") == "photonic_mesh"
             or "serial" not in endpoint
         )
-        return self.model_copy(update={"resource": endpoint["visa"] if on_tcp else f"ASRL{endpoint['serial']}::INSTR"})
+        # pyvisa-py, whatever the lab uses: the twin's endpoints are TCP sockets and ptys, and neither a vendor's VISA
+        # (its aliases, its own configuration) nor a pyvisa-sim file may stand between an emulated run and the twin.
+        resource = endpoint["visa"] if on_tcp else f"ASRL{endpoint['serial']}::INSTR"
+        return self.model_copy(update={"resource": resource, "visa_library": "@py"})
 
 
 class SerialTransport(TransportConfig):
