@@ -197,6 +197,8 @@ class NetconfFrontend(SshListener):
                     record["framing"] = "1.1" if reader.chunked else "1.0"
                     continue
                 reply = session.handle(message, self._run)
+                if opts.transcript:
+                    record.setdefault("messages", []).append((message, reply.xml))
                 if reply.xml is not None:
                     self._send(channel, frame(reply.xml, reader.chunked))
                 if reply.close:

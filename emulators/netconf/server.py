@@ -80,6 +80,7 @@ class NetconfOptions:
     max_message: int = 4 * 1024 * 1024  # bytes of one incoming message
     message_timeout_s: float = 30.0  # a message begun must end within this
     hello_timeout_s: float = 30.0  # the client's hello must arrive within this
+    transcript: bool = False  # keep each session's (rpc, reply) messages in its record (tests read them)
 
     @property
     def list_name(self) -> str:
