@@ -1,0 +1,139 @@
+"""playbooks/torch-failover.yaml through the CLI on the twin, as a user runs it: a real PyTorch job
+(testbed-torch-train, DistributedDataParallel over gloo) under PyTorch's own torchrun loses a rank's GPU, the
+spare is swapped in over the OCS, every rank resumes from the checkpoint, and the failover's milestones are
+measured as gpu-failover's; `testbed check` finds the run sound. Without PyTorch, `validate` and `plan` of the
+playbook work and `run` says what to install, as does the program itself on a host without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from peers import require_peer
+
+from testbed.cli.main import main
+from testbed.results.milestones import MILESTONES
+
+PLAYBOOK = "playbooks/torch-failover.yaml"
+INSTALL = "pip install 'testbed[torch]'"
+# One failover: ~30 s on an idle 2-core machine (eight Pythons importing PyTorch at each launch); the margin is
+# for a loaded one.
+pytestmark = pytest.mark.timeout(600)
+
+
+def _events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def _truth(run_dir: Path) -> list[dict]:
+    """The twin's own record of the run: what each host started, and every line a job's output carried."""
+    return [json.loads(line) for line in (run_dir / "twin_truth.jsonl").read_text().splitlines()]
+
+
+def _lines(run_dir: Path, host: str, job: str) -> list[str]:
+    """What a job wrote on a host, in order."""
+    return [r["line"] for r in _truth(run_dir) if r.get("event") == "line" and r["host"] == host and r["job"] == job]
+
+
+def _losses(lines: list[str]) -> dict[int, str]:
+    return {int(m[1]): m[2] for m in (re.match(r"^step (\d+) loss (\S+)$", line) for line in lines) if m}
+
+
+def test_a_real_pytorch_job_fails_over_to_the_spare_and_resumes(ray_cluster, repo, tmp_path, capsys):
+    require_peer("torch", "the real PyTorch job (testbed-torch-train) runs on the CPU build of PyTorch")
+    inventory = str(repo / "playbooks/inventory/emulated-rack.yaml")
+    args = ["run", str(repo / PLAYBOOK), "--emulate", "--trials", "1", "--inventory", inventory]
+    code = main([*args, "--results", str(tmp_path / "r")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    run_dir = Path(out.out.strip().splitlines()[-1].removeprefix("results: "))
+    events = _events(run_dir)
+    marks = [e["op"] for e in events if e["type"] == "mark"]
+    assert set(MILESTONES) <= set(marks)
+    measured = {e["op"] for e in events if e["type"] == "measure"}
+    assert {"failover.total", "failover.ready", "failover.first_step"} <= measured
+
+    # One torchrun per host, launched and relaunched, each running the PyTorch job under PyTorch's torchrun.
+    starts = [e for e in events if e["op"] == "gpu.start_job" and e["type"] == "invoke"]
+    assert len(starts) == 8
+    assert all(start["data"]["env"]["TESTBED_TWIN_TORCHRUN"] == "real" for start in starts)
+    spawned = [r["argv"] for r in _truth(run_dir) if r.get("event") == "spawn"]
+    assert len(spawned) == 8
+    for argv in spawned:
+        assert argv[0] == "torchrun" and argv[argv.index("--no-python") + 1] == "testbed-torch-train"
+
+    # first_step is the spare's rank's first optimizer step after the checkpoint it resumed from.
+    (resumed,) = [e for e in events if e["op"] == "failover.resumed"]
+    spare, rank, start = resumed["device"], resumed["data"]["rank"], resumed["data"]["resumed_from"]
+    assert spare in ("gpu09", "gpu10") and start > 0 and start % 10 == 0
+    assert resumed["data"]["step"] == start + 1
+    relaunch = next(s for s in starts if s["device"] == spare)
+    spare_lines = _lines(run_dir, spare, relaunch["data"]["name"])
+    assert f"ready rank {rank} world 4 step {start}" in spare_lines
+    assert any(line.startswith(f"resumed from step {start} (checkpoint of rank ") for line in spare_lines)
+
+    # The resume restores the model and the optimizer: the spare's losses repeat the ones the job printed for the
+    # same steps before the fault (the batches are drawn from seed, rank and step, the loss is the ranks' mean).
+    first = [s for s in starts if s["data"]["name"].endswith(".1")]  # the launch before the fault
+    lost = next(s["device"] for s in first if s["data"]["name"] == f"node{rank}.1")
+    survivor = next(s for s in first if s["device"] != lost)
+    before = _losses(_lines(run_dir, survivor["device"], survivor["data"]["name"]))
+    after = _losses(spare_lines)
+    again = sorted(set(before) & set(after))
+    assert again and again[0] == start + 1
+    assert [after[s] for s in again] == [before[s] for s in again]
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["ground_truth"]["matched"] == 1
+    assert main(["check", str(run_dir)]) == 0
+
+
+def _without_torch(tmp_path: Path) -> dict[str, str]:
+    """An environment whose Python cannot import torch, as if PyTorch were not installed (a sitecustomize
+    module, first on the path, marks it absent; nothing of the project is replaced).
+    """
+    shim = tmp_path / "no-torch"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text("import sys\n\nsys.modules['torch'] = None  # import torch fails\n")
+    path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def test_without_pytorch_the_playbook_validates_and_plans_and_run_says_what_to_install(repo, tmp_path):
+    env = _without_torch(tmp_path)
+
+    def testbed(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "testbed", *args], cwd=repo, env=env, capture_output=True, text=True, timeout=120
+        )
+
+    probe = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
+    assert probe.returncode == 1 and "import of torch halted" in probe.stderr
+    assert testbed("validate", PLAYBOOK).returncode == 0
+    plan = testbed("plan", PLAYBOOK)
+    assert plan.returncode == 0, plan.stderr
+    assert "testbed-torch-train" in plan.stdout
+    results = tmp_path / "results"
+    run = testbed("run", PLAYBOOK, "--emulate", "--results", str(results))
+    assert run.returncode == 2, run.stdout + run.stderr
+    message = " ".join(run.stderr.split())
+    assert f"{PLAYBOOK}: the job needs PyTorch (testbed-torch-train is a PyTorch job)" in message
+    assert INSTALL in message and "Traceback" not in run.stderr
+    assert not results.exists() or not any(results.iterdir())  # refused before anything started
+
+
+def test_without_pytorch_the_program_itself_says_what_to_install(tmp_path):
+    """On a host without PyTorch (a lab's, where the controller cannot look), the rank says so and exits 2."""
+    env = {**_without_torch(tmp_path), "RANK": "0", "WORLD_SIZE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "hostside.torch_train", "--steps", "1"], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert "testbed-torch-train needs PyTorch on this host" in proc.stderr and INSTALL in proc.stderr
+    assert "Traceback" not in proc.stderr
