@@ -246,8 +246,16 @@ class RedfishBmc:
                 received=str(exc),
                 hint="check bmc.address: it must be the BMC's HTTPS address, where /redfish/v1 is served",
             ) from None
-        root = getattr(client, "root", None) or {}
+        root = getattr(client, "root", None)
         record(self.audit, self.device, self.address, "rx", f"200 {_clip(json.dumps(root))}")
+        if not isinstance(root, dict):
+            raise self._error(
+                DeviceProtocolError,
+                "the service root is not a JSON object: this is not a Redfish service",
+                sent=sent,
+                received=_clip(json.dumps(root)),
+                hint="check bmc.address: it must be the BMC's HTTPS address, where /redfish/v1 is served",
+            )
         self.auth = "session" if _has_session_service(root) else "basic"
         if self.auth == "session":
             self._session_login(client, ca)
@@ -311,7 +319,7 @@ class RedfishBmc:
         """
         from redfish.rest.v1 import InvalidCredentialsError, RetriesExhaustedError
 
-        systems = _path_of((root.get("Systems") or {}).get("@odata.id") or "") or f"{ROOT}/Systems"
+        systems = _link(root, "Systems") or f"{ROOT}/Systems"
         client.login_url = systems  # where the library's basic login checks the credentials (a GET)
         login = f"GET {systems} (HTTP Basic as {self.settings.user!r}: the BMC has no SessionService)"
         record(self.audit, self.device, self.address, "tx", login)
@@ -404,8 +412,7 @@ class RedfishBmc:
         if self._system is not None:
             return self._system
         client = self._connect()
-        systems = _path_of(((getattr(client, "root", None) or {}).get("Systems") or {}).get("@odata.id") or "")
-        systems = systems or f"{ROOT}/Systems"
+        systems = _link(getattr(client, "root", None), "Systems") or f"{ROOT}/Systems"
         collection = self._get(systems, "list the BMC's systems")
         members = [_path_of(m.get("@odata.id", "")) for m in collection.get("Members") or [] if isinstance(m, dict)]
         members = [m for m in members if m]
@@ -543,14 +550,21 @@ class RedfishBmc:
         )
 
 
+def _link(resource: Any, *keys: str) -> str:
+    """The path a resource links under `keys` ({"Systems": {"@odata.id": PATH}}), or "" if it links none there
+    (whatever else a BMC put in its place).
+    """
+    for key in keys:
+        resource = resource.get(key) if isinstance(resource, dict) else None
+    link = resource.get("@odata.id") if isinstance(resource, dict) else None
+    return _path_of(link) if isinstance(link, str) else ""
+
+
 def _has_session_service(root: dict) -> bool:
     """Whether the service root links a SessionService (or, as the standard requires beside it, Links.Sessions):
     then the driver logs in with a session; without one, HTTP Basic is the standard's other way in.
     """
-    links = root.get("Links") if isinstance(root.get("Links"), dict) else {}
-    return any(
-        isinstance(link, dict) and link.get("@odata.id") for link in (root.get("SessionService"), links.get("Sessions"))
-    )
+    return bool(_link(root, "SessionService") or _link(root, "Links", "Sessions"))
 
 
 def _session_hint(failure: str) -> str:

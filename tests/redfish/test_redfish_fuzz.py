@@ -289,3 +289,46 @@ def test_the_wire_framing_never_breaks_the_bmc(server, method, path, length, bod
         if status >= 400 and payload:
             assert json.loads(payload)["error"]["@Message.ExtendedInfo"][0]["MessageId"].startswith("Base.1.8.")
     assert b"HTTP/1.1 200" in get_root(srv, port)  # and the next client is served
+
+
+# --- what the driver reads from a BMC to choose its login (drivers/redfish/bmc.py) ------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(root=json_values, session=st.sampled_from([None, "SessionService", "Links"]))
+@example(root={"SessionService": "/redfish/v1/SessionService"}, session=None)
+@example(root={"Links": {"Sessions": []}, "SessionService": {"@odata.id": 5}}, session=None)
+def test_the_login_is_chosen_from_any_service_root_without_raising(root, session):
+    """A session where the root links a SessionService (or Links.Sessions), HTTP Basic otherwise, whatever a BMC
+    put in their place (a string, a list, a number: no link).
+    """
+    from drivers.redfish.bmc import _has_session_service
+
+    if session is not None:
+        root = root if isinstance(root, dict) else {}
+        link = {"@odata.id": "/redfish/v1/SessionService/Sessions"}
+        root = {**root, **({"SessionService": link} if session == "SessionService" else {"Links": {"Sessions": link}})}
+        assert _has_session_service(root) is True
+    elif isinstance(root, dict):
+        links = root.get("Links") if isinstance(root.get("Links"), dict) else {}
+        chosen = _has_session_service(root)
+        assert isinstance(chosen, bool)
+        if not isinstance(root.get("SessionService"), dict) and not isinstance(links.get("Sessions"), dict):
+            assert chosen is False  # nothing there is a link: HTTP Basic
+
+
+@settings(max_examples=300, deadline=None)
+@given(status=st.integers(100, 599) | st.text(max_size=5), message=st.text(max_size=80))
+@example(status=503, message="The session establishment failed due to the number of simultaneous sessions")
+@example(status=404, message="Not found")
+def test_a_failed_session_login_gets_the_hint_for_its_failure(status, message):
+    """The slot hint only for a BMC out of sessions (503, SessionLimitExceeded); the library's text is parsed
+    whatever it holds.
+    """
+    from drivers.redfish.bmc import _session_hint
+
+    hint = _session_hint(f"HTTP {status}: Failed to create the session\n{message}")
+    slots = str(status) == "503" or "SessionLimitExceeded" in message or "session limit" in message.lower()
+    assert ("no free session slot" in hint) == slots
+    if str(status) in ("404", "405", "501") and not slots:
+        assert "does not take a session login" in hint
