@@ -19,6 +19,7 @@ received, and one audit record ("note") saying so.
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 
@@ -71,6 +72,17 @@ def resource_manager(library: VisaLibrary) -> pyvisa.ResourceManager:
         if rm is None or rm.visalib.resource_manager is not rm:  # closed by someone else: open it again
             rm = _MANAGERS[library.spec] = pyvisa.ResourceManager(library.spec)
         return rm
+
+
+def _last_line(exc: BaseException) -> str:
+    """The last line of an error's text: pyvisa-sim puts the repr of a whole traceback into its message (escaped
+    once more when that is a KeyError's), and the user needs its last line, not the traceback.
+    """
+    lines = [re.sub(r"\\+(['\"])", r"\1", line) for line in re.split(r"\\+n|\n", str(exc))]
+    lines = [line.strip().strip("\\").strip() for line in lines]
+    lines = [line.strip("'\"") if line.count("'") % 2 or line.count('"') % 2 else line for line in lines]
+    lines = [line for line in lines if line.strip("'\"")]  # what is left of the repr's closing quotes goes
+    return lines[-1] if lines else type(exc).__name__
 
 
 class VisaTransport:
@@ -188,15 +200,22 @@ class VisaTransport:
             raise self._open_error(f"visa_library {exc}", message, "set visa_library in the inventory") from None
         if library.backend == "sim":
             try:
-                sim_resources(library.argument)  # a missing or broken file said plainly, before pyvisa-sim reads it
+                # A missing or broken file said plainly, before pyvisa-sim reads it; and a resource the file does not
+                # define refused here: pyvisa-sim 0.7 "opens" it anyway (on session 0, whose reads return nothing).
+                defined = sim_resources(library.argument)
             except ValueError as exc:
                 raise self._open_error(exc, message, "fix the file, or set visa_library in the inventory") from None
+            if canonical_resource(self.address) not in defined:
+                raise self._open_error(
+                    f"{self.address} is not defined in {library.argument}", message, self._sim_resource_hint(library)
+                )
         try:
             return resource_manager(library), library
         except Exception as exc:  # pyvisa raises ValueError/OSError/ImportError variously here
-            # pyvisa-sim puts a whole traceback into its message; the user needs its last line
-            last = [line for line in str(exc).replace("\\n", "\n").splitlines() if line.strip()]
-            cause = f"VISA library {library}: {last[-1].strip() if last else type(exc).__name__}"
+            said = _last_line(exc)
+            if said.endswith(":"):  # pyvisa's "Could not open VISA library:" followed by no path it tried
+                said += " pyvisa found none on this machine"
+            cause = f"VISA library {library}: {said}"
             hint = _INSTALL[library.backend]
             if library.backend == "sim" and "No package named" not in cause:
                 hint = (
