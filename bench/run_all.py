@@ -28,6 +28,7 @@ import opus_runs
 import opus_scale
 import startup
 import switch_protocols
+import torch_failover
 from benchlib import OUT, REPO, compile_project, machine, write_out
 from rich.console import Console
 
@@ -41,6 +42,8 @@ FULL = {
     "opus_runs": {"rounds": 2, "trials": 5},
     "switch_protocols": {"reconfigs": 90, "trials": 10, "rounds": 2},
     "fabric_service": {"rounds": 2, "iterations": 20},
+    # Each PyTorch launch is eight Pythons importing torch: a few failovers (about 6 min on a 2-core machine).
+    "torch_failover": {"trials": 2, "restarts": 2, "rounds": 2},
 }
 QUICK = {
     "startup": {"rounds": 1, "warm_runs": 2},
@@ -51,6 +54,7 @@ QUICK = {
     "opus_runs": {"rounds": 1, "trials": 1},
     "switch_protocols": {"reconfigs": 30, "trials": 2, "rounds": 1},
     "fabric_service": {"rounds": 1, "iterations": 4},
+    "torch_failover": {"trials": 1, "restarts": 1, "rounds": 1},
 }
 MODULES = {
     "startup": startup,
@@ -61,6 +65,7 @@ MODULES = {
     "opus_runs": opus_runs,
     "switch_protocols": switch_protocols,
     "fabric_service": fabric_service,
+    "torch_failover": torch_failover,
 }
 
 
@@ -383,6 +388,46 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 )
         else:
             failed("failover", "Failover vs physical limit (and accuracy)", "(report)")
+
+    r = results.get("torch_failover")
+    if r is not None:
+        if r["ok"]:
+            f = r["figures"]
+            t, b = f["jobs"]["torch"], f["jobs"]["train"]
+
+            def job(j: dict) -> str:
+                m = j["measured_total_ms"]
+                return (
+                    f"p50 {_ms(m['p50'], 0)} (max {_ms(m['max'], 0)}, n={m['n']}); framework share "
+                    f"{_ms(j['framework_share_p50_ms'], 0)} ({100 * j['framework_share_fraction']:.0f} % of p50) over "
+                    f"a restart alone of p50 {_ms(j['restart_alone_ms']['p50'], 0)} (n={j['restart_alone_ms']['n']})"
+                )
+
+            out.append(
+                (
+                    "Failover of a real PyTorch job: `playbooks/torch-failover.yaml` (testbed-torch-train, "
+                    "DistributedDataParallel over gloo, PyTorch's torchrun) vs the same playbook running testbed-train",
+                    f"PyTorch job {job(t)}",
+                    f"testbed-train {job(b)}",
+                    f"{f['ratio_p50_torch_vs_train']:.2f}x (p50s)",
+                    "(report the framework's share of each)",
+                    "n/a",
+                )
+            )
+            out.append(
+                (
+                    "  where each failover goes (p50 of each segment)",
+                    "PyTorch job: "
+                    + ", ".join(f"{k} {v:.0f} ms" for k, v in t["segments_p50_ms"].items() if k != "total"),
+                    "testbed-train: "
+                    + ", ".join(f"{k} {v:.0f} ms" for k, v in b["segments_p50_ms"].items() if k != "total"),
+                    "",
+                    "(diagnosis)",
+                    "n/a",
+                )
+            )
+        else:
+            failed("torch_failover", "Failover of a real PyTorch job vs testbed-train", "(report)")
 
     r = results.get("opus_scale")
     if r is not None:
@@ -713,6 +758,19 @@ and most of its noise: the bootstrap interval (trials resampled) says how far no
 the diagnosis row gives the segments where the protocol matters. Each round runs, per protocol, the raw client
 then `testbed run` of ocs-reconfig, then the four failover runs; the order of the protocols turns by one each
 round.""",
+    "torch_failover": """**PyTorch failover** (`bench/torch_failover.py`, needs PyTorch: `pip install
+'testbed[torch]'`). `playbooks/torch-failover.yaml` run as it is (the PyTorch job, testbed-torch-train: a two-layer
+perceptron trained by DistributedDataParallel over gloo on synthetic data, checkpoints every 10 steps) and with
+gpu-failover's testbed-train command in its place, so the two differ in the program alone: four ranks, one per host,
+under PyTorch's own torchrun (the emulated hosts hand `torchrun` to it), a random rank's GPU lost, the spare swapped in
+over the OCS, every host's torchrun started again. Per round, for each job (the order turns every round): a `testbed
+run --emulate` with the configured failovers (failover.total: fault injected -> the spare's first optimizer step after
+the resume), then the job's restart alone (one torchrun per host started over SSH as the runner starts them, nothing
+of the framework around it, the failed rank's host replaced by a spare; from the first launch command to the spare's
+first step after the resume). Framework share = measured p50 - (restart alone p50 + 25 ms OCS switching + half the
+50 ms heartbeat), as for **Failover**; the survivors' teardown is in it (PyTorch's torchrun takes seconds to stop its
+workers after SIGTERM, in both jobs). Most of a PyTorch relaunch is eight Pythons importing PyTorch at once (each
+host's torchrun and its rank), which the machine's cores bound.""",
     "fabric_service": """**Fabric service** (`bench/fabric_service.py`). `testbed run --emulate` (cold, a subprocess) of
 `playbooks/rail-reconfig.yaml` cut to on-demand and provisioning at 0 ms delay (8 ranks of the real phased job,
 the rack's 25 ms OCS, jitter 0), preceded in the same run by as many plain `fabric.apply` steps of the same two
