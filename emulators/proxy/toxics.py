@@ -13,9 +13,9 @@ Attribute names and units are Toxiproxy's (latency/jitter/delay/timeout in ms, s
 microseconds, rate in KB/s with KB = 1000 bytes, bytes in bytes). The Python API also accepts
 unit-suffixed aliases (latency_ms, jitter_ms, rate_kbps, delay_ms, timeout_ms, delay_us); state and
 JSON always use Toxiproxy's names (the HTTP API takes no alias: Toxiproxy would ignore one). An attribute left
-out is 0, as in Toxiproxy. Every attribute is an integer, as Toxiproxy decodes it; the Python API takes a
-whole number written as a float (300.0) as that integer and refuses a fraction (the HTTP API refuses any float,
-as Toxiproxy's JSON decoding does: emulators/proxy/gojson.py).
+out is 0, as in Toxiproxy. Every attribute is an integer in Toxiproxy, and the HTTP API refuses a float as
+Toxiproxy's JSON decoding does (emulators/proxy/gojson.py); the Python API and the twin's control ops, which are
+the twin's own, also take fractions of times and rates (COUNTS below are integers everywhere).
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ SCHEMA: dict[str, dict[str, str]] = {
     "slicer": {"average_size": "int", "size_variation": "int", "delay": "int"},
     "limit_data": {"bytes": "int64"},
 }
+# What the Python API and control ops (the twin's own, not Toxiproxy's) take only as integers: counts of bytes.
+# Times and rates may be fractions there (the driver tests slow a reply with 0.1 KB/s), which Toxiproxy cannot
+# express; its HTTP API refuses any float, as Toxiproxy does.
+COUNTS = frozenset({"average_size", "size_variation", "bytes"})
 GO_STRUCTS: dict[str, str] = {
     "latency": "LatencyToxic",
     "bandwidth": "BandwidthToxic",
@@ -85,7 +89,7 @@ class Toxic:
     type: str
     stream: str
     toxicity: float
-    attributes: dict[str, int]
+    attributes: dict[str, int | float]  # integers when made through the HTTP API
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -122,7 +126,7 @@ def make_toxic(
     if not isinstance(attributes, dict):
         raise ValueError(f"attributes must be an object, got {attributes!r}")
     schema, aliases = SCHEMA[type], (ALIASES[type] if aliases else {})
-    values: dict[str, int] = {key: 0 for key in schema}
+    values: dict[str, int | float] = {key: 0 for key in schema}
     seen: set[str] = set()
     for raw_key, value in attributes.items():
         key = aliases.get(raw_key, raw_key)
@@ -134,11 +138,10 @@ def make_toxic(
         seen.add(key)
         if not _is_number(value) or value < 0:
             raise ValueError(f"{type} toxic attribute {raw_key!r} must be a number >= 0, got {value!r}")
-        if value != int(value):
-            raise ValueError(
-                f"{type} toxic attribute {raw_key!r} must be an integer (Toxiproxy's attributes are), got {value!r}"
-            )
-        value = int(value)
+        if key in COUNTS:
+            if value != int(value):
+                raise ValueError(f"{type} toxic attribute {raw_key!r} must be an integer, got {value!r}")
+            value = int(value)
         limit = MAX_DELAY_MS * (1000 if type == "slicer" else 1)  # slicer's delay is in microseconds
         if key in ("latency", "jitter", "delay", "timeout") and value > limit:
             raise ValueError(f"{type} toxic attribute {raw_key!r} is absurdly large: {value!r}")

@@ -77,7 +77,7 @@ def test_latency_through_the_labs_toxiproxy_slows_the_device_and_heals(lab, ctl)
     inventory, driver, _ = lab
     env = FaultEnv(None, no_procedures, inventory)
     kind = FAULT_KINDS.get("transport.latency")
-    target = ConnectionTarget("ocs1", "latency-1", "downstream", (("latency", 400.0),))
+    target = ConnectionTarget("ocs1", "latency-1", "downstream", (("latency", 400),))  # integers, as Toxiproxy takes
     assert timed_identify(driver) < 0.3  # connected, at the device's own pace
 
     before = time.monotonic_ns()
