@@ -16,6 +16,8 @@ import urllib.request
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from emulators.proxy import ProxyServer
 from emulators.proxy.toxics import SCHEMA
@@ -364,3 +366,32 @@ def test_a_float_where_toxiproxy_takes_an_int64_gets_its_400_named_by_our_client
         "LatencyToxic.attributes.latency of type int64" in message
     )
     assert "check the fault's attributes" in message
+
+
+# --- Go's decoding, fuzzed ------------------------------------------------------------------------------------
+
+json_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=json_values)
+def test_an_int64_attribute_takes_only_an_integer_literal_whatever_is_sent(loop, server, proxy, value):
+    body = json.dumps({"name": "fuzzed", "type": "latency", "attributes": {"latency": value}}).encode()
+    status, answer = loop.run(server.handle("POST", f"/proxies/{proxy}/toxics", body))
+    if status == 200:
+        loop.run(server.handle("DELETE", f"/proxies/{proxy}/toxics/fuzzed", b""))
+    go_takes = value is None or (type(value) is int and -(2**63) <= value < 2**63)
+    if not go_takes:  # Toxiproxy refuses it the same way
+        assert status == 400 and answer["error"].startswith("bad request body: json: cannot unmarshal "), answer
+        assert answer["error"].endswith(" into Go struct field LatencyToxic.attributes.latency of type int64")
+    elif status != 200:  # Toxiproxy takes it; the twin refuses only what no latency can be (negative, absurd)
+        assert status == 400 and "latency toxic attribute 'latency'" in answer["error"], answer
+        assert value < 0 or value > 7 * 24 * 3600 * 1000
