@@ -230,6 +230,20 @@ def refuse_on_a_lab(plan, inventory_file: str, *, confirmed: bool) -> None:
 
 # What to install when a job needs PyTorch (docs/jobs.md, "The real PyTorch job").
 PYTORCH_INSTALL = "pip install 'testbed[torch]' (PyTorch's CPU build is enough: docs/jobs.md, The real PyTorch job)"
+REAL_TORCHRUN = "TESTBED_TWIN_TORCHRUN"  # "real" in job.env: the emulated hosts run PyTorch's torchrun
+
+
+def _torch_distributed(job) -> str | None:
+    """Which of the project's programs the job runs that sets up a torch.distributed process group, or None."""
+    program, args = Path(job.command[0]).name, job.command[1:]
+    if program == "testbed-torch-train":
+        return "testbed-torch-train is a PyTorch job"
+    pairs = zip(args[:-1], args[1:], strict=True)
+    if program == "testbed-train" and (
+        "--backend=gloo" in args or any(a == "--backend" and b == "gloo" for a, b in pairs)
+    ):
+        return "testbed-train --backend gloo sums over torch.distributed"
+    return None
 
 
 def pytorch_needed(job) -> str | None:
@@ -239,29 +253,32 @@ def pytorch_needed(job) -> str | None:
     """
     if job is None:
         return None
-    program, args = Path(job.command[0]).name, job.command[1:]
-    if program == "testbed-torch-train":
-        return "testbed-torch-train is a PyTorch job"
-    pairs = zip(args[:-1], args[1:], strict=True)
-    gloo = "--backend=gloo" in args or any(a == "--backend" and b == "gloo" for a, b in pairs)
-    if program == "testbed-train" and gloo:
-        return "testbed-train --backend gloo sums over torch.distributed"
-    if job.launcher == "torchrun" and job.env.get("TESTBED_TWIN_TORCHRUN") == "real":
-        return "TESTBED_TWIN_TORCHRUN: real has the emulated hosts run PyTorch's torchrun"
-    return None
+    why = _torch_distributed(job)
+    if why is None and job.launcher == "torchrun" and job.env.get(REAL_TORCHRUN) == "real":
+        why = f"{REAL_TORCHRUN}: real has the emulated hosts run PyTorch's torchrun"
+    return why
 
 
 def refuse_on_the_twin(plan, playbook_file: str) -> None:
     """What a run on the twin refuses before anything starts: a job that needs PyTorch when this Python, which the
-    emulated hosts run their programs with, has none (its ranks would die at their first import instead).
+    emulated hosts run their programs with, has none (its ranks would die at their first import instead); a
+    torch.distributed job under the hosts' stand-in torchrun, whose rendezvous store is not PyTorch's TCPStore (its
+    ranks would wait for it until the step's timeout).
     """
-    why = pytorch_needed(plan.playbook.job)
-    if why is None or importlib.util.find_spec("torch") is not None:
-        return
-    raise UserError(
-        f"{playbook_file}: the job needs PyTorch ({why}); with --emulate its ranks run on this machine, with "
-        f"{sys.executable}, which has no PyTorch: {PYTORCH_INSTALL}"
-    )
+    job = plan.playbook.job
+    distributed = _torch_distributed(job) if job is not None else None
+    if distributed is not None and job.launcher == "torchrun" and job.env.get(REAL_TORCHRUN) != "real":
+        raise UserError(
+            f"{playbook_file}: job.env: {distributed}, whose process group connects to torchrun's store, and the "
+            f"emulated hosts' own torchrun serves none PyTorch can use: add {REAL_TORCHRUN}: real to the job's env "
+            "(the hosts then run PyTorch's torchrun; docs/jobs.md)"
+        )
+    why = pytorch_needed(job)
+    if why is not None and importlib.util.find_spec("torch") is None:
+        raise UserError(
+            f"{playbook_file}: the job needs PyTorch ({why}); with --emulate its ranks run on this machine, with "
+            f"{sys.executable}, which has no PyTorch: {PYTORCH_INSTALL}"
+        )
 
 
 def _fault_targets(plan, kind: str) -> list[str]:

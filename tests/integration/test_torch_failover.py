@@ -137,3 +137,21 @@ def test_without_pytorch_the_program_itself_says_what_to_install(tmp_path):
     assert proc.returncode == 2
     assert "testbed-torch-train needs PyTorch on this host" in proc.stderr and INSTALL in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_pytorch_job_under_the_hosts_own_torchrun_is_refused_on_the_twin(repo, tmp_path, capsys):
+    """The emulated hosts' stand-in torchrun serves no store a PyTorch worker can use (its ranks would wait until
+    the step's timeout): without TESTBED_TWIN_TORCHRUN: real the run says what to add, and starts nothing.
+    """
+    text = (repo / PLAYBOOK).read_text()
+    assert "  env: {TESTBED_TWIN_TORCHRUN: real}\n" in text
+    playbook = tmp_path / "torch-failover.yaml"
+    playbook.write_text(text.replace("  env: {TESTBED_TWIN_TORCHRUN: real}\n", ""))
+    inventory = str(repo / "playbooks/inventory/emulated-rack.yaml")
+    results = tmp_path / "results"
+    code = main(["run", str(playbook), "--emulate", "--inventory", inventory, "--results", str(results)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2
+    assert f"{playbook}: job.env: testbed-torch-train is a PyTorch job" in err
+    assert "add TESTBED_TWIN_TORCHRUN: real to the job's env" in err
+    assert not results.exists() or not any(results.iterdir())
