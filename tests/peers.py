@@ -14,11 +14,15 @@ import pytest
 REQUIRED = os.environ.get("TESTBED_REQUIRE_PEERS") == "1"
 
 
-def _missing(what: str, why: str) -> None:
-    message = f"{what} is not installed: {why}"
+def unavailable(message: str) -> None:
+    """A peer that cannot be had or run here: skip, or fail under TESTBED_REQUIRE_PEERS=1."""
     if REQUIRED:
-        pytest.fail(f"{message} (TESTBED_REQUIRE_PEERS=1: every peer must be installed; .ci/run installs them)")
+        pytest.fail(f"{message} (TESTBED_REQUIRE_PEERS=1: every peer must be installed and run; .ci/run installs them)")
     pytest.skip(message)
+
+
+def _missing(what: str, why: str) -> None:
+    unavailable(f"{what} is not installed: {why}")
 
 
 def require_peer(module: str, why: str) -> ModuleType:

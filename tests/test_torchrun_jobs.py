@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from peers import require_peer
 from test_engine_local import REPO, _environ, _write, engine_for
 
 from testbed.documents import load_inventory, load_playbook
@@ -235,7 +236,7 @@ def test_a_failover_of_real_gloo_ranks_under_pytorchs_torchrun(tmp_path):
     testbed-train sums its gradients with torch.distributed's gloo all_reduce, its process group set up by
     env:// from torchrun's MASTER_ADDR / MASTER_PORT. Rank 0's host is lost; the job resumes on the spare.
     """
-    pytest.importorskip("torch", reason="a real gloo job needs PyTorch, which is not installed (CI has none)")
+    require_peer("torch", "a real gloo job needs PyTorch (pip install 'testbed[torch]')")
     base = load_inventory(REPO / "playbooks/inventory/emulated-rack.yaml").model
     data = load_playbook(REPO / "playbooks/gpu-failover.yaml", base).model.model_dump(mode="json", exclude_unset=True)
     data["job"].update(launcher="torchrun", env={"TESTBED_TWIN_TORCHRUN": "real"})

@@ -33,7 +33,8 @@ def _whole(value):
             hint = f", e.g. {round(value)}" if math.isfinite(value) else ""
             raise ValueError(
                 f"{value!r} is not a whole number: Toxiproxy takes a toxic's attributes as integers (int64; ms, "
-                f"bytes, KB/s, or us for slicer's delay) and refuses a fraction with HTTP 400; give a whole number{hint}"
+                f"bytes, KB/s, or us for slicer's delay) and refuses a fraction with HTTP 400; "
+                f"give a whole number{hint}"
             )
         return int(value)
     return value

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from peers import unavailable
 
 from drivers.capabilities import GpuHost, GpuInfo, Identity
 from drivers.errors import DeviceCommandError, DeviceConnectionError
@@ -122,7 +123,7 @@ SetEnv PATH={d / "bin"}:/usr/local/bin:/usr/bin:/bin
 @pytest.fixture(scope="module")
 def real_sshd(tmp_path_factory):
     if not os.path.exists(SSHD):
-        pytest.skip(f"{SSHD} is not installed (Debian: apt-get install openssh-server)")
+        unavailable(f"{SSHD} is not installed (Debian: apt-get install openssh-server)")
     d = tmp_path_factory.mktemp("sshd")
     os.chmod(d, 0o700)
     host_key, host_private, _ = new_ed25519()
@@ -144,7 +145,7 @@ def real_sshd(tmp_path_factory):
         cfg = _config(d, port, "")
         check = subprocess.run([SSHD, "-t", "-f", str(cfg)], capture_output=True, text=True)
     if check.returncode != 0:
-        pytest.skip(f"sshd rejects the test configuration: {check.stderr.strip()}")
+        unavailable(f"sshd rejects the test configuration: {check.stderr.strip()}")
     log = open(d / "sshd.log", "w+")  # noqa: SIM115 - closed at teardown
     proc = subprocess.Popen(
         [sys.executable, "-c", REAPER, SSHD, "-D", "-e", "-f", str(cfg)], stdout=log, stderr=subprocess.STDOUT
@@ -153,7 +154,7 @@ def real_sshd(tmp_path_factory):
     while True:
         if proc.poll() is not None:
             log.seek(0)
-            pytest.skip(f"sshd did not start (exit status {proc.returncode}): {log.read().strip()[-1500:]}")
+            unavailable(f"sshd did not start (exit status {proc.returncode}): {log.read().strip()[-1500:]}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             break
@@ -161,7 +162,7 @@ def real_sshd(tmp_path_factory):
             if time.monotonic() > deadline:
                 proc.kill()
                 log.seek(0)
-                pytest.skip(f"sshd did not accept connections on port {port} within 15 s: {log.read()[-1500:]}")
+                unavailable(f"sshd did not accept connections on port {port} within 15 s: {log.read()[-1500:]}")
             time.sleep(0.02)  # polling the port until sshd listens
     known_hosts = d / "known_hosts"
     known_hosts.write_text(f"[127.0.0.1]:{port} {host_key.get_name()} {host_key.get_base64()}\n")
