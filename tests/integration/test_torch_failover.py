@@ -78,15 +78,17 @@ def test_a_real_pytorch_job_fails_over_to_the_spare_and_resumes(ray_cluster, rep
     assert f"ready rank {rank} world 4 step {start}" in spare_lines
     assert any(line.startswith(f"resumed from step {start} (checkpoint of rank ") for line in spare_lines)
 
-    # The resume restores the model and the optimizer: the spare's losses repeat the ones the job printed for the
-    # same steps before the fault (the batches are drawn from seed, rank and step, the loss is the ranks' mean).
+    # The job resumed from its newest checkpoint (one every 10 steps), which restores the model and the optimizer:
+    # the losses after it repeat the ones the job printed for the same steps before the fault, if it printed any
+    # past the checkpoint (the batches are drawn from seed, rank and step; the loss is the ranks' mean).
     first = [s for s in starts if s["data"]["name"].endswith(".1")]  # the launch before the fault
     lost = next(s["device"] for s in first if s["data"]["name"] == f"node{rank}.1")
     survivor = next(s for s in first if s["device"] != lost)
     before = _losses(_lines(run_dir, survivor["device"], survivor["data"]["name"]))
     after = _losses(spare_lines)
-    again = sorted(set(before) & set(after))
-    assert again and again[0] == start + 1
+    assert max(before) - 10 <= start <= max(before)
+    again = sorted(set(before) & set(after))  # the spare prints its first steps before the job is stopped
+    assert set(again) <= set(range(start + 1, max(before) + 1)) and (start + 1 in again) == (max(before) > start)
     assert [after[s] for s in again] == [before[s] for s in again]
 
     summary = json.loads((run_dir / "summary.json").read_text())
