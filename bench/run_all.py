@@ -42,7 +42,7 @@ FULL = {
     "opus_runs": {"rounds": 2, "trials": 5},
     "switch_protocols": {"reconfigs": 90, "trials": 10, "rounds": 2},
     "fabric_service": {"rounds": 2, "iterations": 20},
-    # Each PyTorch launch is eight Pythons importing torch: a few failovers (about 6 min on a 2-core machine).
+    # Each PyTorch launch is eight Pythons importing torch: a few failovers (about 4 min on a 2-core machine).
     "torch_failover": {"trials": 2, "restarts": 2, "rounds": 2},
 }
 QUICK = {
