@@ -26,7 +26,7 @@ ALL_PORTS = _AllPorts()
 class AuditRecord:
     device: str
     address: str
-    direction: str  # "tx" (to the device) or "rx" (from the device)
+    direction: str  # "tx" (to the device), "rx" (from the device) or "note" (what the transport did, e.g. a drain)
     data: str  # decoded text; bytes that are not UTF-8 are backslash-escaped
     mono_ns: int  # time.monotonic_ns() taken right next to the I/O call
     wall: float  # time.time() at the same moment
