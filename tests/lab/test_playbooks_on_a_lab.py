@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from failover_every_kind import assert_each_failover_replaced_the_host_its_fault_hit, playbook
+from peers import require_peer
 
 from testbed.faults.transport import ToxiproxyApi
 
@@ -283,11 +284,19 @@ PLAYBOOKS = [
     "rail-reconfig",
     "collective-reconfig",
     "straggler",
+    "torch-failover",
 ]
+
+
+def test_every_shipped_playbook_has_its_run_on_the_hand_written_lab(repo):
+    shipped = {p.stem for p in (repo / "playbooks").glob("*.yaml")}
+    assert shipped == {*PLAYBOOKS, "chaos-failover", "opus-failover"}
 
 
 @pytest.mark.parametrize("playbook", PLAYBOOKS)
 def test_a_shipped_playbook_runs_on_the_hand_written_lab_and_checks(lab, repo, playbook):
+    if playbook == "torch-failover":
+        require_peer("torch", "its ranks train with PyTorch (pip install 'testbed[torch]')")
     _, inventory, folder, _ = lab
     proc = cli(
         repo, "run", f"playbooks/{playbook}.yaml", "--inventory", str(inventory), "--trials", "1", "--yes",
