@@ -176,12 +176,18 @@ def restart_alone(restarts: int) -> list[float]:
     spare, `restarts` times; the job first runs past a checkpoint.
     """
     inv = load_inventory(INVENTORY).model
-    job = load_playbook(PLAYBOOK, inv).model.job
+    return bare_restarts(inv, load_playbook(PLAYBOOK, inv).model.job, BareJob, restarts)
+
+
+def bare_restarts(inv, job, bare_job: type[BareJob], restarts: int) -> list[float]:
+    """The job launched by `bare_job` on the twin's hosts alone, run past a checkpoint, then `restarts` times
+    relaunched with one rank on a spare: ms from the first launch command to that rank's first step.
+    """
     ranks = list(job.ranks)
     spares = list(job.spares if job.spares is not None else inv.spares)
     with TwinProcess(twin_spec(inv, 0, only=set(ranks) | set(spares))) as twin:
         drivers = {h: _driver(h, twin.endpoints.devices[h]) for h in ranks + spares}
-        bare = BareJob(drivers, job)
+        bare = bare_job(drivers, job)
         try:
             bare.launch(ranks)
             bare.first_step_after(0, min_step=15)  # past the checkpoint at step 10, as the playbook's job.start

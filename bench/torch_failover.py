@@ -28,7 +28,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -36,17 +35,15 @@ import numpy as np
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 from benchlib import compile_project, quiet_console, stats, write_out  # noqa: E402
-from failover import BareJob, _driver, _free_ports, ground_truth_figures  # noqa: E402
+from failover import BareJob, _free_ports, bare_restarts, ground_truth_figures  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from emulators.twin import TwinProcess  # noqa: E402
 from testbed.documents import load_inventory, load_playbook  # noqa: E402
 from testbed.engine.ray_session import ray_session  # noqa: E402
 from testbed.engine.run import RunOptions  # noqa: E402
 from testbed.lab import run_plan  # noqa: E402
 from testbed.plan import make_plan  # noqa: E402
 from testbed.steps.failover import Failover  # noqa: E402
-from testbed.twin.bridge import twin_spec  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOK = REPO / "playbooks/torch-failover.yaml"
@@ -119,28 +116,7 @@ def restart_alone(job: str, restarts: int) -> list[float]:
     spare, `restarts` times; the job first runs past a checkpoint.
     """
     inv, pb = playbook(job)
-    ranks = list(pb.job.ranks)
-    spares = list(pb.job.spares if pb.job.spares is not None else inv.spares)
-    with TwinProcess(twin_spec(inv, 0, only=set(ranks) | set(spares))) as twin:
-        drivers = {h: _driver(h, twin.endpoints.devices[h]) for h in ranks + spares}
-        bare = BareTorchrun(drivers, pb.job)
-        try:
-            bare.launch(ranks)
-            bare.first_step_after(0, min_step=15)  # past the checkpoint at step 10, as the playbook's job.start
-            bare.stop()
-            out = []
-            for t in range(restarts):
-                hosts = list(ranks)
-                failed = t % len(hosts)
-                hosts[failed] = spares[t % len(spares)]
-                start = time.monotonic_ns()
-                bare.launch(hosts)
-                first_ns, _ = bare.first_step_after(failed)
-                out.append((first_ns - start) / 1e6)
-                bare.stop()
-            return out
-        finally:
-            bare.close()
+    return bare_restarts(inv, pb.job, BareTorchrun, restarts)
 
 
 def modelled_delays() -> dict:
