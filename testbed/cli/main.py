@@ -74,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.add_argument("--json", action="store_true", help="print summary.json (writes no figures)")
     p.add_argument("--no-plots", action="store_true", help="print the tables only")
+    p.add_argument(
+        "--html",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="write the run as one self-contained HTML file to share (default RUN_DIR/report.html; docs/reports.md)",
+    )
 
     p = sub.add_parser("compare", help="put two runs side by side, span by span")
     p.add_argument("run_a")
@@ -256,6 +263,12 @@ def cmd_report(args, console: Console) -> int:
     summary = load_summary(Path(args.run_dir))
     if args.json:
         print(json.dumps(summary, indent=2))
+        return EXIT_OK
+    if args.html is not None:
+        from testbed.results.html_report import write_run_report
+
+        path = write_run_report(Path(args.run_dir), args.html or None, plots=not args.no_plots)
+        console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
         return EXIT_OK
     print_summary(console, summary, Path(args.run_dir))
     if not args.no_plots:

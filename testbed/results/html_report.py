@@ -1,0 +1,444 @@
+"""A run as one self-contained HTML file to attach to a message (`testbed report RUN --html [FILE]`).
+
+What the file holds: the run's identity and provenance, the latency tables as `testbed report` prints them
+(the same spans, columns and rounding), the milestones of every failover as an inline SVG timeline with their
+times, the faults and how each went, and every figure of the run embedded as a base64 PNG.
+
+Self-contained means it opens from a mail attachment with no server and no network: no external style,
+script, font or image, and no http(s) address in it. A Content-Security-Policy meta says so to the browser
+too (`default-src 'none'`): even a string from the run that escaped our escaping could neither run script nor
+fetch anything. The one script allowed is ours, by its hash: it marks each figure with the width it decoded
+to and says so on the page when one did not decode (docs/reports.md).
+
+Every string taken from the run (playbook, step and fault names, error texts) goes through `html.escape`.
+The across-runs page (`render_across`) takes a list of run folders, so a catalog's selection plugs in.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from testbed.contracts.errors import UserError
+from testbed.events import read_jsonl
+from testbed.results.milestones import MILESTONES, SEGMENTS, milestone_prefixes, segments_of, trial_milestones
+from testbed.results.report import load_summary
+
+DEFAULT_FILE = "report.html"
+TIMELINE_MAX_TRIALS = 40  # rows of the SVG timeline; the table below it lists every trial
+
+# Ours, allowed by its hash in the CSP: each <img> gets data-natural-width once decoded, and a figure that did
+# not decode says so in place of a blank.
+_IMAGE_CHECK = (
+    "for (const img of document.images) {"
+    " const mark = () => { img.dataset.naturalWidth = String(img.naturalWidth);"
+    " if (!img.naturalWidth) { const p = document.createElement('p'); p.className = 'broken';"
+    " p.textContent = 'this figure did not decode: ' + img.alt; img.after(p); } };"
+    " if (img.complete) { mark(); } else { img.addEventListener('load', mark); img.addEventListener('error', mark); }"
+    " }"
+)
+
+_STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 75em; padding: 0 1em; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }
+th:first-child, td:first-child, table.kv td, table.kv th { text-align: left; }
+caption { text-align: left; font-weight: bold; padding: 0.3em 0; }
+.ok { color: #176317; } .bad { color: #a31515; font-weight: bold; } .note { color: #666; font-size: 0.9em; }
+figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+.broken { color: #a31515; } svg text { font: 11px system-ui, sans-serif; }
+"""
+
+_COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#9c755f")
+
+
+def e(value: object) -> str:
+    """Text from the run, escaped for HTML text and attribute values alike."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+# --- reading the run ---------------------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _events(run_dir: Path) -> list[dict]:
+    path = run_dir / "events.jsonl"
+    return read_jsonl(path).records if path.is_file() else []
+
+
+def _utc(wall: float | None) -> str:
+    if wall is None:
+        return ""
+    return datetime.fromtimestamp(float(wall), UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def provenance(run_dir: Path, summary: dict, events: list[dict]) -> list[tuple[str, str]]:
+    """(label, value) rows of who ran what, where and when: from run.json, the summary and the run's events."""
+    run = _read_json(run_dir / "run.json")
+    playbook = run.get("playbook") if isinstance(run.get("playbook"), dict) else {}
+    inventory = run.get("inventory") if isinstance(run.get("inventory"), dict) else {}
+    host = run.get("host") if isinstance(run.get("host"), dict) else {}
+    versions = run.get("versions") if isinstance(run.get("versions"), dict) else {}
+    trials = summary.get("trials", {})
+    start = next((ev.get("wall") for ev in events if ev.get("op") == "run.start"), None)
+    if start is None:
+        start = (run.get("clock") or {}).get("wall_start")
+    end = next(
+        (ev.get("wall") for ev in reversed(events) if ev.get("op") in ("run.end", "run.failed", "run.aborted")), None
+    )
+    if end is None and events:
+        end = events[-1].get("wall")
+    duration = f" ({float(end) - float(start):.1f} s)" if start is not None and end is not None else ""
+    where = "twin (emulated)" if run.get("emulate") else ("lab" if run else "")
+    if run.get("emulate") is False and run.get("ray_address"):
+        where += f", Ray cluster {run['ray_address']}"
+    rows = [
+        ("run", summary.get("run") or run.get("run") or run_dir.name),
+        ("status", summary.get("status") or run.get("status")),
+        (
+            "playbook",
+            " ".join(
+                filter(
+                    None,
+                    [
+                        summary.get("playbook") or playbook.get("name"),
+                        f"({run['playbook_file']})" if run.get("playbook_file") else "",
+                    ],
+                )
+            ),
+        ),
+        ("description", playbook.get("description")),
+        (
+            "inventory",
+            " ".join(
+                filter(None, [inventory.get("name"), f"({run['inventory_file']})" if run.get("inventory_file") else ""])
+            ),
+        ),
+        ("lab or twin", where),
+        ("seed", run.get("seed", playbook.get("seed"))),
+        ("trials", f"{trials.get('ok', 0)} ok / {trials.get('failed', 0)} failed of {trials.get('planned', '?')}"),
+        ("git commit", run.get("git_revision")),
+        ("versions", ", ".join(f"{k} {v}" for k, v in versions.items())),
+        ("user@host", f"{host['user']}@{host['hostname']}" if host.get("user") and host.get("hostname") else ""),
+        ("start (UTC)", _utc(start)),
+        ("end (UTC)", _utc(end) + duration if end is not None else ""),
+        ("error", run.get("error")),
+    ]
+    return [(label, str(value)) for label, value in rows if value not in (None, "")]
+
+
+def span_cells(s: dict) -> list[str]:
+    """One span's cells as the text report prints them (testbed/results/report.py `spans_table`)."""
+    if not s.get("n"):
+        return ["0", "", "", "", "", ""]
+    ci = s.get("p50_ci95_ms")
+    return [
+        str(s["n"]),
+        f"{s['p50_ms']:.3f}",
+        f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "n<6",
+        f"{s['p90_ms']:.3f}",
+        f"{s['p99_ms']:.3f}" + ("" if s.get("p99_reliable") else "*"),
+        f"{s['max_ms']:.3f}",
+    ]
+
+
+SPAN_COLUMNS = ("span", "n", "p50 ms", "p50 95% CI", "p90 ms", "p99 ms", "max ms")
+
+
+def _ordered_milestone_spans(spans: dict, prefix: str) -> dict:
+    head = prefix + "."
+
+    def order(segment: str) -> tuple[int, int, str]:
+        if segment == "total":
+            return (len(SEGMENTS) + 1, 0, segment)
+        parts = segment.split("+")
+        if all(p in SEGMENTS for p in parts):
+            return (SEGMENTS.index(parts[0]), len(parts), segment)
+        return (len(SEGMENTS), 0, segment)
+
+    segments = sorted((n[len(head) :] for n in spans if n.startswith(head)), key=order)
+    return {head + segment: spans[head + segment] for segment in segments}
+
+
+def faults(events: list[dict]) -> list[dict]:
+    """Each fault the run injected, with how its injection and its heal went (from fault.inject/fault.heal)."""
+    out: list[dict] = []
+    open_: dict[tuple, dict] = {}
+    for ev in events:
+        op = ev.get("op")
+        if op not in ("fault.inject", "fault.heal"):
+            continue
+        data = ev.get("data") or {}
+        key = (ev.get("trial"), data.get("fault"), ev.get("device"))
+        kind = ev.get("type")
+        if op == "fault.inject":
+            if kind == "invoke":
+                row = {
+                    "trial": ev.get("trial"),
+                    "step": ev.get("step"),
+                    "fault": data.get("fault"),
+                    "kind": data.get("kind"),
+                    "target": ev.get("device") or data.get("host") or data.get("target"),
+                    "injected": "pending",
+                    "healed": "never",
+                    "inject_ns": ev.get("mono_ns"),
+                    "heal_ns": None,
+                    "error": "",
+                }
+                out.append(row)
+                open_[key] = row
+                continue
+            row = open_.get(key)
+            if row is None:
+                continue
+            row["injected"] = "ok" if kind == "ok" else "failed"
+            if kind in ("fail", "info"):
+                row["error"] = data.get("error", "")
+        else:
+            row = open_.get(key)
+            if row is None or kind == "invoke":
+                continue
+            row["healed"] = "ok" if kind == "ok" else "failed"
+            row["heal_ns"] = ev.get("mono_ns")
+            if kind in ("fail", "info"):
+                row["error"] = "; ".join(filter(None, [row["error"], f"heal: {data.get('error', '')}"]))
+    return out
+
+
+# --- rendering ---------------------------------------------------------------------------------------------------
+
+
+def _table(columns: Sequence[str] | None, rows: Iterable[Sequence[str]], caption: str = "", cls: str = "") -> str:
+    """A table of escaped cells; without columns, no header row (a key-value table)."""
+    head = "<thead><tr>" + "".join(f"<th>{e(c)}</th>" for c in columns) + "</tr></thead>" if columns else ""
+    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    attr = f' class="{cls}"' if cls else ""
+    cap = f"<caption>{e(caption)}</caption>" if caption else ""
+    return f"<table{attr}>{cap}{head}<tbody>{body}</tbody></table>"
+
+
+def spans_html(spans: dict, caption: str) -> str:
+    return _table(SPAN_COLUMNS, ([name, *span_cells(s)] for name, s in spans.items()), caption)
+
+
+def latency_section(summary: dict) -> str:
+    spans = summary.get("spans") or {}
+    parts = ["<h2>Latency</h2>"]
+    for prefix in milestone_prefixes(spans):
+        parts.append(
+            spans_html(
+                _ordered_milestone_spans(spans, prefix),
+                f"{prefix} milestones (segment = previous milestone -> this one; ms)",
+            )
+        )
+    if spans:
+        parts.append(spans_html(spans, "measured spans (all trials)"))
+        if any(not s.get("p99_reliable", True) for s in spans.values() if s.get("n")):
+            parts.append(
+                '<p class="note">* fewer than 100 samples: p99 is close to the maximum of a few and is not a '
+                "stable estimate; quote the median with its CI and the max.</p>"
+            )
+    else:
+        parts.append('<p class="note">This run measured no span.</p>')
+    by_step = summary.get("by_step") or {}
+    headline = {s: v for s, v in by_step.items() if s.endswith((".total", ".latency"))} or by_step
+    for span, steps in headline.items():
+        parts.append(spans_html(steps, f"{span} per step"))
+    for point in summary.get("sweep") or []:
+        label = ", ".join(f"{k}={v}" for k, v in (point.get("point") or {}).items())
+        parts.append(spans_html(point.get("spans") or {}, f"sweep point {label}"))
+    truth = summary.get("ground_truth")
+    if truth:
+        rows = {
+            "error (measured - truth)": truth.get("error_ms", {}),
+            "|error|": truth.get("abs_error_ms", {}),
+            "start: fault_injected - fault applied": truth.get("start_error_ms", {}),
+            "end: first_step seen - line written": truth.get("end_error_ms", {}),
+        }
+        parts.append(
+            spans_html(
+                {k: v for k, v in rows.items() if v.get("n")},
+                f"failover latency against the twin's ground truth "
+                f"({truth.get('matched')} of {truth.get('failovers')} matched)",
+            )
+        )
+    return "".join(parts)
+
+
+def timeline_svg(per_trial: dict[int, dict[str, int]]) -> str:
+    """One row per trial: its failover segments as coloured bars from fault_injected (0 ms), milestones ticked."""
+    rows = [(trial, segments_of(found)) for trial, found in per_trial.items()]
+    rows = [(t, [s for s in segs if s["segment"] != "total"]) for t, segs in rows]
+    rows = [(t, segs) for t, segs in rows if segs][:TIMELINE_MAX_TRIALS]
+    if not rows:
+        return ""
+    span_ms = max((segs[-1]["end_ns"] - per_trial[t][segs[0]["from"]]) / 1e6 for t, segs in rows) or 1.0
+    left, width, row_h, top = 70, 800, 22, 24
+    height = top + row_h * len(rows) + 40
+    scale = width / span_ms
+    out = [
+        f'<svg role="img" aria-label="failover timeline" width="{left + width + 20}" height="{height}" '
+        f'viewBox="0 0 {left + width + 20} {height}">'
+    ]
+    for i, (trial, segs) in enumerate(rows):
+        y = top + i * row_h
+        t0 = per_trial[trial][segs[0]["from"]]
+        out.append(f'<text x="4" y="{y + 14}">trial {e(trial)}</text>')
+        for seg in segs:
+            x = left + (seg["start_ns"] - t0) / 1e6 * scale
+            w = max(seg["ms"] * scale, 1.0)
+            first = seg["segment"].split("+")[0]
+            colour = _COLOURS[SEGMENTS.index(first) % len(_COLOURS)] if first in SEGMENTS else "#999"
+            out.append(
+                f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" fill="{colour}">'
+                f"<title>{e(seg['from'])} -&gt; {e(seg['to'])}: {seg['ms']:.3f} ms</title></rect>"
+            )
+    axis_y = top + row_h * len(rows) + 12
+    out.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + width}" y2="{axis_y}" stroke="#444"/>')
+    for k in range(6):
+        ms = span_ms * k / 5
+        x = left + ms * scale
+        out.append(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}" stroke="#444"/>')
+        out.append(f'<text x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle">{ms:.0f} ms</text>')
+    legend_x = left
+    for name, colour in zip(SEGMENTS, _COLOURS, strict=False):
+        out.append(f'<rect x="{legend_x}" y="4" width="10" height="10" fill="{colour}"/>')
+        out.append(f'<text x="{legend_x + 14}" y="13">{e(name)}</text>')
+        legend_x += 14 + 8 * len(name) + 12
+    out.append("</svg>")
+    return "".join(out)
+
+
+def milestones_section(events: list[dict]) -> str:
+    per_trial = {t: found for t, found in trial_milestones(events).items() if len(found) >= 2}
+    if not per_trial:
+        return ""
+    parts = [
+        "<h2>Failover milestones</h2>",
+        '<p class="note">Each failover from fault_injected (0 ms) to first_step on the spare; a segment runs from '
+        "the previous milestone to the next (hover a bar for its time).</p>",
+        timeline_svg(per_trial),
+    ]
+    if len(per_trial) > TIMELINE_MAX_TRIALS:
+        parts.append(f'<p class="note">The timeline shows the first {TIMELINE_MAX_TRIALS} trials; the table, all.</p>')
+    present = [m for m in MILESTONES if any(m in found for found in per_trial.values())]
+    rows = []
+    for trial, found in per_trial.items():
+        t0 = found.get(MILESTONES[0], min(found.values()))
+        rows.append([str(trial), *(f"{(found[m] - t0) / 1e6:.3f}" if m in found else "-" for m in present)])
+    parts.append(_table(["trial", *present], rows, "ms since fault_injected, per milestone"))
+    return "".join(parts)
+
+
+def faults_section(events: list[dict]) -> str:
+    rows = faults(events)
+    if not rows:
+        return ""
+    trial_status = {
+        ev.get("trial"): (ev.get("data") or {}).get("status", "") for ev in events if ev.get("op") == "trial.end"
+    }
+    body = []
+    for r in rows:
+        held = f"{(r['heal_ns'] - r['inject_ns']) / 1e6:.1f}" if r["heal_ns"] and r["inject_ns"] else ""
+        body.append(
+            [
+                "" if r["trial"] is None else str(r["trial"]),
+                r["step"] or "",
+                r["fault"] or "",
+                r["kind"] or "",
+                r["target"] or "",
+                r["injected"],
+                r["healed"],
+                held,
+                trial_status.get(r["trial"], ""),
+                r["error"],
+            ]
+        )
+    columns = ["trial", "step", "fault", "kind", "target", "injected", "healed", "active ms", "trial", "error"]
+    return "<h2>Faults</h2>" + _table(columns, body, "each fault injected, and how it went")
+
+
+def _png_data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def figures_section(pngs: Sequence[Path]) -> str:
+    if not pngs:
+        return ""
+    parts = ["<h2>Figures</h2>"]
+    for png in pngs:
+        parts.append(
+            f'<figure><img src="{_png_data_uri(png)}" alt="{e(png.name)}">'
+            f"<figcaption>{e(png.name)}</figcaption></figure>"
+        )
+    return "".join(parts)
+
+
+def page(title: str, body: str) -> str:
+    """The whole document: our style inline, our one script allowed by its hash, nothing fetched."""
+    digest = base64.b64encode(hashlib.sha256(_IMAGE_CHECK.encode("utf-8")).digest()).decode("ascii")
+    csp = f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{digest}'"
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{e(title)}</title><style>{_STYLE}</style></head>"
+        f"<body>{body}<script>{_IMAGE_CHECK}</script></body></html>\n"
+    )
+
+
+def render_run(run_dir: str | Path, pngs: Sequence[Path] | None = None) -> str:
+    """The HTML page of one run folder; `pngs` the figures to embed (default: every PNG in the folder)."""
+    run_dir = Path(run_dir)
+    summary = load_summary(run_dir)
+    events = _events(run_dir)
+    if pngs is None:
+        pngs = sorted(run_dir.glob("*.png"))
+    status = summary.get("status")
+    title = f"{summary.get('playbook') or run_dir.name}: run {summary.get('run') or run_dir.name}"
+    cls = "ok" if status == "ok" else "bad"
+    body = [
+        f'<h1>{e(title)} <span class="{cls}">{e(status)}</span></h1>',
+        "<h2>Run</h2>",
+        _table(None, provenance(run_dir, summary, events), cls="kv"),
+        latency_section(summary),
+        milestones_section(events),
+        faults_section(events),
+        figures_section(pngs),
+        f'<p class="note">Written by testbed report --html from {e(run_dir.name)}.</p>',
+    ]
+    return page(title, "".join(body))
+
+
+def write_run_report(run_dir: str | Path, out: str | Path | None = None, plots: bool = True) -> Path:
+    """Write the run's HTML report (default RUN/report.html), drawing its figures first; returns the path."""
+    run_dir = Path(run_dir)
+    load_summary(run_dir)  # not a run: the user's mistake, said before any figure is drawn
+    if plots:
+        from testbed.results.plots import write_plots
+
+        write_plots(run_dir)
+    text = render_run(run_dir)
+    path = Path(out) if out else run_dir / DEFAULT_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write the report: {exc}; pass --html FILE to write it elsewhere") from None
+    return path
