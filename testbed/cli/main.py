@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_a")
     p.add_argument("run_b")
 
+    from testbed.cli.runs import add_parser as add_runs_parser
+
+    add_runs_parser(sub)
+
     p = sub.add_parser("check", help="verify a run from its history (invokes closed, fabric, interlocks)")
     p.add_argument("run_dir")
 
@@ -285,6 +289,12 @@ def cmd_compare(args, console: Console) -> int:
     return compare_main(args.run_a, args.run_b)  # 0 compared, 2 a folder that is not a run
 
 
+def cmd_runs(args, console: Console) -> int:
+    from testbed.cli.runs import cmd_runs
+
+    return cmd_runs(args, console)
+
+
 def cmd_check(args, console: Console) -> int:
     from testbed.ops.check import check_run
 
@@ -331,6 +341,7 @@ COMMANDS = {
     "lease": cmd_lease,
     "report": cmd_report,
     "compare": cmd_compare,
+    "runs": cmd_runs,
     "check": cmd_check,
     "heal": cmd_heal,
     "replay": cmd_replay,

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
+from testbed.catalog import index_at_end
 from testbed.contracts.errors import ActorDied, ExperimentFailed, Terminated, UserError, interruption
 from testbed.documents.inventory import Inventory
 from testbed.engine.clocks import measure_clocks
@@ -182,6 +184,10 @@ def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: 
         info["status"] = status
         info["error"] = error
         write_json(run_dir / "run.json", info)
+        # The folder is whole: into the results folder's catalog (docs/catalog.md); a failure there only warns.
+        warning = index_at_end(run_dir)
+        if warning is not None:
+            console.print(f"[yellow]{escape(warning)}[/]", soft_wrap=True)
     return Run(run_dir, status, summary, error)
 
 

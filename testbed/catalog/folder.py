@@ -1,0 +1,248 @@
+"""A run folder read into the catalog's rows (testbed.catalog.schema), or the reason it is not indexed.
+
+The folder is the source of truth (results/README.md describes it): run.json for identity and provenance,
+events.jsonl for the spans, trials, milestones and faults, annotations.jsonl for tags and notes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from testbed.catalog.annotations import ANNOTATIONS_FILE, read_annotations
+from testbed.events import JsonlError, Op, read_events
+from testbed.families import FAMILIES
+from testbed.results.milestones import MILESTONES
+
+RUN_FILE = "run.json"
+EVENTS_FILE = "events.jsonl"
+_MILESTONES = frozenset(MILESTONES)
+
+
+class NotIndexed(Exception):  # noqa: N818 (a reason, not an error: the folder is reported and skipped)
+    """A folder the catalog leaves out: not a run, or damaged; the message says which and why."""
+
+
+@dataclass
+class RunRows:
+    """One run as the catalog's rows: `run` for the runs table, the rest a list of rows per child table."""
+
+    run: dict
+    children: dict[str, list[dict]] = field(default_factory=dict)
+
+
+def signature(run_dir: Path) -> str:
+    """What the folder's indexed files look like now: a changed signature means index it again."""
+    parts = []
+    for name in (RUN_FILE, EVENTS_FILE, ANNOTATIONS_FILE):
+        try:
+            st = os.stat(run_dir / name)
+            parts.append(f"{st.st_size}:{st.st_mtime_ns}")
+        except FileNotFoundError:
+            parts.append("-")
+    return "/".join(parts)
+
+
+def read_run(run_dir: Path, indexed_at: float) -> RunRows:
+    """The catalog's rows for one run folder; NotIndexed when it is not a run or is damaged."""
+    run_dir = Path(run_dir)
+    sig = signature(run_dir)  # before reading: a change while reading makes the next sync read it again
+    info = _run_json(run_dir)
+    try:
+        events = read_events(run_dir / EVENTS_FILE) if (run_dir / EVENTS_FILE).is_file() else None
+    except JsonlError as exc:
+        raise NotIndexed(f"damaged: {exc}") from None
+    try:
+        tags, notes = read_annotations(run_dir)
+    except JsonlError as exc:
+        raise NotIndexed(f"damaged: {exc}") from None
+    records = events.records if events is not None else []
+    folder = run_dir.name
+    commit, dirty = _commit(info.get("git_revision"))
+    host = info.get("host") if isinstance(info.get("host"), dict) else {}
+    playbook = info.get("playbook") if isinstance(info.get("playbook"), dict) else {}
+    inventory = info.get("inventory") if isinstance(info.get("inventory"), dict) else {}
+    versions = info.get("versions") if isinstance(info.get("versions"), dict) else {}
+    clock = info.get("clock") if isinstance(info.get("clock"), dict) else {}
+    trials = _trials(records)
+    walls = [r["wall"] for r in records]
+    run = {
+        "folder": folder,
+        "run_id": str(info["run"]),
+        "status": info.get("status"),
+        "error": info.get("error"),
+        "playbook": playbook.get("name"),
+        "playbook_file": info.get("playbook_file"),
+        "inventory": inventory.get("name"),
+        "inventory_file": info.get("inventory_file"),
+        "target": "twin" if info.get("emulate") else "lab",
+        "seed": _int(info.get("seed")),
+        "trials_planned": _int(info.get("trials")),
+        "trials_ok": sum(1 for t in trials if t["status"] == "ok"),
+        "trials_failed": sum(1 for t in trials if t["status"] not in (None, "ok")),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "testbed_version": versions.get("testbed"),
+        "versions": json.dumps(versions, sort_keys=True),
+        "user": host.get("user"),
+        "host": host.get("hostname"),
+        "started": _float(clock.get("wall_start")) or (min(walls) if walls else None),
+        "ended": max(walls) if walls else None,
+        "format_version": _int(info.get("format_version")),
+        "torn": events.torn if events is not None else None,
+        "signature": sig,
+        "indexed_at": indexed_at,
+    }
+    children = {
+        "devices": _devices(folder, inventory, info.get("twin")),
+        "trials": [{"folder": folder, **t} for t in trials],
+        "spans": [
+            {
+                "folder": folder,
+                "trial": r.get("trial"),
+                "step": r.get("step"),
+                "span": r["op"],
+                "ms": float(r["data"]["ms"]),
+                "wall": r["wall"],
+            }
+            for r in records
+            if r["type"] == "measure" and isinstance((r.get("data") or {}).get("ms"), int | float)
+        ],
+        "milestones": [
+            {
+                "folder": folder,
+                "trial": r.get("trial"),
+                "name": r["op"],
+                "device": r.get("device"),
+                "mono_ns": r["mono_ns"],
+                "wall": r["wall"],
+            }
+            for r in records
+            if r["type"] == "mark" and r["op"] in _MILESTONES
+        ],
+        "faults": _faults(folder, records),
+        "tags": [{"folder": folder, **t} for t in tags],
+        "notes": [{"folder": folder, **n} for n in notes],
+    }
+    return RunRows(run, children)
+
+
+def _run_json(run_dir: Path) -> dict:
+    path = run_dir / RUN_FILE
+    if not run_dir.is_dir():
+        raise NotIndexed("not a run: not a folder")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NotIndexed(f"not a run: no {RUN_FILE}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NotIndexed(f"damaged: {path}: {exc}") from None
+    try:
+        info = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise NotIndexed(f"damaged: {path}: not JSON ({exc})") from None
+    if not isinstance(info, dict) or not isinstance(info.get("run"), str) or "format_version" not in info:
+        raise NotIndexed(f"damaged: {path}: not a run's run.json (no 'run' id or 'format_version')")
+    return info
+
+
+def _trials(records: list[dict]) -> list[dict]:
+    trials: dict[int, dict] = {}
+    for r in records:
+        if r["type"] != "mark" or not isinstance(r.get("trial"), int):
+            continue
+        data = r.get("data") or {}
+        if r["op"] == Op.TRIAL_START:
+            sweep = data.get("sweep") if isinstance(data.get("sweep"), dict) else {}
+            trials[r["trial"]] = {"trial": r["trial"], "sweep": json.dumps(sweep, sort_keys=True), "status": None}
+        elif r["op"] == Op.TRIAL_END and r["trial"] in trials:
+            trials[r["trial"]]["status"] = data.get("status")
+    return list(trials.values())
+
+
+def _devices(folder: str, inventory: dict, twin) -> list[dict]:
+    devices = inventory.get("devices") if isinstance(inventory.get("devices"), dict) else {}
+    served = (twin or {}).get("devices", {}) if isinstance(twin, dict) else {}
+    rows = []
+    for name, device in devices.items():
+        device = device if isinstance(device, dict) else {}
+        transport = device.get("transport") if isinstance(device.get("transport"), dict) else {}
+        interface = served.get(name, {}).get("interfaces") if isinstance(served.get(name), dict) else None
+        rows.append(
+            {
+                "folder": folder,
+                "name": name,
+                "kind": device.get("kind"),
+                "switch": _holds_fabric(device.get("kind")),
+                "driver": device.get("driver"),
+                "transport": transport.get("type"),
+                "interface": interface if isinstance(interface, str) else None,
+            }
+        )
+    return rows
+
+
+def _holds_fabric(kind) -> int | None:
+    if not isinstance(kind, str) or kind not in FAMILIES:
+        return None
+    return int(FAMILIES.get(kind).holds_fabric)
+
+
+def _faults(folder: str, records: list[dict]) -> list[dict]:
+    """One row per injection: its outcome (ok, fail, info; None: never answered) and its heal's."""
+    rows: list[dict] = []
+    open_: dict[str, dict] = {}  # fault name -> its latest row
+    for r in records:
+        if r["op"] not in (Op.FAULT_INJECT, Op.FAULT_HEAL):
+            continue
+        data = r.get("data") or {}
+        name = data.get("fault")
+        if not isinstance(name, str):
+            continue
+        if r["op"] == Op.FAULT_INJECT and r["type"] == "invoke":
+            target = next((str(data[k]) for k in ("host", "device", "rank") if data.get(k) is not None), None)
+            row = {
+                "folder": folder,
+                "trial": r.get("trial"),
+                "fault": name,
+                "kind": data.get("kind"),
+                "target": target,
+                "injected": None,
+                "healed": None,
+                "inject_wall": r["wall"],
+                "heal_wall": None,
+            }
+            rows.append(row)
+            open_[name] = row
+            continue
+        row = open_.get(name)
+        if row is None or r["type"] == "invoke":
+            continue
+        if r["op"] == Op.FAULT_INJECT:
+            row["injected"] = r["type"]
+        else:
+            row["healed"], row["heal_wall"] = r["type"], r["wall"]
+    return rows
+
+
+def _commit(revision) -> tuple[str | None, int | None]:
+    if not isinstance(revision, str) or not revision:
+        return None, None
+    dirty = revision.endswith("-dirty")
+    return revision.removesuffix("-dirty"), int(dirty)
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def iso(wall: float | None) -> str | None:
+    """A wall time as UTC ISO 8601 (how the catalog's answers show times)."""
+    return None if wall is None else datetime.fromtimestamp(wall, UTC).isoformat(timespec="seconds")

@@ -1,0 +1,252 @@
+"""Reading the catalog: runs and span samples selected by the same filters, as plain dicts (docs/catalog.md).
+
+`testbed runs` prints `select_runs`; what works across runs (report --across, trend, gate, export, testbed.runs())
+builds on `select_runs` and `span_samples`. Each call first syncs the catalog with the folders (a stat per run
+folder), so what it answers is what is on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+from testbed.catalog.folder import RUN_FILE, iso
+from testbed.catalog.index import sync
+from testbed.catalog.schema import connect
+from testbed.contracts.errors import UserError
+
+DEFAULT_RESULTS = "results"  # where `testbed run` writes (its --results default)
+TARGETS = ("lab", "twin")
+RUN_COLUMNS = (
+    "run_id, folder, status, error, playbook, playbook_file, inventory, inventory_file, target, seed, "
+    "trials_planned, trials_ok, trials_failed, git_commit, git_dirty, testbed_version, versions, user, host, "
+    "started, ended, format_version, torn"
+)
+
+
+def select_runs(
+    results_dirs: str | Path | Iterable[str | Path] | None = None,
+    *,
+    run: str | None = None,
+    playbook: str | None = None,
+    inventory: str | None = None,
+    target: str | None = None,
+    status: str | None = None,
+    since: str | date | datetime | None = None,
+    until: str | date | datetime | None = None,
+    commit: str | None = None,
+    tag: str | Iterable[str] | None = None,
+    protocol: str | None = None,
+    sync_first: bool = True,
+) -> list[dict]:
+    """The runs under `results_dirs` (default ./results) that pass every filter given, oldest first.
+
+    Filters: `run` a run id or folder name (or a unique start of one); `playbook`, `inventory` their names;
+    `target` "lab" or "twin"; `status` ok, failed, aborted (running: a run whose runner died unhealed);
+    `since`/`until` a date (UTC; `until` takes the whole day) or an ISO datetime; `commit` the start of a git
+    commit; `tag` a tag, or several that must all be there; `protocol` a switch's driver or served interface.
+    Each run is a dict: the runs table's columns (times as UTC ISO strings, `versions` a dict), `path` (its
+    folder), `results` (its results folder), `duration_s`, `switches`, `tags` and `notes`.
+    """
+    where, params = _where(run, playbook, inventory, target, status, since, until, commit, tag, protocol)
+    out: list[dict] = []
+    for results, conn in _catalogs(results_dirs, sync_first):
+        try:
+            rows = conn.execute(f"SELECT {RUN_COLUMNS} FROM runs r {where} ORDER BY started, folder", params)
+            runs = [dict(row) for row in rows]
+            extra = _extras(conn, [r["folder"] for r in runs])
+        finally:
+            conn.close()
+        for r in runs:
+            started, ended = r["started"], r["ended"]
+            r["duration_s"] = None if started is None or ended is None else round(ended - started, 3)
+            r["started"], r["ended"] = iso(started), iso(ended)
+            r["versions"] = json.loads(r["versions"]) if r["versions"] else {}
+            r["git_dirty"] = None if r["git_dirty"] is None else bool(r["git_dirty"])
+            r["path"] = str(results / r["folder"])
+            r["results"] = str(results)
+            r.update(extra.get(r["folder"], {"switches": [], "tags": [], "notes": []}))
+            out.append(r)
+    out.sort(key=lambda r: (r["started"] or "", r["folder"]))
+    return out
+
+
+def span_samples(
+    results_dirs: str | Path | Iterable[str | Path] | None = None,
+    spans: str | Iterable[str] | None = None,
+    **filters,
+) -> list[dict]:
+    """Every measured sample of `spans` (all spans if None) in the runs `select_runs(results_dirs, **filters)`
+    selects, one dict each: run_id, folder, playbook, target, git_commit, started (the run's), trial, sweep (the
+    trial's sweep point, a dict), step, span, ms. Oldest run first, then in the order measured.
+    """
+    names = [spans] if isinstance(spans, str) else list(spans) if spans is not None else None
+    sync_first = filters.pop("sync_first", True)
+    where, params = _where(**filters)
+    span_clause = ""
+    if names is not None:
+        span_clause = f" AND s.span IN ({', '.join('?' * len(names))})"
+        params = [*params, *names]
+    sql = (
+        "SELECT r.run_id, r.folder, r.playbook, r.target, r.git_commit, r.started, s.trial, t.sweep, s.step, "
+        f"s.span, s.ms FROM runs r JOIN spans s ON s.folder = r.folder "
+        f"LEFT JOIN trials t ON t.folder = s.folder AND t.trial = s.trial {where or 'WHERE 1'}{span_clause} "
+        "ORDER BY r.started, r.folder, s.rowid"
+    )
+    out: list[dict] = []
+    for results, conn in _catalogs(results_dirs, sync_first):
+        try:
+            for row in conn.execute(sql, params):
+                sample = dict(row)
+                sample["started"] = iso(sample["started"])
+                sample["sweep"] = json.loads(sample["sweep"]) if sample["sweep"] else {}
+                sample["results"] = str(results)
+                out.append(sample)
+        finally:
+            conn.close()
+    if len(out) and len({s["results"] for s in out}) > 1:
+        out.sort(key=lambda s: (s["started"] or "", s["folder"]))  # stable: each run's samples keep their order
+    return out
+
+
+def resolve_run(run: str, results_dirs: str | Path | Iterable[str | Path] | None = None) -> Path:
+    """The folder of RUN: a run folder's path, or a run id or folder name (or a unique start of one) under the
+    results folders. UserError saying what there is when it names no run, or several.
+    """
+    path = Path(run)
+    if (path / RUN_FILE).is_file():
+        return path
+    dirs = results_paths(results_dirs)
+    for results in dirs:
+        if (results / run / RUN_FILE).is_file():
+            return results / run
+    candidates = [
+        Path(r["path"]) for r in select_runs(dirs) if r["folder"].startswith(run) or r["run_id"].startswith(run)
+    ]
+    where = ", ".join(str(d) for d in dirs)
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        if path.is_dir():
+            raise UserError(f"{run}: a folder, but not a run (no {RUN_FILE}); pass a folder `testbed run` wrote")
+        raise UserError(f"no run {run!r} in {where}; `testbed runs` lists them (or pass --results DIR)")
+    names = ", ".join(c.name for c in candidates[:5]) + (" ..." if len(candidates) > 5 else "")
+    raise UserError(f"{run!r} names {len(candidates)} runs in {where} ({names}); give more of the run id")
+
+
+def results_paths(results_dirs: str | Path | Iterable[str | Path] | None) -> list[Path]:
+    if results_dirs is None:
+        return [Path(DEFAULT_RESULTS)]
+    if isinstance(results_dirs, str | Path):
+        return [Path(results_dirs)]
+    return [Path(d) for d in results_dirs]
+
+
+def _catalogs(results_dirs, sync_first: bool):
+    for results in results_paths(results_dirs):
+        if not results.is_dir():
+            raise UserError(f"no results folder {results} (`testbed run` writes its runs there; pass --results DIR)")
+        try:
+            if sync_first:
+                sync(results)
+            conn = connect(results)
+        except sqlite3.Error as exc:
+            raise UserError(
+                f"{results / 'catalog.db'}: cannot open the catalog ({exc}); `testbed runs --reindex` "
+                "rebuilds it from the run folders"
+            ) from None
+        yield results, conn
+
+
+def _extras(conn: sqlite3.Connection, folders: list[str]) -> dict[str, dict]:
+    out: dict[str, dict] = {f: {"switches": [], "tags": [], "notes": []} for f in folders}
+    if not folders:
+        return out
+    for row in conn.execute(
+        "SELECT folder, name, kind, driver, transport, interface FROM devices WHERE switch = 1 ORDER BY rowid"
+    ):
+        if row["folder"] in out:
+            out[row["folder"]]["switches"].append(
+                {k: row[k] for k in ("name", "kind", "driver", "transport", "interface")}
+            )
+    for row in conn.execute("SELECT folder, name FROM tags ORDER BY rowid"):
+        if row["folder"] in out:
+            out[row["folder"]]["tags"].append(row["name"])
+    for row in conn.execute("SELECT folder, text, wall, user FROM notes ORDER BY rowid"):
+        if row["folder"] in out:
+            out[row["folder"]]["notes"].append({"text": row["text"], "at": iso(row["wall"]), "user": row["user"]})
+    return out
+
+
+def _where(
+    run=None,
+    playbook=None,
+    inventory=None,
+    target=None,
+    status=None,
+    since=None,
+    until=None,
+    commit=None,
+    tag=None,
+    protocol=None,
+) -> tuple[str, list]:
+    clauses: list[str] = []
+    params: list = []
+    if run is not None:
+        clauses.append("(r.folder = ? OR r.run_id = ? OR r.folder LIKE ? ESCAPE '\\' OR r.run_id LIKE ? ESCAPE '\\')")
+        prefix = _like_prefix(run)
+        params += [run, run, prefix, prefix]
+    for column, value in (("playbook", playbook), ("inventory", inventory), ("status", status)):
+        if value is not None:
+            clauses.append(f"r.{column} = ?")
+            params.append(value)
+    if target is not None:
+        if target not in TARGETS:
+            raise UserError(f"target {target!r}: one of {', '.join(TARGETS)}")
+        clauses.append("r.target = ?")
+        params.append(target)
+    if since is not None:
+        clauses.append("r.started >= ?")
+        params.append(_instant(since, "since", end_of_day=False))
+    if until is not None:
+        clauses.append("r.started < ?")
+        params.append(_instant(until, "until", end_of_day=True))
+    if commit is not None:
+        clauses.append("r.git_commit LIKE ? ESCAPE '\\'")
+        params.append(_like_prefix(commit))
+    for name in [tag] if isinstance(tag, str) else list(tag or ()):
+        clauses.append("r.folder IN (SELECT folder FROM tags WHERE name = ?)")
+        params.append(name)
+    if protocol is not None:
+        clauses.append("r.folder IN (SELECT folder FROM devices WHERE switch = 1 AND (driver = ? OR interface = ?))")
+        params += [protocol, protocol]
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def _like_prefix(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _instant(value, option: str, end_of_day: bool) -> float:
+    """A --since/--until value as a wall time: a date is a UTC day (until: its end), a datetime without a zone UTC."""
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, date):
+        moment = datetime(value.year, value.month, value.day) + (timedelta(days=1) if end_of_day else timedelta())
+    else:
+        text = str(value).strip()
+        try:
+            if len(text) == 10:
+                day = date.fromisoformat(text)
+                return _instant(day, option, end_of_day)
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise UserError(
+                f"--{option} {text!r}: not a date; give YYYY-MM-DD (a UTC day) or YYYY-MM-DDTHH:MM[:SS][+zone]"
+            ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()

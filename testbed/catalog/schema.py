@@ -1,0 +1,97 @@
+"""The catalog's SQLite file: its tables and how a process opens it (docs/catalog.md says why SQLite).
+
+The file is derived data: every row comes from a run folder, so a file of another schema version is emptied and
+rebuilt from the folders rather than migrated.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+CATALOG_FILE = "catalog.db"
+SCHEMA_VERSION = 1
+# A run ending while another process writes waits this long for the lock; SQLite's writer holds it for the time
+# of one run's insert (milliseconds), or a whole reindex (seconds).
+BUSY_TIMEOUT_S = 60.0
+
+TABLES = {
+    # One row per run folder, keyed by the folder's name inside its results folder (a copied folder keeps its run id
+    # but not its name). `signature` is what the folder looked like when it was indexed (sizes and mtimes): a
+    # folder whose signature changed (heal rewrote run.json, a tag was added) is indexed again.
+    "runs": """
+        folder TEXT PRIMARY KEY, run_id TEXT NOT NULL, status TEXT, error TEXT,
+        playbook TEXT, playbook_file TEXT, inventory TEXT, inventory_file TEXT, target TEXT,
+        seed INTEGER, trials_planned INTEGER, trials_ok INTEGER, trials_failed INTEGER,
+        git_commit TEXT, git_dirty INTEGER, testbed_version TEXT, versions TEXT,
+        user TEXT, host TEXT, started REAL, ended REAL, format_version INTEGER,
+        torn TEXT, signature TEXT NOT NULL, indexed_at REAL NOT NULL
+    """,
+    # Every device of the run's inventory; a switch's protocol is its driver (and the interface the twin served).
+    # `switch`: its family holds circuits (1), not (0), or a family this install does not know (NULL).
+    "devices": """
+        folder TEXT NOT NULL, name TEXT NOT NULL, kind TEXT, switch INTEGER, driver TEXT, transport TEXT,
+        interface TEXT
+    """,
+    "trials": "folder TEXT NOT NULL, trial INTEGER NOT NULL, sweep TEXT NOT NULL, status TEXT",
+    "spans": "folder TEXT NOT NULL, trial INTEGER, step TEXT, span TEXT NOT NULL, ms REAL NOT NULL, wall REAL",
+    "milestones": "folder TEXT NOT NULL, trial INTEGER, name TEXT NOT NULL, device TEXT, mono_ns INTEGER, wall REAL",
+    "faults": """
+        folder TEXT NOT NULL, trial INTEGER, fault TEXT NOT NULL, kind TEXT, target TEXT,
+        injected TEXT, healed TEXT, inject_wall REAL, heal_wall REAL
+    """,
+    "tags": "folder TEXT NOT NULL, name TEXT NOT NULL, wall REAL, user TEXT",
+    "notes": "folder TEXT NOT NULL, text TEXT NOT NULL, wall REAL, user TEXT",
+}
+INDEXES = (
+    "CREATE INDEX IF NOT EXISTS spans_by_span ON spans (span, folder)",
+    "CREATE INDEX IF NOT EXISTS spans_by_run ON spans (folder)",
+    "CREATE INDEX IF NOT EXISTS runs_by_start ON runs (started)",
+    *(f"CREATE INDEX IF NOT EXISTS {t}_by_run ON {t} (folder)" for t in ("devices", "trials", "milestones", "faults")),
+    "CREATE INDEX IF NOT EXISTS tags_by_name ON tags (name, folder)",
+    "CREATE INDEX IF NOT EXISTS notes_by_run ON notes (folder)",
+)
+CHILD_TABLES = tuple(t for t in TABLES if t != "runs")
+
+
+def catalog_path(results_dir: Path) -> Path:
+    return Path(results_dir) / CATALOG_FILE
+
+
+def connect(results_dir: Path) -> sqlite3.Connection:
+    """The catalog of one results folder, created if missing, at this schema version.
+
+    WAL lets readers go on while one process writes; the busy timeout makes writers that end at the same time queue
+    for the lock instead of failing. Every write is one `BEGIN IMMEDIATE` transaction (testbed.catalog.index), so a
+    writer takes the lock before it reads what it will change.
+    """
+    path = catalog_path(results_dir)
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        conn.execute("PRAGMA journal_mode = WAL")  # persistent: set once, by the first process to open the file
+    conn.execute("PRAGMA synchronous = NORMAL")  # WAL's safe setting: a power cut loses the last commits, not the file
+    _ensure_schema(conn)
+    return conn
+
+
+def _ensure_schema(conn: sqlite3.Connection) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version == SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]  # another process may have done it meanwhile
+        if version != SCHEMA_VERSION:
+            for table in TABLES:
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+            for table, columns in TABLES.items():
+                conn.execute(f"CREATE TABLE {table} ({columns})")
+            for statement in INDEXES:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

@@ -1,0 +1,119 @@
+"""`testbed runs`: the runs of one or more results folders, from their catalog (docs/catalog.md); `runs tag` and
+`runs note` annotate one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from testbed.contracts.errors import EXIT_OK
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("runs", help="list the runs of the results folders (filters, --json); tag or note one")
+    _results_option(p)
+    p.add_argument("--playbook", help="only runs of this playbook (its name)")
+    p.add_argument("--inventory", help="only runs on this inventory (its name)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--lab", dest="target", action="store_const", const="lab", help="only runs on a lab")
+    where.add_argument("--twin", dest="target", action="store_const", const="twin", help="only runs on the twin")
+    p.add_argument("--status", help="only runs that ended so: ok, failed, aborted (running: its runner died)")
+    p.add_argument("--since", help="only runs started on or after: YYYY-MM-DD (UTC day) or an ISO datetime")
+    p.add_argument("--until", help="only runs started before the end of: YYYY-MM-DD (UTC day) or an ISO datetime")
+    p.add_argument("--commit", help="only runs of this git commit (its first characters)")
+    p.add_argument("--tag", action="append", help="only runs with this tag (repeat: all of them)")
+    p.add_argument("--json", action="store_true", help="print the runs as JSON (a list of objects)")
+    p.add_argument("--reindex", action="store_true", help="rebuild the catalog from the run folders first")
+    action = p.add_subparsers(dest="action", metavar="ACTION")
+    q = action.add_parser("tag", help="tag a run: testbed runs tag RUN NAME (kept in the run's folder)")
+    q.add_argument("run", metavar="RUN", help="a run id (or its unique start) or a run folder")
+    q.add_argument("name", metavar="NAME")
+    _results_option(q, "action_results")
+    q = action.add_parser("note", help="add a note to a run: testbed runs note RUN TEXT (kept in the run's folder)")
+    q.add_argument("run", metavar="RUN", help="a run id (or its unique start) or a run folder")
+    q.add_argument("text", metavar="TEXT", nargs="+")
+    _results_option(q, "action_results")
+
+
+def _results_option(p: argparse.ArgumentParser, dest: str = "results") -> None:
+    # An ACTION's own --results has a dest of its own: argparse would let its default replace the one given before
+    p.add_argument(
+        "--results",
+        dest=dest,
+        action="append",
+        metavar="DIR",
+        help="a results folder (repeat for several; default ./results, where testbed run writes)",
+    )
+
+
+def cmd_runs(args, console: Console) -> int:
+    from testbed.catalog import add_note, add_tag, index_run, reindex, resolve_run, select_runs, sync
+    from testbed.catalog.query import results_paths
+
+    given = (args.results or []) + (getattr(args, "action_results", None) or [])
+    dirs = results_paths(given or None)
+    errors = Console(stderr=True, highlight=False)
+    if args.action in ("tag", "note"):
+        run_dir = resolve_run(args.run, dirs)
+        if args.action == "tag":
+            add_tag(run_dir, args.name)
+            done = f"tagged {run_dir.name}: {args.name}"
+        else:
+            add_note(run_dir, " ".join(args.text))
+            done = f"noted on {run_dir.name}"
+        index_run(run_dir)
+        console.print(done, markup=False, soft_wrap=True)
+        return EXIT_OK
+    for results in dirs:
+        if not results.is_dir():
+            continue  # select_runs says so
+        report = reindex(results) if args.reindex else sync(results)
+        if args.reindex:
+            errors.print(f"{results}: {len(report.indexed)} runs indexed", markup=False, soft_wrap=True)
+        for folder, why in report.skipped:  # not runs, or damaged: said, never fatal
+            errors.print(f"[yellow]skipped[/] {escape(str(results / folder))}: {escape(why)}", soft_wrap=True)
+    runs = select_runs(
+        dirs,
+        playbook=args.playbook,
+        inventory=args.inventory,
+        target=args.target,
+        status=args.status,
+        since=args.since,
+        until=args.until,
+        commit=args.commit,
+        tag=args.tag,
+        sync_first=False,
+    )
+    if args.json:
+        print(json.dumps(runs, indent=2))
+        return EXIT_OK
+    console.print(_table(runs))
+    return EXIT_OK
+
+
+def _table(runs: list[dict]) -> Table:
+    table = Table(title=f"{len(runs)} runs", title_justify="left")
+    table.add_column("run", no_wrap=True)
+    for name in ("status", "inventory", "on", "switches", "trials ok", "s", "commit", "tags"):
+        table.add_column(name, overflow="fold", justify="right" if name in ("trials ok", "s") else "left")
+    for r in runs:
+        style = {"ok": "green", "failed": "red", "aborted": "yellow"}.get(r["status"] or "", "")
+        commit = (r["git_commit"] or "-")[:10] + ("+" if r["git_dirty"] else "")
+        switches = ", ".join(f"{s['name']} ({s['driver']})" for s in r["switches"]) or "-"
+        table.add_row(
+            escape(r["folder"]),
+            f"[{style}]{escape(str(r['status']))}[/]" if style else escape(str(r["status"])),
+            escape(str(r["inventory"])),
+            r["target"],
+            escape(switches),
+            f"{r['trials_ok']}/{r['trials_planned']}",
+            "-" if r["duration_s"] is None else f"{r['duration_s']:.1f}",
+            escape(commit),
+            escape(" ".join(r["tags"])),
+        )
+    return table
