@@ -11,7 +11,7 @@ fetch anything. The one script allowed is ours, by its hash: it marks each figur
 to and says so on the page when one did not decode (docs/reports.md).
 
 Every string taken from the run (playbook, step and fault names, error texts) goes through `html.escape`.
-The across-runs page (`render_across`) takes a list of run folders, so a catalog's selection plugs in.
+Several runs on one page: testbed/results/html_across.py.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ body { font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 75em; 
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; }
 th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }
-th:first-child, td:first-child, table.kv td, table.kv th { text-align: left; }
+th:first-child, td:first-child, table.kv td, table.kv th, table.text td, table.text th { text-align: left; }
 caption { text-align: left; font-weight: bold; padding: 0.3em 0; }
 .ok { color: #176317; } .bad { color: #a31515; font-weight: bold; } .note { color: #666; font-size: 0.9em; }
 figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
@@ -74,7 +74,7 @@ def _read_json(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _events(run_dir: Path) -> list[dict]:
+def read_events(run_dir: Path) -> list[dict]:
     path = run_dir / "events.jsonl"
     return read_jsonl(path).records if path.is_file() else []
 
@@ -221,7 +221,7 @@ def faults(events: list[dict]) -> list[dict]:
 # --- rendering ---------------------------------------------------------------------------------------------------
 
 
-def _table(columns: Sequence[str] | None, rows: Iterable[Sequence[str]], caption: str = "", cls: str = "") -> str:
+def table(columns: Sequence[str] | None, rows: Iterable[Sequence[str]], caption: str = "", cls: str = "") -> str:
     """A table of escaped cells; without columns, no header row (a key-value table)."""
     head = "<thead><tr>" + "".join(f"<th>{e(c)}</th>" for c in columns) + "</tr></thead>" if columns else ""
     body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
@@ -231,7 +231,7 @@ def _table(columns: Sequence[str] | None, rows: Iterable[Sequence[str]], caption
 
 
 def spans_html(spans: dict, caption: str) -> str:
-    return _table(SPAN_COLUMNS, ([name, *span_cells(s)] for name, s in spans.items()), caption)
+    return table(SPAN_COLUMNS, ([name, *span_cells(s)] for name, s in spans.items()), caption)
 
 
 def latency_section(summary: dict) -> str:
@@ -339,7 +339,7 @@ def milestones_section(events: list[dict]) -> str:
     for trial, found in per_trial.items():
         t0 = found.get(MILESTONES[0], min(found.values()))
         rows.append([str(trial), *(f"{(found[m] - t0) / 1e6:.3f}" if m in found else "-" for m in present)])
-    parts.append(_table(["trial", *present], rows, "ms since fault_injected, per milestone"))
+    parts.append(table(["trial", *present], rows, "ms since fault_injected, per milestone"))
     return "".join(parts)
 
 
@@ -367,8 +367,8 @@ def faults_section(events: list[dict]) -> str:
                 r["error"],
             ]
         )
-    columns = ["trial", "step", "fault", "kind", "target", "injected", "healed", "active ms", "trial", "error"]
-    return "<h2>Faults</h2>" + _table(columns, body, "each fault injected, and how it went")
+    columns = ["trial", "step", "fault", "kind", "target", "injected", "healed", "active ms", "trial status", "error"]
+    return "<h2>Faults</h2>" + table(columns, body, "each fault injected, and how it went", cls="text")
 
 
 def _png_data_uri(path: Path) -> str:
@@ -405,7 +405,7 @@ def render_run(run_dir: str | Path, pngs: Sequence[Path] | None = None) -> str:
     """The HTML page of one run folder; `pngs` the figures to embed (default: every PNG in the folder)."""
     run_dir = Path(run_dir)
     summary = load_summary(run_dir)
-    events = _events(run_dir)
+    events = read_events(run_dir)
     if pngs is None:
         pngs = sorted(run_dir.glob("*.png"))
     status = summary.get("status")
@@ -414,7 +414,7 @@ def render_run(run_dir: str | Path, pngs: Sequence[Path] | None = None) -> str:
     body = [
         f'<h1>{e(title)} <span class="{cls}">{e(status)}</span></h1>',
         "<h2>Run</h2>",
-        _table(None, provenance(run_dir, summary, events), cls="kv"),
+        table(None, provenance(run_dir, summary, events), cls="kv"),
         latency_section(summary),
         milestones_section(events),
         faults_section(events),
@@ -432,8 +432,10 @@ def write_run_report(run_dir: str | Path, out: str | Path | None = None, plots: 
         from testbed.results.plots import write_plots
 
         write_plots(run_dir)
-    text = render_run(run_dir)
-    path = Path(out) if out else run_dir / DEFAULT_FILE
+    return write_text(Path(out) if out else run_dir / DEFAULT_FILE, render_run(run_dir))
+
+
+def write_text(path: Path, text: str) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from peers import require_program
 
+from testbed.results.html_across import write_across_report
 from testbed.results.html_report import DEFAULT_FILE, write_run_report
 from testbed.results.milestones import MILESTONES
 
@@ -297,3 +298,23 @@ def test_a_folder_that_is_not_a_run_is_refused_without_a_traceback(repo, tmp_pat
     assert proc.returncode == 2
     assert "no summary.json here" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / DEFAULT_FILE).exists()
+
+
+def test_several_runs_side_by_side_and_pooled(runs, tmp_path):
+    slow = runs("failover", "slow", trials=8, seed=4, scale=2.0)
+    fast = runs("failover", "fast", trials=12, seed=5)
+    path = write_across_report([slow, fast], tmp_path / "across.html")
+    assert_self_contained(path.read_text(encoding="utf-8"))
+    page = Page(chromium(path, tmp_path))
+
+    assert [row[0] for row in page.table("")[1:]] == ["slow", "fast"]  # the runs, in the order given
+    side = page.table("p50 ms [95% CI of the median] n, per run")
+    assert side[0] == ["span", "slow", "fast"]
+    totals = {row[0]: row[1:] for row in side[1:]}["failover.total"]
+    for cell, folder in zip(totals, (slow, fast), strict=True):
+        s = json.loads((folder / "summary.json").read_text())["spans"]["failover.total"]
+        ci = s["p50_ci95_ms"]
+        assert cell == f"{s['p50_ms']:.3f} [{ci[0]:.2f}-{ci[1]:.2f}] n={s['n']}"
+    pooled = {row[0]: row[1:] for row in page.table("every sample of the 2 runs pooled")[1:]}
+    assert pooled["failover.total"][0] == "20"
+    assert float(totals[1].split()[0]) < float(pooled["failover.total"][1]) < float(totals[0].split()[0])
