@@ -61,6 +61,9 @@ class TwinSpec:
     # a test starts by hand); `testbed run --emulate` and `testbed emulate` give each twin a random one, since
     # other accounts of the machine reach 127.0.0.1 too.
     password: str = "twin"  # noqa: S105
+    # With --netns (docs/netns.md): {"tag": six hex digits naming the run's namespaces and links}. Each GPU host is
+    # then a network namespace of its own on a management network the twin makes (emulators/netns.py).
+    netns: dict | None = None
 
     def to_json(self) -> str:
         out: dict = {"devices": [asdict(d) for d in self.devices]}
@@ -75,6 +78,8 @@ class TwinSpec:
         if self.truth_log:
             out["truth_log"] = self.truth_log
         out["password"] = self.password
+        if self.netns:
+            out["netns"] = dict(self.netns)
         return json.dumps(out)
 
     @classmethod
@@ -105,7 +110,13 @@ class TwinSpec:
         password = raw.get("password", cls.password)
         if not isinstance(password, str) or not password:
             raise ValueError("password must be a non-empty string")
+        netns = raw.get("netns")
+        if netns is not None and not (
+            isinstance(netns, dict) and isinstance(netns.get("tag"), str) and netns["tag"].isalnum()
+        ):
+            raise ValueError(f"netns must be an object with an alphanumeric tag, got {netns!r}")
         return cls(
+            netns=netns,
             devices=devices,
             fault_proxy=fault_proxy,
             fibres=fibres,

@@ -139,6 +139,7 @@ class SshListener:
     def __init__(self, name: str, host_key: paramiko.PKey | None = None) -> None:
         self.name = name
         self.host_key = host_key
+        self.bind = "127.0.0.1"  # an emulated host in a namespace of its own listens on its address there
         self.port = 0
         self._lock = threading.RLock()  # listen() starts the accepting thread under it
         self._sock: socket.socket | None = None
@@ -158,7 +159,7 @@ class SshListener:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.bind}:{self.port}"
 
     def listen(self) -> None:
         """Start accepting (on the same port as before, if there was one)."""
@@ -167,7 +168,7 @@ class SshListener:
                 return
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", self.port))
+            sock.bind((self.bind, self.port))
             sock.listen(64)
             self.port = sock.getsockname()[1]
             self._sock = sock

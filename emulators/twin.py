@@ -56,6 +56,13 @@ endpoints as "redfish" (https://127.0.0.1:PORT), "redfish_ca" (the certificate t
 "redfish_user" (its password is the twin's: TwinSpec.password). Its ComputerSystem.Reset ForceOff / On
 are the host's power_off / power_on. The BMCs are not behind the fault proxy.
 
+Network namespaces (TwinSpec.netns, docs/netns.md): every GPU host is a network namespace of its own on a
+management network the twin makes first (emulators/netns.py) and removes last, however it stops short of
+SIGKILL; the host's SSH server and BMC listen on its address there, and what it starts runs there. The
+endpoints announce the network as "netns" (its tag, subnet, the control side's address, each host's namespace
+and address); the data plane's relays then listen on the control side's address and reach each rank at its
+host's address.
+
 Other twin-wide ops: ping; clock (the twin's CLOCK_MONOTONIC); endpoints; truth.open path (the ground
 truth goes on in another file: a warm session's twin outlives its runs, each keeps its own).
 """
@@ -95,13 +102,18 @@ class Endpoints:
     control: str  # "127.0.0.1:PORT"
     # device -> {"kind": ..., and its endpoints by role, e.g. "tcp", "visa", "serial", "ssh"}
     devices: dict[str, dict[str, str]] = field(default_factory=dict)
+    netns: dict[str, Any] | None = None  # the management network (emulators/netns.py, describe()), with --netns
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Endpoints:
-        return cls(control=raw["control"], devices={name: dict(d) for name, d in raw["devices"].items()})
+        return cls(
+            control=raw["control"],
+            devices={name: dict(d) for name, d in raw["devices"].items()},
+            netns=raw.get("netns"),
+        )
 
 
 class TwinServer:
@@ -118,6 +130,12 @@ class TwinServer:
         self.fault_proxy = spec.fault_proxy
         self._seeds = {d.name: int(getattr(d, "seed", 0)) for d in spec.devices}
         self.proxies: dict[str, FaultProxy] = {}
+        self.network = None  # emulators.netns.ManagementNetwork, with --netns
+        if spec.netns:
+            from emulators.netns import ManagementNetwork
+
+            hosts = [n for n, d in self.devices.items() if d.kind == "gpu_host" and hasattr(d, "place")]
+            self.network = ManagementNetwork(spec.netns["tag"], hosts)
         self.dataplane = DataPlane(spec.fibres, self.devices, trunks=spec.trunks)
         self.truth = GroundTruth(spec.truth_log) if spec.truth_log else None
         for device in self.devices.values():
@@ -133,6 +151,13 @@ class TwinServer:
         self._control = await asyncio.start_server(self._control_client, "127.0.0.1", 0)
         port = self._control.sockets[0].getsockname()[1]
         self.endpoints = Endpoints(control=f"127.0.0.1:{port}")
+        if self.network is not None:
+            _off_the_loop(self.network.up)  # first: every host's namespace exists before anything listens in it
+            for host in self.network.hosts:
+                self.devices[host].place(self.network.namespaces[host], self.network.addresses[host])
+            self.dataplane.listen = self.network.gateway
+            self.dataplane.addresses = dict(self.network.addresses)
+            self.endpoints.netns = self.network.describe()
         for name, device in self.devices.items():
             endpoints = {"kind": device.kind, **await device.start(loop)}
             if self.fault_proxy and "tcp" in endpoints:
@@ -155,9 +180,15 @@ class TwinServer:
         from emulators.frontends import twin_password
         from emulators.redfish import TWIN_BMC_USER, RedfishServer
 
-        self.bmcs = RedfishServer()
+        network = self.network
+        self.bmcs = RedfishServer(addresses=tuple(network.addresses.values()) if network is not None else ())
         for name, host in hosts.items():
-            self.endpoints.devices[name].update(self.bmcs.add(name, host.engine, TWIN_BMC_USER, twin_password()))
+            where = {}
+            if network is not None and name in network.namespaces:  # the BMC in the host's namespace, at its address
+                where = {"address": network.addresses[name], "netns": network.namespaces[name]}
+            self.endpoints.devices[name].update(
+                self.bmcs.add(name, host.engine, TWIN_BMC_USER, twin_password(), **where)
+            )
         self.bmcs.start()
 
     async def _put_proxy_in_front(self, name: str, endpoints: dict[str, str]) -> dict[str, str]:
@@ -185,14 +216,24 @@ class TwinServer:
     async def _put_proxy_in_front_of_ssh(self, name: str, host: Any, endpoints: dict[str, str]) -> dict[str, str]:
         direct = endpoints["ssh"]
         address, _, port = direct.rpartition(":")
-        proxy = FaultProxy(name, (address, int(port)), seed=self._seeds[name], listen=(address, 0))
+        # With --netns the host's address is inside its namespace: the proxy, a box of the control side's, listens
+        # on the control side's loopback and reaches the host over the management network.
+        listen = "127.0.0.1" if self.network is not None else address
+        proxy = FaultProxy(name, (address, int(port)), seed=self._seeds[name], listen=(listen, 0))
         proxied = await proxy.start()
         self.proxies[name] = proxy
         # Host key checking stays on: the client looks the key up under the port it connects to.
-        host.keys.add_known_host(proxy.listen[1], host.host_key)
+        host.keys.add_known_host(proxy.listen[1], host.host_key, listen)
         return {**endpoints, "ssh": proxied, "ssh_direct": direct}
 
     async def close(self) -> None:
+        try:
+            await self._close_servers()
+        finally:
+            if self.network is not None:  # last, whatever failed before: the processes left in it go with it
+                _off_the_loop(self.network.down)
+
+    async def _close_servers(self) -> None:
         if self.bmcs is not None:
             self.bmcs.close()
         await self.dataplane.close()
@@ -322,6 +363,25 @@ class TwinServer:
             writer.close()
 
 
+def _off_the_loop(fn) -> None:
+    """Run `fn` on a thread of its own and wait for it: pyroute2's synchronous API runs an event loop of its own,
+    which it cannot on a thread whose loop is running (the twin's).
+    """
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # handed to the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="netns", daemon=True)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+
+
 def _attributes(attributes: Any) -> dict[str, Any]:
     if attributes is None:
         return {}
@@ -376,9 +436,13 @@ async def _serve(spec: TwinSpec, exit_on_stdin_eof: bool, out: IO[str]) -> int:
     loop = asyncio.get_running_loop()
     server = TwinServer(spec)
     stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
-    endpoints = await server.start()
+    try:
+        endpoints = await server.start()
+    except BaseException:
+        await server.close()  # what start made (namespaces, links, listening sockets) goes with it
+        raise
     # Everything built so far (devices, keys, paramiko, the loop) lives as long as the twin: out of the
     # collector's sight, a full collection does not walk it, and stops every thread for far less
     # (docs/tuning.md, "The twin's timing").

@@ -46,7 +46,8 @@ class Lab:
     already loaded (it is not read again); wait_for_leases: on a lab, wait for devices other users or runs hold
     (docs/leases.md) instead of refusing the run; ray_start: Ray's start, begun already for this Lab
     (testbed.engine.ray_session.RayStart: `testbed run` begins it before it loads its files), which the Lab
-    then owns.
+    then owns; netns: with emulate=True, each emulated GPU host is a network namespace of its own on a management
+    network (docs/netns.md; needs root).
     """
 
     def __init__(
@@ -60,8 +61,17 @@ class Lab:
         loaded: Inventory | None = None,
         wait_for_leases: bool = False,
         ray_start: RayStart | None = None,
+        netns: bool = False,
     ) -> None:
         from testbed.documents import load_inventory
+
+        if netns:
+            if not emulate:
+                raise UserError("netns=True (--netns) is a way to run the emulated twin: give emulate=True (--emulate)")
+            from testbed.twin.netns import refuse_without_privilege
+
+            refuse_without_privilege()  # before Ray starts: nothing to stop
+        self.netns = netns
 
         self.inventory_file = str(inventory)
         self.inventory = loaded if loaded is not None else load_inventory(self.inventory_file).model
@@ -119,7 +129,7 @@ class Lab:
         from testbed.engine.devices import bring_up, devices_key
 
         current = self._devices
-        if current is not None and current.key == devices_key(plan, self.emulate) and _still_up(current):
+        if current is not None and current.key == devices_key(plan, self.emulate, self.netns) and _still_up(current):
             return current
         self._stop_devices()
         self._devices = bring_up(
@@ -130,6 +140,7 @@ class Lab:
             owner=run_id,
             console=self.console,
             wait_for_leases=self.wait_for_leases,
+            netns=self.netns,
         )
         return self._devices
 
@@ -162,9 +173,10 @@ class Lab:
         return f"Lab({self.inventory_file!r}, {mode}, {state})"
 
 
-def one_run_lab(plan, options, console: Console, ray_start=None) -> Lab:
+def one_run_lab(plan, options, console: Console, ray_start=None, *, netns: bool = False) -> Lab:
     """The session one run is made in (what `testbed run` does): its devices are brought up for it alone.
-    `options` is a testbed.engine.run.RunOptions; `ray_start` a Ray start already under way, if any.
+    `options` is a testbed.engine.run.RunOptions; `ray_start` a Ray start already under way, if any; `netns`:
+    the twin's hosts in network namespaces (docs/netns.md).
     """
     return Lab(
         options.inventory_file,
@@ -175,6 +187,7 @@ def one_run_lab(plan, options, console: Console, ray_start=None) -> Lab:
         loaded=plan.inventory,
         wait_for_leases=options.wait_for_leases,
         ray_start=ray_start,
+        netns=netns,
     )
 
 

@@ -118,7 +118,7 @@ class _Conn:
         deadline = loop.time() + self.relay.plane.connect_retry_s
         while True:
             try:
-                await loop.create_connection(lambda: self.upstream, "127.0.0.1", self.relay.target_port)
+                await loop.create_connection(lambda: self.upstream, self.relay.target_host, self.relay.target_port)
                 break
             except OSError as exc:
                 if self.closed:  # cut (path dark, relay closed) while waiting for the destination rank
@@ -129,7 +129,7 @@ class _Conn:
                     await asyncio.sleep(CONNECT_RETRY_INTERVAL_S)
                     continue
                 self.relay.failed += 1
-                self.relay.plane.record(self.relay, "upstream_failed", f"127.0.0.1:{self.relay.target_port}: {exc}")
+                self.relay.plane.record(self.relay, "upstream_failed", f"{self.relay.target}: {exc}")
                 self.cut(None)
                 return
         if self.closed:  # cut while connecting
@@ -208,23 +208,30 @@ class _Conn:
 class Relay:
     def __init__(self, plane: DataPlane, src: tuple[str, str], dst: tuple[str, str], target_port: int):
         self.plane, self.src, self.dst, self.target_port = plane, src, dst, target_port
+        # Where the destination rank listens: its host's address (127.0.0.1 on loopback, its namespace's
+        # management address with --netns, docs/netns.md).
+        self.target_host = plane.addresses.get(dst[0], "127.0.0.1")
         self.loop = asyncio.get_running_loop()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", 0))
+            sock.bind((plane.listen, 0))
             sock.listen(128)
             sock.setblocking(False)
         except OSError:
             sock.close()
             raise
         self.sock = sock
-        self.address = f"127.0.0.1:{sock.getsockname()[1]}"
+        self.address = f"{plane.listen}:{sock.getsockname()[1]}"
         self.conns: set[_Conn] = set()
         self.accepted = self.refused = self.cuts = self.failed = 0
         self.bytes = {"forward": 0, "backward": 0}
         self._tasks: set[asyncio.Task[None]] = set()
         self.loop.add_reader(sock.fileno(), self._accept)
+
+    @property
+    def target(self) -> str:
+        return f"{self.target_host}:{self.target_port}"
 
     def path(self, now: float | None = None, cache: dict | None = None) -> dict[str, Any]:
         now = time.monotonic() if now is None else now
@@ -280,7 +287,7 @@ class Relay:
             "address": self.address,
             "src": {"host": self.src[0], "port": self.src[1]},
             "dst": {"host": self.dst[0], "port": self.dst[1]},
-            "target": f"127.0.0.1:{self.target_port}",
+            "target": self.target,
             **path,
             "open": len(self.conns),
             "accepted": self.accepted,
@@ -303,12 +310,18 @@ class DataPlane:
         trunks: Any = None,
         check_interval_s: float = CHECK_INTERVAL_S,
         connect_retry_s: float = CONNECT_RETRY_S,
+        listen: str = "127.0.0.1",
+        addresses: Mapping[str, str] | None = None,
     ):
         self.paths = LightPaths(fibres or [], devices, trunks=trunks)
         # Light crossing a trunk reaches the next switch's power monitors too (PMON reads the whole path).
         couple_trunk_light(self.paths.trunks, devices)
         self.check_interval_s = check_interval_s
         self.connect_retry_s = connect_retry_s
+        # With --netns (docs/netns.md) the relays listen on the control side's management address, which every
+        # host's namespace reaches, and connect to the destination host's address; on loopback both are 127.0.0.1.
+        self.listen = listen
+        self.addresses = dict(addresses or {})
         self.relays: dict[tuple[str, str, str, str, int], Relay] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=HISTORY)
         self._timer: asyncio.TimerHandle | None = None
@@ -316,8 +329,8 @@ class DataPlane:
     # ---- control ops ----------------------------------------------------------------------------
 
     def link(self, src_host: str, src_port: str, dst_host: str, dst_port: str, target_port: int) -> str:
-        """The relay address ("127.0.0.1:P") src_host:src_port uses to reach dst_host:dst_port's rank
-        listening on 127.0.0.1:target_port; the same arguments give the same relay.
+        """The relay address ("LISTEN:P") src_host:src_port uses to reach dst_host:dst_port's rank listening on
+        its host's address:target_port; the same arguments give the same relay.
         """
         if isinstance(target_port, bool) or not isinstance(target_port, int) or not 1 <= target_port <= 65535:
             raise ValueError(f"target_port must be a TCP port 1..65535, got {target_port!r}")

@@ -1,4 +1,6 @@
-"""The twin's adapter for kind "gpu_host": one engine, one SSH server on 127.0.0.1:ephemeral."""
+"""The twin's adapter for kind "gpu_host": one engine, one SSH server on 127.0.0.1:ephemeral (or, with --netns,
+on the host's management address inside its own network namespace: `place`, docs/netns.md).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from emulators.gpuhost.keys import keystore, new_ed25519
 from emulators.gpuhost.server import SshServer
 from emulators.gpuhost.shell import Shell, Stream
 from emulators.gpuhost.spec import GpuHostSpec
+from emulators.netns import entered
 
 
 class GpuHostAdapter:
@@ -26,6 +29,20 @@ class GpuHostAdapter:
         self.server = SshServer(spec.name, self.host_key, spec.user, self.keys.client_key, self._run)
         self.engine.on_power = self._power
         self._closed = False
+        self.netns: str | None = None  # the host's network namespace (--netns), None on loopback
+
+    def place(self, netns: str, address: str) -> None:
+        """The host lives in network namespace `netns` at `address`: its SSH server listens there, and every
+        process it starts (ranks, torchrun, agents) starts there. Called before `start`.
+        """
+        self.netns = netns
+        self.engine.netns = netns
+        self.server.bind = address
+
+    def _listen(self) -> None:
+        # setns acts on this thread alone; the socket, and the accept thread started here, stay in the namespace.
+        with entered(self.netns):
+            self.server.listen()
 
     def __getattr__(self, op: str):
         if op in GpuHostEngine.control_ops:
@@ -48,7 +65,7 @@ class GpuHostAdapter:
 
     def _power(self, on: bool) -> None:
         if on:
-            self.server.listen()
+            self._listen()
         else:
             self.server.stop_listening()
 
@@ -66,8 +83,8 @@ class GpuHostAdapter:
 
     def start_sync(self) -> dict[str, str]:
         """Start serving (outside an event loop, e.g. in tests)."""
-        self.server.listen()
-        self.keys.add_known_host(self.server.port, self.host_key)
+        self._listen()
+        self.keys.add_known_host(self.server.port, self.host_key, self.server.bind)
         return self.endpoints()
 
     async def close(self) -> None:

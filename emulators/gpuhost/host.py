@@ -23,6 +23,7 @@ from pathlib import Path
 
 from emulators.gpuhost.nvsmi import App, Gpu, View
 from emulators.gpuhost.spec import GpuHostSpec
+from emulators.netns import entered
 from emulators.truth import GroundTruth
 
 XID_TEXT = {
@@ -118,6 +119,7 @@ class GpuHostEngine:
         self.driver_loaded = True
         self.kernel = self._boot_log()
         self.on_power: Callable[[bool], None] | None = None  # the SSH server listens / stops listening
+        self.netns: str | None = None  # with --netns: the host's network namespace, where its processes start
         self.truth: GroundTruth | None = None  # the twin's ground-truth log, when the twin keeps one
         # Bumped and notified whenever the host appends a job's output to its log file: `tail -F` wakes on
         # it at once, as GNU tail does on inotify, instead of finding the data on its next poll.
@@ -189,7 +191,7 @@ class GpuHostEngine:
         tool = argv[0] in HOST_TOOLS
         gpus = [] if tool else _visible(env.get("CUDA_VISIBLE_DEVICES"), len(self.gpus))
         sink = os.dup(stdout.fileno()) if log is not None and hasattr(stdout, "fileno") else None
-        with self._lock:
+        with self._lock, entered(self.netns):  # a child starts in its forking thread's network namespace
             try:
                 if argv[0] in LAUNCHERS:
                     env = {**env, "TESTBED_EMULATED_PROGRAMS": ",".join(self.spec.jobs)}

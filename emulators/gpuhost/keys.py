@@ -55,8 +55,8 @@ class KeyStore:
         os.chmod(home.parent, 0o700)
         return home
 
-    def add_known_host(self, port: int, host_key: paramiko.PKey) -> None:
-        line = f"[127.0.0.1]:{port} {host_key.get_name()} {host_key.get_base64()}\n"
+    def add_known_host(self, port: int, host_key: paramiko.PKey, address: str = "127.0.0.1") -> None:
+        line = f"[{address}]:{port} {host_key.get_name()} {host_key.get_base64()}\n"
         with self._lock:
             with open(self.known_hosts, "a") as f:
                 f.write(line)

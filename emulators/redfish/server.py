@@ -36,8 +36,10 @@ MAX_BODY = 64 * 1024  # a Reset or a login is a few dozen bytes; anything much l
 ACCEPT_BACKLOG = 16
 
 
-def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 / localhost and its private key, as PEM files (0600) in `directory`."""
+def self_signed_certificate(directory: Path, addresses: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 / localhost (and `addresses`: the BMCs' own, with --netns) and its private key,
+    as PEM files (0600) in `directory`.
+    """
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -55,7 +57,12 @@ def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
         .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=3650))
         .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            x509.SubjectAlternativeName(
+                [
+                    *(x509.IPAddress(ipaddress.ip_address(a)) for a in dict.fromkeys(("127.0.0.1", *addresses))),
+                    x509.DNSName("localhost"),
+                ]
+            ),
             critical=False,
         )
         # Its own issuer: the file a client is given is the trust anchor, so it must be allowed to sign itself.
@@ -100,9 +107,14 @@ class RedfishServer:
     it with (`redfish_ca`), the chain's file if not given.
     """
 
-    def __init__(self, certificate: tuple[Path, Path] | None = None, ca_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        certificate: tuple[Path, Path] | None = None,
+        ca_file: Path | None = None,
+        addresses: tuple[str, ...] = (),
+    ) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="testbed-bmc-"))  # 0700
-        chain, key_file = certificate or self_signed_certificate(self.directory)
+        chain, key_file = certificate or self_signed_certificate(self.directory, addresses)
         self.cert_file = Path(ca_file or chain)
         self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -115,21 +127,34 @@ class RedfishServer:
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def add(self, name: str, target: PowerTarget, user: str, password: str) -> dict[str, str]:
-        """Open the BMC of host `name` on a port of its own; returns its endpoints."""
+    def add(
+        self,
+        name: str,
+        target: PowerTarget,
+        user: str,
+        password: str,
+        address: str = "127.0.0.1",
+        netns: str | None = None,
+    ) -> dict[str, str]:
+        """Open the BMC of host `name` on a port of its own (on `address`, in network namespace `netns` if given:
+        the socket stays in the namespace it was made in); returns its endpoints.
+        """
+        from emulators.netns import entered
+
         if self._thread is not None:
             raise RuntimeError("add every BMC before start(): the accept thread owns the selector")
         service = RedfishService(name, target, user, password)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        with entered(netns):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((address, 0))
         sock.listen(ACCEPT_BACKLOG)
         sock.setblocking(False)
         self._selector.register(sock, selectors.EVENT_READ, service)
         self._listeners.append(sock)
         self.services[name] = service
         return {
-            "redfish": f"https://127.0.0.1:{sock.getsockname()[1]}",
+            "redfish": f"https://{address}:{sock.getsockname()[1]}",
             "redfish_ca": str(self.cert_file),
             "redfish_user": user,
         }

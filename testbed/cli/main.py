@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("playbook")
     _run_shape_options(p)
     p.add_argument("--emulate", action="store_true", help="run against the emulated twin of the inventory")
+    _netns_option(p)
     p.add_argument("--results", default="results", help="folder for run folders (default ./results)")
     _ray_address_option(p, "join this Ray cluster instead of starting a private local one")
     p.add_argument("--yes", action="store_true", help="do not ask before the first write to a real device")
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a Toxiproxy-compatible proxy in front of every TCP endpoint; prints each device's fault_proxy: line",
     )
+    _netns_option(p)
 
     p = sub.add_parser("lease", help="reserve a lab's devices, list who holds what, release (docs/leases.md)")
     lease = p.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -170,6 +172,14 @@ def _ray_address_option(parser: argparse.ArgumentParser, help: str) -> None:
     )
 
 
+def _netns_option(p) -> None:
+    p.add_argument(
+        "--netns",
+        action="store_true",
+        help="with the twin: every GPU host a network namespace of its own on a management network (docs/netns.md)",
+    )
+
+
 def default_inventory(playbook: str | None = None) -> str:
     """The inventory the playbook names (`inventory:`), else playbooks/inventory/emulated-rack.yaml from the
     working directory, else next to the playbook.
@@ -210,6 +220,12 @@ def cmd_run(args, console: Console) -> int:
     # Ray's start is the longest wait of a run: it begins first (a local instance in a process of its own) and
     # goes on while this process imports its modules and loads the files. A mistake in them is reported at once,
     # and the start is let go of: nothing touches a device before the files are loaded.
+    if args.netns:  # before Ray starts: a mistake costs nothing
+        if not args.emulate:
+            raise UserError("--netns is a way to run the emulated twin: add --emulate")
+        from testbed.twin.netns import refuse_without_privilege
+
+        refuse_without_privilege()
     ray_start = RayStart(args.ray_address)
     try:
         from testbed.engine.run import RunOptions
@@ -226,7 +242,7 @@ def cmd_run(args, console: Console) -> int:
         options = RunOptions(
             args.playbook, inventory_file, args.results, args.emulate, args.ray_address, wait_for_leases=args.wait
         )
-        lab = one_run_lab(plan, options, console, ray_start)
+        lab = one_run_lab(plan, options, console, ray_start, netns=args.netns)
     except BaseException:
         ray_start.abandon()
         raise
@@ -258,7 +274,7 @@ def cmd_lease(args, console: Console) -> int:
 def cmd_emulate(args, console: Console) -> int:
     from testbed.twin.standalone import serve_twin
 
-    return serve_twin(args.inventory, args.seed, console, fault_proxy=args.fault_proxy)
+    return serve_twin(args.inventory, args.seed, console, fault_proxy=args.fault_proxy, netns=args.netns)
 
 
 def cmd_report(args, console: Console) -> int:

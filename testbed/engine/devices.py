@@ -22,7 +22,7 @@ from testbed.leases.identity import device_identity
 from testbed.plan import Plan
 
 
-def devices_key(plan: Plan, emulate: bool) -> tuple:
+def devices_key(plan: Plan, emulate: bool, netns: bool = False) -> tuple:
     """What must be equal for a run to reuse devices brought up for another: the hubs' devices (the job's
     watchers included) and, for the twin, the seed its emulators are built from and its fault proxy.
     """
@@ -31,7 +31,7 @@ def devices_key(plan: Plan, emulate: bool) -> tuple:
     if job is not None:
         spares = job.spares if job.spares is not None else plan.inventory.spares
         watched = tuple(d for d in plan.devices if d in job.ranks or d in spares)
-    twin = (plan.seed, bool(plan.transport_faults)) if emulate else None
+    twin = (plan.seed, bool(plan.transport_faults), netns) if emulate else None
     return tuple(sorted(plan.devices)), watched, twin
 
 
@@ -65,6 +65,7 @@ def bring_up(
     owner: str,
     console: Console,
     wait_for_leases: bool = False,
+    netns: bool = False,
 ) -> Devices:
     """The twin first (while Ray may still be starting on its thread), then the locks, then Ray, then a hub
     per node with every driver built. On a lab: Ray, the lab's leases (waited for with wait_for_leases), the
@@ -85,7 +86,7 @@ def bring_up(
         if emulate:
             from testbed.twin.bridge import start_twin  # the only way a run reaches the emulators
 
-            inventory, twin = stack.enter_context(start_twin(plan, truth_log, console))
+            inventory, twin = stack.enter_context(start_twin(plan, truth_log, console, netns=netns))
             phase("twin")
         identities = {d: device_identity(inventory.devices[d].transport) for d in plan.devices}
         _refuse_one_device_twice(identities)
@@ -113,7 +114,7 @@ def bring_up(
         stack.close()
         raise
     return Devices(
-        devices_key(plan, emulate),
+        devices_key(plan, emulate, netns),
         inventory,
         dispatcher,
         twin,

@@ -299,9 +299,11 @@ def _job_controller(plan: Plan, inv: Inventory, coordinator: Coordinator, twin, 
     """
 
     def address_of(host: str) -> str:
-        # Emulated ranks all run on this machine; on a lab, ranks reach each other at the host's address.
-        t = inv.devices[host].transport
-        return "127.0.0.1" if emulate else getattr(t, "host", host)
+        # Emulated ranks run on this machine, on loopback or (--netns) in their host's namespace at its management
+        # address (docs/netns.md); on a lab, ranks reach each other at the host's address.
+        if emulate:
+            return twin.host_address(host) if twin is not None else "127.0.0.1"
+        return getattr(inv.devices[host].transport, "host", host)
 
     return JobController(
         coordinator,

@@ -23,6 +23,8 @@ A photonic chip's heaters are left as they are: a run does not record their sett
 An emulated run's twin exits with its runner (stdin EOF), and its devices, faults, jobs and circuits go
 with it: heal confirms in /proc that the twin process is gone and records that; the twin's leftover rank
 processes, if any, are ended. A twin still alive is healed like a lab, through its endpoints and control.
+A `--netns` twin removes its namespaces and links as it exits; one killed outright leaves them, and heal then
+ends the processes inside them and removes them (docs/netns.md), recognising the run's by the tag in their names.
 
 Heal appends what it found and did to the run's own history, so `testbed check RUN_DIR` can verify the
 healed run: events (`info` closings, invoke/ok/fail of each heal operation, a `fabric.observed` mark for
@@ -154,7 +156,8 @@ def heal_run(run_dir: Path, console: Console) -> int:
             report.notes.append(torn)
     run.events = read_events(run_dir / "events.jsonl").records
     found = find(run.events)
-    if not found.anything and all(w.stop is not None for w in service_windows(run.events)):
+    netns_left = _netns_leftovers(run)
+    if not found.anything and all(w.stop is not None for w in service_windows(run.events)) and not netns_left:
         for note in report.notes:
             console.print(f"note: {note}", soft_wrap=True, markup=False)
         what = "it was healed before" if found.healed_before else "the run ended and left nothing active"
@@ -215,6 +218,7 @@ def _heal(
     _close_fabric_service(run.events, recorder, report)
     if lab is None:
         _record_lab_gone(recorder, found, gone, report)
+        _remove_netns(run, report)
     else:
         _heal_faults(lab, found, report)
         _stop_jobs(lab, found, report)
@@ -242,6 +246,42 @@ def _close_fabric_service(events: list[dict], recorder: Recorder, report: HealRe
         report.done.append(
             f"the job's fabric service died with the run: {len(pending)} request(s) recorded as never answered"
         )
+
+
+def _netns_tag(run: RunFolder) -> str | None:
+    """The tag of an emulated run's namespaces and links (--netns): as its twin announced it, else from its id."""
+    if not run.info.get("emulate"):
+        return None
+    from testbed.twin.netns import tag_of
+
+    recorded = ((run.info.get("twin") or {}).get("netns") or {}).get("tag")
+    return recorded if isinstance(recorded, str) and recorded.isalnum() else tag_of(run.run_id)
+
+
+def _netns_leftovers(run: RunFolder) -> bool:
+    tag = _netns_tag(run)
+    if tag is None:
+        return False
+    from testbed.twin.netns import leftovers
+
+    return any(leftovers(tag).values())
+
+
+def _remove_netns(run: RunFolder, report: HealReport) -> None:
+    """What a --netns twin killed outright left: the processes in its namespaces, the namespaces, its links."""
+    tag = _netns_tag(run)
+    if tag is None or not _netns_leftovers(run):
+        return
+    from testbed.twin.netns import leftovers, remove
+
+    try:
+        report.done.extend(remove(tag))
+    except OSError as exc:
+        report.problems.append(f"the run's network namespaces (testbed-{tag}-*) could not be removed: {exc}")
+        return
+    left = leftovers(tag)
+    if any(left.values()):
+        report.problems.append(f"still there after removing the run's network namespaces: {left}")
 
 
 def _runner_still_runs(runner: dict) -> bool:

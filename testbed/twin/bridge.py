@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import re
 import secrets
@@ -96,12 +97,24 @@ LOOPBACK = re.compile(
 )
 
 
-def assert_loopback(inv: Inventory, devices) -> None:
-    """An emulated run never opens a real address: refuse to go on if any device still points outside."""
+_ON_A_NETWORK = re.compile(r"^(?:.*@)?(\d+\.\d+\.\d+\.\d+):\d+$")
+
+
+def _inside(address: str, network: ipaddress.IPv4Network | None) -> bool:
+    """Whether `address` (user@A:port, A:port) is on the twin's own management network (--netns)."""
+    m = _ON_A_NETWORK.match(address)
+    return network is not None and m is not None and ipaddress.ip_address(m.group(1)) in network
+
+
+def assert_loopback(inv: Inventory, devices, network: ipaddress.IPv4Network | None = None) -> None:
+    """An emulated run never opens a real address: refuse to go on if any device still points outside loopback
+    (and, with --netns, outside the management network the twin made).
+    """
     outside = [
         f"{d} -> {inv.devices[d].transport.address()}"
         for d in devices
         if not LOOPBACK.match(inv.devices[d].transport.address())
+        and not _inside(inv.devices[d].transport.address(), network)
     ]
     if outside:
         raise UserError(
@@ -119,6 +132,18 @@ class TwinHandle:
         self.control = process.control
         self.endpoints = process.endpoints.to_json()
         self.pid = process.process.pid
+
+    @property
+    def netns(self) -> dict | None:
+        """The management network of a --netns twin (emulators/netns.py, describe()), None on loopback."""
+        return self.endpoints.get("netns")
+
+    def host_address(self, host: str) -> str:
+        """Where `host`'s processes listen and are reached: its management address with --netns, else loopback."""
+        network = self.netns
+        if network is not None and host in network["hosts"]:
+            return network["hosts"][host]["address"]
+        return "127.0.0.1"
 
     def call(self, device: str | None, op: str, **args: Any) -> Any:
         return self.control.call(device, op, **args)
@@ -160,12 +185,20 @@ class TwinHandle:
 
 
 @contextlib.contextmanager
-def start_twin(plan, truth_log: Path | None, console=None):
-    """The twin of a plan's devices: yields (the inventory pointed at it, its TwinHandle); stops it after."""
+def start_twin(plan, truth_log: Path | None, console=None, *, netns: bool = False):
+    """The twin of a plan's devices: yields (the inventory pointed at it, its TwinHandle); stops it after. With
+    `netns`, every GPU host is a network namespace of its own (docs/netns.md), tagged from the run's id (the
+    folder `truth_log` is in).
+    """
     missing = not_emulated(plan.inventory, plan.devices)
     if missing:
         raise UserError(f"--emulate: no emulator yet for {', '.join(missing)}")
     spec = twin_spec(plan.inventory, plan.seed, only=set(plan.devices))
+    if netns:
+        from testbed.twin.netns import refuse_without_privilege, run_tag
+
+        refuse_without_privilege()
+        spec.netns = {"tag": run_tag(Path(truth_log).parent.name if truth_log is not None else None)}
     if truth_log is not None:
         spec.truth_log = str(Path(truth_log).resolve())  # the twin's account of what really happened
     spec.fault_proxy = plan.transport_faults  # only then: a proxy adds its own hop to every device call
@@ -177,11 +210,17 @@ def start_twin(plan, truth_log: Path | None, console=None):
     with TwinProcess(spec) as process:
         handle = TwinHandle(process)
         inventory = point_at_twin(plan.inventory, handle.endpoints)
-        assert_loopback(inventory, plan.devices)
+        network = handle.netns
+        assert_loopback(inventory, plan.devices, ipaddress.ip_network(network["subnet"]) if network else None)
         if console is not None:
             console.print(
                 f"[dim]emulated twin: {', '.join(handle.endpoints['devices'])} (control {handle.endpoints['control']})"
             )
+            if network:
+                console.print(
+                    f"[dim]--netns: {len(network['hosts'])} host namespace(s) testbed-{network['tag']}-*, management "
+                    f"network {network['subnet']} on bridge {network['bridge']} (this side: {network['gateway']})"
+                )
         yield inventory, handle
 
 

@@ -83,11 +83,16 @@ def fault_proxy_lines(ep: dict) -> list[str]:
     ]
 
 
-def serve_twin(inventory_file: str, seed: int, console: Console, fault_proxy: bool = False) -> int:
+def serve_twin(inventory_file: str, seed: int, console: Console, fault_proxy: bool = False, netns: bool = False) -> int:
     from emulators.twin import TwinProcess
 
     inv = load_inventory(inventory_file).model
     spec = twin_spec(inv, seed)
+    if netns:  # each GPU host a network namespace of its own (docs/netns.md), tagged at random: no run owns it
+        from testbed.twin.netns import refuse_without_privilege, run_tag
+
+        refuse_without_privilege()
+        spec.netns = {"tag": run_tag(None)}
     spec.fault_proxy = fault_proxy  # a lab's Toxiproxy, as the twin's proxy with its HTTP API (emulators/twin.py)
     spec.password = secrets.token_urlsafe(16)  # its own: other accounts of the machine reach its endpoints too
     with TwinProcess(spec) as twin:
@@ -102,6 +107,14 @@ def serve_twin(inventory_file: str, seed: int, console: Console, fault_proxy: bo
         skipped = [n for n, d in inv.devices.items() if d.kind not in emulated_kinds()]
         if skipped:
             console.print(f"not emulated yet: {', '.join(skipped)}", style="dim", soft_wrap=True)
+        network = endpoints.get("netns")
+        if network:
+            console.print(
+                f"management network {network['subnet']} on bridge {network['bridge']} (this side: "
+                f"{network['gateway']}); a host's shell: ip netns exec testbed-{network['tag']}-HOST ...",
+                soft_wrap=True,
+                markup=False,
+            )
         console.print(f"control: {endpoints['control']}  (JSON lines)", soft_wrap=True, markup=False)
         console.print("running; press Ctrl-C to stop", style="bold")
         stop = threading.Event()
