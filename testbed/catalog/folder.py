@@ -97,11 +97,10 @@ def read_run(run_dir: Path, indexed_at: float) -> RunRows:
         "indexed_at": indexed_at,
     }
     children = {
-        "devices": _devices(folder, inventory, info.get("twin")),
-        "trials": [{"folder": folder, **t} for t in trials],
+        "devices": _devices(inventory, info.get("twin")),
+        "trials": trials,
         "spans": [
             {
-                "folder": folder,
                 "trial": r.get("trial"),
                 "step": r.get("step"),
                 "span": r["op"],
@@ -113,7 +112,6 @@ def read_run(run_dir: Path, indexed_at: float) -> RunRows:
         ],
         "milestones": [
             {
-                "folder": folder,
                 "trial": r.get("trial"),
                 "name": r["op"],
                 "device": r.get("device"),
@@ -123,9 +121,9 @@ def read_run(run_dir: Path, indexed_at: float) -> RunRows:
             for r in records
             if r["type"] == "mark" and r["op"] in _MILESTONES
         ],
-        "faults": _faults(folder, records),
-        "tags": [{"folder": folder, **t} for t in tags],
-        "notes": [{"folder": folder, **n} for n in notes],
+        "faults": _faults(records),
+        "tags": tags,
+        "notes": notes,
     }
     return RunRows(run, children)
 
@@ -163,7 +161,7 @@ def _trials(records: list[dict]) -> list[dict]:
     return list(trials.values())
 
 
-def _devices(folder: str, inventory: dict, twin) -> list[dict]:
+def _devices(inventory: dict, twin) -> list[dict]:
     devices = inventory.get("devices") if isinstance(inventory.get("devices"), dict) else {}
     served = (twin or {}).get("devices", {}) if isinstance(twin, dict) else {}
     rows = []
@@ -173,7 +171,6 @@ def _devices(folder: str, inventory: dict, twin) -> list[dict]:
         interface = served.get(name, {}).get("interfaces") if isinstance(served.get(name), dict) else None
         rows.append(
             {
-                "folder": folder,
                 "name": name,
                 "kind": device.get("kind"),
                 "switch": _holds_fabric(device.get("kind")),
@@ -191,7 +188,7 @@ def _holds_fabric(kind) -> int | None:
     return int(FAMILIES.get(kind).holds_fabric)
 
 
-def _faults(folder: str, records: list[dict]) -> list[dict]:
+def _faults(records: list[dict]) -> list[dict]:
     """One row per injection: its outcome (ok, fail, info; None: never answered) and its heal's."""
     rows: list[dict] = []
     open_: dict[str, dict] = {}  # fault name -> its latest row
@@ -205,7 +202,6 @@ def _faults(folder: str, records: list[dict]) -> list[dict]:
         if r["op"] == Op.FAULT_INJECT and r["type"] == "invoke":
             target = next((str(data[k]) for k in ("host", "device", "rank") if data.get(k) is not None), None)
             row = {
-                "folder": folder,
                 "trial": r.get("trial"),
                 "fault": name,
                 "kind": data.get("kind"),

@@ -119,9 +119,9 @@ def _write(conn: sqlite3.Connection, batch: Iterable[RunRows | str], drop: list[
                 _delete(conn, rows)
                 continue
             _delete(conn, rows.run["folder"])
-            _insert(conn, "runs", [rows.run])
+            run = _insert(conn, "runs", [rows.run])
             for table in CHILD_TABLES:
-                _insert(conn, table, rows.children.get(table, []))
+                _insert(conn, table, [{"run": run, **row} for row in rows.children.get(table, [])])
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -129,13 +129,21 @@ def _write(conn: sqlite3.Connection, batch: Iterable[RunRows | str], drop: list[
 
 
 def _delete(conn: sqlite3.Connection, folder: str) -> None:
-    for table in ("runs", *CHILD_TABLES):
-        conn.execute(f"DELETE FROM {table} WHERE folder = ?", (folder,))
-
-
-def _insert(conn: sqlite3.Connection, table: str, rows: list[dict]) -> None:
-    if not rows:
+    found = conn.execute("SELECT id FROM runs WHERE folder = ?", (folder,)).fetchone()
+    if found is None:
         return
+    for table in CHILD_TABLES:
+        conn.execute(f"DELETE FROM {table} WHERE run = ?", (found[0],))
+    conn.execute("DELETE FROM runs WHERE id = ?", (found[0],))
+
+
+def _insert(conn: sqlite3.Connection, table: str, rows: list[dict]) -> int | None:
+    """Insert rows (all with the same keys); the last row's id."""
+    if not rows:
+        return None
     columns = list(rows[0])
     sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+    if len(rows) == 1:
+        return conn.execute(sql, tuple(rows[0][c] for c in columns)).lastrowid
     conn.executemany(sql, [tuple(row[c] for c in columns) for row in rows])
+    return None

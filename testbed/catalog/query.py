@@ -21,7 +21,7 @@ from testbed.contracts.errors import UserError
 DEFAULT_RESULTS = "results"  # where `testbed run` writes (its --results default)
 TARGETS = ("lab", "twin")
 RUN_COLUMNS = (
-    "run_id, folder, status, error, playbook, playbook_file, inventory, inventory_file, target, seed, "
+    "id, run_id, folder, status, error, playbook, playbook_file, inventory, inventory_file, target, seed, "
     "trials_planned, trials_ok, trials_failed, git_commit, git_dirty, testbed_version, versions, user, host, "
     "started, ended, format_version, torn"
 )
@@ -57,7 +57,7 @@ def select_runs(
         try:
             rows = conn.execute(f"SELECT {RUN_COLUMNS} FROM runs r {where} ORDER BY started, folder", params)
             runs = [dict(row) for row in rows]
-            extra = _extras(conn, [r["folder"] for r in runs])
+            extra = _extras(conn, [r["id"] for r in runs])
         finally:
             conn.close()
         for r in runs:
@@ -68,7 +68,7 @@ def select_runs(
             r["git_dirty"] = None if r["git_dirty"] is None else bool(r["git_dirty"])
             r["path"] = str(results / r["folder"])
             r["results"] = str(results)
-            r.update(extra.get(r["folder"], {"switches": [], "tags": [], "notes": []}))
+            r.update(extra[r.pop("id")])
             out.append(r)
     out.sort(key=lambda r: (r["started"] or "", r["folder"]))
     return out
@@ -92,18 +92,27 @@ def span_samples(
         params = [*params, *names]
     sql = (
         "SELECT r.run_id, r.folder, r.playbook, r.target, r.git_commit, r.started, s.trial, t.sweep, s.step, "
-        f"s.span, s.ms FROM runs r JOIN spans s ON s.folder = r.folder "
-        f"LEFT JOIN trials t ON t.folder = s.folder AND t.trial = s.trial {where or 'WHERE 1'}{span_clause} "
+        f"s.span, s.ms FROM runs r JOIN spans s ON s.run = r.id "
+        f"LEFT JOIN trials t ON t.run = s.run AND t.trial = s.trial {where or 'WHERE 1'}{span_clause} "
         "ORDER BY r.started, r.folder, s.rowid"
     )
     out: list[dict] = []
     for results, conn in _catalogs(results_dirs, sync_first):
         try:
-            for row in conn.execute(sql, params):
-                sample = dict(row)
-                sample["started"] = iso(sample["started"])
-                sample["sweep"] = json.loads(sample["sweep"]) if sample["sweep"] else {}
-                sample["results"] = str(results)
+            conn.row_factory = None  # tuples: a query of many runs makes hundreds of thousands of rows
+            cursor = conn.execute(sql, params)
+            keys = [d[0] for d in cursor.description]
+            sweeps: dict[str | None, dict] = {}  # each text parsed once; every sample gets a dict of its own
+            times: dict[float | None, str | None] = {}
+            where = str(results)
+            for row in cursor:
+                sample = dict(zip(keys, row, strict=True))
+                started, sweep = sample["started"], sample["sweep"]
+                if started not in times:
+                    times[started] = iso(started)
+                if sweep not in sweeps:
+                    sweeps[sweep] = json.loads(sweep) if sweep else {}
+                sample["started"], sample["sweep"], sample["results"] = times[started], dict(sweeps[sweep]), where
                 out.append(sample)
         finally:
             conn.close()
@@ -161,23 +170,22 @@ def _catalogs(results_dirs, sync_first: bool):
         yield results, conn
 
 
-def _extras(conn: sqlite3.Connection, folders: list[str]) -> dict[str, dict]:
-    out: dict[str, dict] = {f: {"switches": [], "tags": [], "notes": []} for f in folders}
-    if not folders:
+def _extras(conn: sqlite3.Connection, ids: list[int]) -> dict[int, dict]:
+    out: dict[int, dict] = {i: {"switches": [], "tags": [], "notes": []} for i in ids}
+    if not ids:
         return out
     for row in conn.execute(
-        "SELECT folder, name, kind, driver, transport, interface FROM devices WHERE switch = 1 ORDER BY rowid"
+        "SELECT run, name, kind, driver, transport, interface FROM devices WHERE switch = 1 ORDER BY rowid"
     ):
-        if row["folder"] in out:
-            out[row["folder"]]["switches"].append(
-                {k: row[k] for k in ("name", "kind", "driver", "transport", "interface")}
-            )
-    for row in conn.execute("SELECT folder, name FROM tags ORDER BY rowid"):
-        if row["folder"] in out:
-            out[row["folder"]]["tags"].append(row["name"])
-    for row in conn.execute("SELECT folder, text, wall, user FROM notes ORDER BY rowid"):
-        if row["folder"] in out:
-            out[row["folder"]]["notes"].append({"text": row["text"], "at": iso(row["wall"]), "user": row["user"]})
+        if row["run"] in out:
+            keys = ("name", "kind", "driver", "transport", "interface")
+            out[row["run"]]["switches"].append({k: row[k] for k in keys})
+    for row in conn.execute("SELECT run, name FROM tags ORDER BY rowid"):
+        if row["run"] in out:
+            out[row["run"]]["tags"].append(row["name"])
+    for row in conn.execute("SELECT run, text, wall, user FROM notes ORDER BY rowid"):
+        if row["run"] in out:
+            out[row["run"]]["notes"].append({"text": row["text"], "at": iso(row["wall"]), "user": row["user"]})
     return out
 
 
@@ -218,10 +226,10 @@ def _where(
         clauses.append("r.git_commit LIKE ? ESCAPE '\\'")
         params.append(_like_prefix(commit))
     for name in [tag] if isinstance(tag, str) else list(tag or ()):
-        clauses.append("r.folder IN (SELECT folder FROM tags WHERE name = ?)")
+        clauses.append("r.id IN (SELECT run FROM tags WHERE name = ?)")
         params.append(name)
     if protocol is not None:
-        clauses.append("r.folder IN (SELECT folder FROM devices WHERE switch = 1 AND (driver = ? OR interface = ?))")
+        clauses.append("r.id IN (SELECT run FROM devices WHERE switch = 1 AND (driver = ? OR interface = ?))")
         params += [protocol, protocol]
     return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
 

@@ -10,17 +10,18 @@ import sqlite3
 from pathlib import Path
 
 CATALOG_FILE = "catalog.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # A run ending while another process writes waits this long for the lock; SQLite's writer holds it for the time
 # of one run's insert (milliseconds), or a whole reindex (seconds).
 BUSY_TIMEOUT_S = 60.0
 
 TABLES = {
-    # One row per run folder, keyed by the folder's name inside its results folder (a copied folder keeps its run id
+    # Child rows refer to their run by `id` (an integer: a span sample's row stays small). One row per run folder,
+    # known by the folder's name inside its results folder (a copied folder keeps its run id
     # but not its name). `signature` is what the folder looked like when it was indexed (sizes and mtimes): a
     # folder whose signature changed (heal rewrote run.json, a tag was added) is indexed again.
     "runs": """
-        folder TEXT PRIMARY KEY, run_id TEXT NOT NULL, status TEXT, error TEXT,
+        id INTEGER PRIMARY KEY, folder TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL, status TEXT, error TEXT,
         playbook TEXT, playbook_file TEXT, inventory TEXT, inventory_file TEXT, target TEXT,
         seed INTEGER, trials_planned INTEGER, trials_ok INTEGER, trials_failed INTEGER,
         git_commit TEXT, git_dirty INTEGER, testbed_version TEXT, versions TEXT,
@@ -30,26 +31,26 @@ TABLES = {
     # Every device of the run's inventory; a switch's protocol is its driver (and the interface the twin served).
     # `switch`: its family holds circuits (1), not (0), or a family this install does not know (NULL).
     "devices": """
-        folder TEXT NOT NULL, name TEXT NOT NULL, kind TEXT, switch INTEGER, driver TEXT, transport TEXT,
+        run INTEGER NOT NULL, name TEXT NOT NULL, kind TEXT, switch INTEGER, driver TEXT, transport TEXT,
         interface TEXT
     """,
-    "trials": "folder TEXT NOT NULL, trial INTEGER NOT NULL, sweep TEXT NOT NULL, status TEXT",
-    "spans": "folder TEXT NOT NULL, trial INTEGER, step TEXT, span TEXT NOT NULL, ms REAL NOT NULL, wall REAL",
-    "milestones": "folder TEXT NOT NULL, trial INTEGER, name TEXT NOT NULL, device TEXT, mono_ns INTEGER, wall REAL",
+    "trials": "run INTEGER NOT NULL, trial INTEGER NOT NULL, sweep TEXT NOT NULL, status TEXT",
+    "spans": "run INTEGER NOT NULL, trial INTEGER, step TEXT, span TEXT NOT NULL, ms REAL NOT NULL, wall REAL",
+    "milestones": "run INTEGER NOT NULL, trial INTEGER, name TEXT NOT NULL, device TEXT, mono_ns INTEGER, wall REAL",
     "faults": """
-        folder TEXT NOT NULL, trial INTEGER, fault TEXT NOT NULL, kind TEXT, target TEXT,
+        run INTEGER NOT NULL, trial INTEGER, fault TEXT NOT NULL, kind TEXT, target TEXT,
         injected TEXT, healed TEXT, inject_wall REAL, heal_wall REAL
     """,
-    "tags": "folder TEXT NOT NULL, name TEXT NOT NULL, wall REAL, user TEXT",
-    "notes": "folder TEXT NOT NULL, text TEXT NOT NULL, wall REAL, user TEXT",
+    "tags": "run INTEGER NOT NULL, name TEXT NOT NULL, wall REAL, user TEXT",
+    "notes": "run INTEGER NOT NULL, text TEXT NOT NULL, wall REAL, user TEXT",
 }
 INDEXES = (
-    "CREATE INDEX IF NOT EXISTS spans_by_span ON spans (span, folder)",
-    "CREATE INDEX IF NOT EXISTS spans_by_run ON spans (folder)",
-    "CREATE INDEX IF NOT EXISTS runs_by_start ON runs (started)",
-    *(f"CREATE INDEX IF NOT EXISTS {t}_by_run ON {t} (folder)" for t in ("devices", "trials", "milestones", "faults")),
-    "CREATE INDEX IF NOT EXISTS tags_by_name ON tags (name, folder)",
-    "CREATE INDEX IF NOT EXISTS notes_by_run ON notes (folder)",
+    "CREATE INDEX spans_by_span ON spans (span, run)",
+    "CREATE INDEX spans_by_run ON spans (run)",
+    "CREATE INDEX trials_by_run ON trials (run, trial)",
+    "CREATE INDEX runs_by_start ON runs (started)",
+    *(f"CREATE INDEX {t}_by_run ON {t} (run)" for t in ("devices", "milestones", "faults", "notes")),
+    "CREATE INDEX tags_by_name ON tags (name, run)",
 )
 CHILD_TABLES = tuple(t for t in TABLES if t != "runs")
 

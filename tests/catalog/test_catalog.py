@@ -23,11 +23,15 @@ def table_dump(results: Path) -> dict[str, list[tuple]]:
     """Every row of every table, in a stable order, without the time each run was indexed."""
     conn = sqlite3.connect(catalog_path(results))
     conn.row_factory = sqlite3.Row
+    folders = dict(conn.execute("SELECT id, folder FROM runs").fetchall())
     out = {}
     for table in TABLES:
         rows = [dict(r) for r in conn.execute(f"SELECT * FROM {table}")]
-        for r in rows:
+        for r in rows:  # a run's id is the catalog's own; its folder is what stays
             r.pop("indexed_at", None)
+            r.pop("id", None)
+            if "run" in r:
+                r["run"] = folders[r["run"]]
         out[table] = sorted(tuple(sorted(r.items())) for r in rows)
     conn.close()
     return out
@@ -171,5 +175,7 @@ def test_runs_ending_at_once_never_corrupt_the_catalog(two_runs, tmp_path):
     assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 48
     spans_per_run = len((two_runs[1] / "trials.csv").read_text().splitlines()) - 1
     assert conn.execute("SELECT count(*) FROM spans").fetchone()[0] == 48 * spans_per_run
-    assert conn.execute("SELECT count(DISTINCT folder) FROM trials").fetchone()[0] == 48
+    orphans = "SELECT count(*) FROM spans WHERE run NOT IN (SELECT id FROM runs)"
+    assert conn.execute(orphans).fetchone()[0] == 0
+    assert conn.execute("SELECT count(DISTINCT run) FROM trials").fetchone()[0] == 48
     conn.close()
