@@ -1,0 +1,220 @@
+"""Runs with `--emulate --netns` (docs/netns.md): the shipped playbooks pass and `testbed check` passes on them,
+every address a host was given is on the management network, and nothing of the run is left after it, nor after
+a kill -9 of the runner and its twin followed by `testbed heal`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from accounts import BOB, as_account
+from peers import require_peer
+
+from testbed.twin import netns
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI runs as root)")
+
+
+WAIT_S = 120  # bound on waiting for a run to reach a point (a slow CI machine), not a timing claim
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "testbed", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def start_run(repo: Path, args: list[str]) -> subprocess.Popen:
+    # Its own session: the test kills the runner's whole process group, as a terminal's kill would.
+    return subprocess.Popen(
+        [sys.executable, "-m", "testbed", "run", *args],
+        cwd=repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def wait_for_event(results: Path, proc: subprocess.Popen, op: str, type_: str) -> Path:
+    """The run folder, once its events.jsonl holds a `type_` `op` event (read as the run writes it)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        for events in results.glob("*/events.jsonl"):
+            lines = events.read_text().splitlines()  # the last may be half written: skipped
+            if any(e["op"] == op and e["type"] == type_ for e in (json.loads(x) for x in lines if x.endswith("}"))):
+                return events.parent
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended (exit {proc.returncode}) before {type_} {op}: {proc.stderr.read()}")
+        time.sleep(0.1)  # polling the file the run writes; the condition, not the pause, synchronises
+    pytest.fail(f"no {type_} {op} within {WAIT_S} s")
+
+
+@pytest.fixture(autouse=True)
+def _pyroute2():
+    require_peer("pyroute2", "the twin makes its namespaces and links with pyroute2")
+
+
+def run_netns(repo: Path, results: Path, playbook: str, *extra: str) -> Path:
+    proc = cli("run", playbook, "--emulate", "--netns", "--results", str(results), *extra, cwd=repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
+
+
+def network_of(run_dir: Path) -> dict:
+    info = json.loads((run_dir / "run.json").read_text())
+    network = info["twin"]["netns"]
+    assert network["tag"] == netns.tag_of(info["run"])  # heal finds it from the run's id alone
+    return network
+
+
+def assert_nothing_left(tag: str) -> None:
+    assert netns.leftovers(tag) == {"namespaces": [], "links": [], "processes": []}
+
+
+def check(repo: Path, run_dir: Path) -> None:
+    proc = cli("check", str(run_dir), cwd=repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_gpu_health_on_hosts_in_namespaces(repo, tmp_path):
+    run_dir = run_netns(repo, tmp_path, "playbooks/gpu-health.yaml")
+    network = network_of(run_dir)
+    info = json.loads((run_dir / "run.json").read_text())
+    subnet = ipaddress.ip_network(network["subnet"])
+    for host, where in network["hosts"].items():
+        ep = info["twin"]["devices"][host]
+        assert ep["ssh"].startswith(f"{where['address']}:") and ep["redfish"].startswith(f"https://{where['address']}:")
+        assert ipaddress.ip_address(where["address"]) in subnet
+    check(repo, run_dir)
+    assert_nothing_left(network["tag"])
+
+
+def test_gpu_failover_on_hosts_in_namespaces(repo, tmp_path):
+    """Each rank listens on its host's management address, which exists only inside the host's namespace: the
+    run's ranks could not have started anywhere else. Their ring crossed the twin's data plane, whose relays
+    listen on the control side's address on the management network.
+    """
+    run_dir = run_netns(repo, tmp_path, "playbooks/gpu-failover.yaml", "--trials", "3")
+    network = network_of(run_dir)
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["twin_dataplane"]["bytes"] > 0 and info["twin_dataplane"]["refused"] == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok"
+    check(repo, run_dir)
+    assert_nothing_left(network["tag"])
+
+
+RAIL = """\
+name: rail-netns
+description: playbooks/rail-reconfig.yaml cut to four hosts and two sweep points, its real job asking the service
+trials: 1
+configurations:
+  tp: {links: ["gpu01:p0 <-> gpu02:p0", "gpu03:p0 <-> gpu04:p0"]}
+  dp: {links: ["gpu01:p0 <-> gpu03:p0", "gpu02:p0 <-> gpu04:p0"]}
+  rails: {links: ["gpu01:p0 <-> gpu02:p0", "gpu03:p0 <-> gpu04:p0", "gpu01:p1 <-> gpu03:p1", "gpu02:p1 <-> gpu04:p1"]}
+workloads:
+  card:
+    phases:
+      - {name: tp, configuration: tp, compute_ms: 60, bytes: 65536}
+      - {name: dp, configuration: dp, compute_ms: 40, bytes: 65536}
+    static: rails
+job:
+  command: [testbed-train, --timeout, "30"]
+  ranks: [gpu01, gpu02, gpu03, gpu04]
+  fabric_service: {configurations: [tp, dp]}
+sweep:
+  mode: [on-demand, provisioning]
+  delay_ms: [0]
+steps:
+  - {action: rail.train, workload: card, mode: "${mode}", delay_ms: "${delay_ms}", iterations: 3}
+teardown:
+  - {action: fabric.clear}
+"""
+
+
+def test_rail_reconfig_fabric_service_on_the_management_network(repo, tmp_path):
+    """The job's fabric service listens on the control side's management address and the ranks, in their hosts'
+    namespaces, reach it there (testbed/fabric_service/addresses.py picks it from the route to each host): every
+    connection it took came from a host's management address.
+    """
+    playbook = tmp_path / "rail.yaml"
+    playbook.write_text(RAIL)
+    inventory = str(repo / "playbooks/inventory/emulated-rack.yaml")
+    run_dir = run_netns(repo, tmp_path / "r", str(playbook), "--inventory", inventory)
+    network = network_of(run_dir)
+    addresses = {w["address"] for w in network["hosts"].values()}
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    peers = [e["data"]["peer"] for e in events if e["op"] == "fabric_service.connect"]
+    answers = [e for e in events if e["op"] == "fabric_service.answer"]
+    assert peers and answers
+    assert {p.rpartition(":")[0] for p in peers} <= addresses
+    check(repo, run_dir)
+    assert_nothing_left(network["tag"])
+
+
+def test_kill9_of_runner_and_twin_then_heal_leaves_nothing(repo, tmp_path):
+    results = tmp_path / "results"
+    proc = start_run(repo, ["playbooks/gpu-failover.yaml", "--emulate", "--netns", "--results", str(results)])
+    run_dir = wait_for_event(results, proc, "gpu.wait_step", "ok")  # the ranks run
+    info = json.loads((run_dir / "run.json").read_text())
+    tag, twin_pid = info["twin"]["netns"]["tag"], info["twin_pid"]
+    # The twin first (a twin whose runner died stops by itself, taking its network with it), then the runner.
+    os.kill(twin_pid, signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    left = netns.leftovers(tag)
+    assert left["namespaces"] and left["links"] and left["processes"]  # the ranks outlived their twin
+    healed = cli("heal", str(run_dir), cwd=repo)
+    assert healed.returncode == 0, healed.stdout + healed.stderr
+    assert "network namespace" in healed.stdout
+    assert_nothing_left(tag)
+    again = cli("heal", str(run_dir), cwd=repo)
+    assert again.returncode == 0 and "nothing to heal" in again.stdout, again.stdout + again.stderr
+
+
+@pytest.mark.unchecked_history("a run refused before it starts records nothing")
+def test_without_root_a_clear_error_and_no_traceback(repo, capfd):
+    from testbed.cli.main import main
+
+    def refused():
+        os.chdir(repo)
+        return main(["run", "playbooks/gpu-health.yaml", "--emulate", "--netns", "--results", "/tmp"])
+
+    assert as_account(BOB, refused) == 2
+    err = capfd.readouterr().err
+    assert "--netns" in err and "root" in err and "Traceback" not in err
+
+
+def test_netns_without_emulate_is_refused(repo):
+    proc = cli("run", "playbooks/gpu-health.yaml", "--netns", cwd=repo)
+    assert proc.returncode == 2 and "--emulate" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_lab_session_with_netns(repo, tmp_path):
+    from rich.console import Console
+
+    import testbed
+
+    with testbed.Lab(
+        repo / "playbooks/inventory/emulated-rack.yaml",
+        emulate=True,
+        netns=True,
+        results=tmp_path,
+        console=Console(quiet=True),
+    ) as lab:
+        first = lab.run(repo / "playbooks/gpu-health.yaml")
+        second = lab.run(repo / "playbooks/gpu-health.yaml")  # the same devices: the same namespaces
+        assert first.status == second.status == "ok"
+        tag = network_of(first.folder)["tag"]
+        assert json.loads((second.folder / "run.json").read_text())["twin"]["netns"]["tag"] == tag
+        assert netns.leftovers(tag)["namespaces"]
+    assert_nothing_left(tag)
