@@ -16,17 +16,7 @@ from testbed.contracts.errors import EXIT_OK
 
 def add_parser(sub) -> None:
     p = sub.add_parser("runs", help="list the runs of the results folders (filters, --json); tag or note one")
-    _results_option(p)
-    p.add_argument("--playbook", help="only runs of this playbook (its name)")
-    p.add_argument("--inventory", help="only runs on this inventory (its name)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--lab", dest="target", action="store_const", const="lab", help="only runs on a lab")
-    where.add_argument("--twin", dest="target", action="store_const", const="twin", help="only runs on the twin")
-    p.add_argument("--status", help="only runs that ended so: ok, failed, aborted (running: its runner died)")
-    p.add_argument("--since", help="only runs started on or after: YYYY-MM-DD (UTC day) or an ISO datetime")
-    p.add_argument("--until", help="only runs started before the end of: YYYY-MM-DD (UTC day) or an ISO datetime")
-    p.add_argument("--commit", help="only runs of this git commit (its first characters)")
-    p.add_argument("--tag", action="append", help="only runs with this tag (repeat: all of them)")
+    add_selection_options(p)
     p.add_argument("--json", action="store_true", help="print the runs as JSON (a list of objects)")
     p.add_argument("--reindex", action="store_true", help="rebuild the catalog from the run folders first")
     action = p.add_subparsers(dest="action", metavar="ACTION")
@@ -38,6 +28,28 @@ def add_parser(sub) -> None:
     q.add_argument("run", metavar="RUN", help="a run id (or its unique start) or a run folder")
     q.add_argument("text", metavar="TEXT", nargs="+")
     _results_option(q, "action_results")
+
+
+def add_selection_options(p: argparse.ArgumentParser) -> None:
+    """--results and the filters that select runs: what `testbed runs` takes, and every command over a selection."""
+    _results_option(p)
+    p.add_argument("--playbook", help="only runs of this playbook (its name)")
+    p.add_argument("--inventory", help="only runs on this inventory (its name)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--lab", dest="target", action="store_const", const="lab", help="only runs on a lab")
+    where.add_argument("--twin", dest="target", action="store_const", const="twin", help="only runs on the twin")
+    p.add_argument("--status", help="only runs that ended so: ok, failed, aborted (running: its runner died)")
+    p.add_argument("--since", help="only runs started on or after: YYYY-MM-DD (UTC day) or an ISO datetime")
+    p.add_argument("--until", help="only runs started before the end of: YYYY-MM-DD (UTC day) or an ISO datetime")
+    p.add_argument("--commit", help="only runs of this git commit (its first characters)")
+    p.add_argument("--tag", action="append", help="only runs with this tag (repeat: all of them)")
+    p.add_argument("--protocol", help="only runs with a switch of this driver or served interface (e.g. netconf)")
+
+
+def selection_filters(args) -> dict:
+    """The filters of `add_selection_options` as select_runs' keyword arguments."""
+    names = ("playbook", "inventory", "target", "status", "since", "until", "commit", "tag", "protocol")
+    return {name: getattr(args, name) for name in names}
 
 
 def _results_option(p: argparse.ArgumentParser, dest: str = "results") -> None:
@@ -77,18 +89,7 @@ def cmd_runs(args, console: Console) -> int:
             errors.print(f"{results}: {len(report.indexed)} runs indexed", markup=False, soft_wrap=True)
         for folder, why in report.skipped:  # not runs, or damaged: said, never fatal
             errors.print(f"[yellow]skipped[/] {escape(str(results / folder))}: {escape(why)}", soft_wrap=True)
-    runs = select_runs(
-        dirs,
-        playbook=args.playbook,
-        inventory=args.inventory,
-        target=args.target,
-        status=args.status,
-        since=args.since,
-        until=args.until,
-        commit=args.commit,
-        tag=args.tag,
-        sync_first=False,
-    )
+    runs = select_runs(dirs, **selection_filters(args), sync_first=False)
     if args.json:
         print(json.dumps(runs, indent=2))
         return EXIT_OK
