@@ -105,7 +105,10 @@ class Endpoints:
     netns: dict[str, Any] | None = None  # the management network (emulators/netns.py, describe()), with --netns
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if out["netns"] is None:  # on loopback the announcement is as it always was
+            del out["netns"]
+        return out
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Endpoints:
