@@ -203,11 +203,9 @@ def free_subnet(tag: str, ipr) -> ipaddress.IPv4Network:
     """A /22 of 10.0.0.0/8 that overlaps no address or route of this machine, starting where the tag points."""
     taken = []
     for route in ipr.route("dump", family=2, table=0):  # every table, the local one's addresses included
-        dst = route.get("RTA_DST")
+        dst = route.get("RTA_DST")  # None: a default route, which overlaps every subnet and rules out none
         if dst is not None:
             taken.append(ipaddress.ip_network(f"{dst}/{route['dst_len']}", strict=False))
-        elif route["dst_len"] == 0 and route.get("RTA_GATEWAY") is None and route["table"] != 255:
-            continue  # a default route via a device only: it overlaps every subnet and rules out none
     for msg in ipr.addr("dump", family=2):
         taken.append(ipaddress.ip_network(f"{msg.get('IFA_ADDRESS')}/{msg['prefixlen']}", strict=False))
     taken = [t for t in taken if t.prefixlen > 0]
