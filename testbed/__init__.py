@@ -55,6 +55,8 @@ _PUBLIC = {
     # a warm session on a lab (IPython, Jupyter) and the runs it makes
     "Lab": "testbed.lab",
     "Run": "testbed.engine.run",
+    # the runs of results folders, from their catalog, as a pandas DataFrame (docs/catalog.md)
+    "runs": "testbed.catalog.frame",
     # results
     "Op": "testbed.events",
     "Event": "testbed.events",

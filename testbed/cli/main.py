@@ -92,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_runs_parser(sub)
 
+    from testbed.cli.export import add_parser as add_export_parser
+
+    add_export_parser(sub)
+
     p = sub.add_parser("check", help="verify a run from its history (invokes closed, fabric, interlocks)")
     p.add_argument("run_dir")
 
@@ -311,6 +315,12 @@ def cmd_runs(args, console: Console) -> int:
     return cmd_runs(args, console)
 
 
+def cmd_export(args, console: Console) -> int:
+    from testbed.cli.export import cmd_export
+
+    return cmd_export(args, console)
+
+
 def cmd_check(args, console: Console) -> int:
     from testbed.ops.check import check_run
 
@@ -358,6 +368,7 @@ COMMANDS = {
     "report": cmd_report,
     "compare": cmd_compare,
     "runs": cmd_runs,
+    "export": cmd_export,
     "check": cmd_check,
     "heal": cmd_heal,
     "replay": cmd_replay,
