@@ -5,7 +5,7 @@ folders can always rebuild (docs/catalog.md).
 from testbed.catalog.annotations import add_note, add_tag
 from testbed.catalog.folder import NotIndexed
 from testbed.catalog.index import IndexReport, index_at_end, index_run, reindex, sync
-from testbed.catalog.query import resolve_run, select_runs, span_samples
+from testbed.catalog.query import resolve_run, select_runs, span_columns, span_samples
 
 __all__ = [
     "IndexReport",
@@ -17,6 +17,7 @@ __all__ = [
     "reindex",
     "resolve_run",
     "select_runs",
+    "span_columns",
     "span_samples",
     "sync",
 ]

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
+
 from testbed.catalog.folder import RUN_FILE, iso
 from testbed.catalog.index import sync
 from testbed.catalog.schema import connect
@@ -82,43 +84,134 @@ def span_samples(
     """Every measured sample of `spans` (all spans if None) in the runs `select_runs(results_dirs, **filters)`
     selects, one dict each: run_id, folder, playbook, target, git_commit, started (the run's), trial, sweep (the
     trial's sweep point, a dict), step, span, ms. Oldest run first, then in the order measured.
+
+    One dict per sample is what a row-by-row consumer wants (export); what computes over the samples is faster with
+    `span_columns`, the same samples as arrays, run by run.
     """
-    names = [spans] if isinstance(spans, str) else list(spans) if spans is not None else None
+    names = _span_names(spans)
     sync_first = filters.pop("sync_first", True)
     where, params = _where(**filters)
-    span_clause = ""
-    if names is not None:
-        span_clause = f" AND s.span IN ({', '.join('?' * len(names))})"
-        params = [*params, *names]
-    sql = (
-        "SELECT r.run_id, r.folder, r.playbook, r.target, r.git_commit, r.started, s.trial, t.sweep, s.step, "
-        f"s.span, s.ms FROM runs r JOIN spans s ON s.run = r.id "
-        f"LEFT JOIN trials t ON t.run = s.run AND t.trial = s.trial {where or 'WHERE 1'}{span_clause} "
-        "ORDER BY r.started, r.folder, s.rowid"
-    )
     out: list[dict] = []
     for results, conn in _catalogs(results_dirs, sync_first):
         try:
             conn.row_factory = None  # tuples: a query of many runs makes hundreds of thousands of rows
-            cursor = conn.execute(sql, params)
-            keys = [d[0] for d in cursor.description]
-            sweeps: dict[str | None, dict] = {}  # each text parsed once; every sample gets a dict of its own
-            times: dict[float | None, str | None] = {}
-            where = str(results)
-            for row in cursor:
-                sample = dict(zip(keys, row, strict=True))
-                started, sweep = sample["started"], sample["sweep"]
-                if started not in times:
-                    times[started] = iso(started)
-                if sweep not in sweeps:
-                    sweeps[sweep] = json.loads(sweep) if sweep else {}
-                sample["started"], sample["sweep"], sample["results"] = times[started], dict(sweeps[sweep]), where
-                out.append(sample)
+            runs = _run_heads(conn, where, params)
+            if not runs:
+                continue
+            picked = f"run IN (SELECT r.id FROM runs r {where})"
+            sweeps: dict[tuple[int, int], str] = {
+                (run, trial): sweep
+                for run, trial, sweep in conn.execute(f"SELECT run, trial, sweep FROM trials WHERE {picked}", params)
+            }
+            span_clause = "" if names is None else f"span IN ({', '.join('?' * len(names))}) AND "
+            # No ORDER BY: the rows come in the index's order and each run's are put in measured order (rowid) here,
+            # which costs far less than SQLite sorting them all.
+            rows = conn.execute(
+                f"SELECT run, rowid, trial, step, span, ms FROM spans WHERE {span_clause}{picked}",
+                [*(names or ()), *params],
+            )
+            by_run: dict[int, list[tuple]] = {}
+            for row in rows:
+                by_run.setdefault(row[0], []).append(row)
+            parsed: dict[str | None, dict] = {}  # each sweep's text parsed once; every sample gets a dict of its own
+            where_results = str(results)
+            for head in runs:
+                mine = by_run.get(head["id"])
+                if not mine:
+                    continue
+                mine.sort(key=lambda row: row[1])
+                fixed = {k: head[k] for k in ("run_id", "folder", "playbook", "target", "git_commit", "started")}
+                for run, _rowid, trial, step, span, ms in mine:
+                    text = sweeps.get((run, trial))
+                    if text not in parsed:
+                        parsed[text] = json.loads(text) if text else {}
+                    out.append(
+                        {
+                            **fixed,
+                            "trial": trial,
+                            "sweep": dict(parsed[text]),
+                            "step": step,
+                            "span": span,
+                            "ms": ms,
+                            "results": where_results,
+                        }
+                    )
         finally:
             conn.close()
     if len(out) and len({s["results"] for s in out}) > 1:
         out.sort(key=lambda s: (s["started"] or "", s["folder"]))  # stable: each run's samples keep their order
     return out
+
+
+def span_columns(
+    results_dirs: str | Path | Iterable[str | Path] | None = None,
+    spans: str | Iterable[str] | None = None,
+    **filters,
+) -> list[dict]:
+    """The samples of `spans` (all spans if None) in the runs `select_runs(results_dirs, **filters)` selects, as
+    arrays run by run: what statistics across runs read (report --across, trend, gate).
+
+    One dict per run that measured any of them, oldest first: run_id, folder, path, results, playbook, inventory,
+    target, status, git_commit, git_dirty, started (UTC ISO), `spans` {span: ms as a numpy array} and `trials`
+    {span: each sample's trial, an array of the same length}. Within a run the samples are in trial order (within a
+    trial, by duration): the order the covering index holds them in, so no sample is looked up or sorted one by one.
+    """
+    names = _span_names(spans)
+    sync_first = filters.pop("sync_first", True)
+    where, params = _where(**filters)
+    out: list[dict] = []
+    for results, conn in _catalogs(results_dirs, sync_first):
+        try:
+            conn.row_factory = None
+            heads = {head["id"]: head for head in _run_heads(conn, where, params)}
+            if not heads:
+                continue
+            span_names = (
+                names if names is not None else [row[0] for row in conn.execute("SELECT DISTINCT span FROM spans")]
+            )
+            for span in span_names:
+                # The covering index spans (span, run, trial, ms) answers this alone, already in (run, trial) order.
+                # Unfiltered, one scan of the span's entries; filtered, a seek per selected run.
+                picked = f" AND run IN (SELECT r.id FROM runs r {where})" if where else ""
+                rows = conn.execute(
+                    f"SELECT run, trial, ms FROM spans WHERE span = ?{picked} ORDER BY run, trial", [span, *params]
+                ).fetchall()
+                if not rows:
+                    continue
+                data = np.array(rows, dtype=float)  # a NULL trial becomes NaN
+                run_ids = data[:, 0].astype(np.int64)
+                cuts = np.flatnonzero(np.diff(run_ids)) + 1
+                for lo, hi in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(rows)]]), strict=True):
+                    head = heads[int(run_ids[lo])]
+                    head.setdefault("spans", {})[span] = data[lo:hi, 2].copy()
+                    head.setdefault("trials", {})[span] = data[lo:hi, 1].copy()
+        finally:
+            conn.close()
+        for head in heads.values():
+            if "spans" not in head:
+                continue
+            head.pop("id")
+            head["path"], head["results"] = str(results / head["folder"]), str(results)
+            out.append(head)
+    out.sort(key=lambda r: (r["started"] or "", r["folder"]))
+    return out
+
+
+def _span_names(spans: str | Iterable[str] | None) -> list[str] | None:
+    return [spans] if isinstance(spans, str) else list(spans) if spans is not None else None
+
+
+def _run_heads(conn: sqlite3.Connection, where: str, params: list) -> list[dict]:
+    """The selected runs' identity, oldest first (what each sample or column set carries of its run)."""
+    keys = ("id", "run_id", "folder", "playbook", "inventory", "target", "status", "git_commit", "git_dirty", "started")
+    rows = conn.execute(f"SELECT r.{', r.'.join(keys)} FROM runs r {where} ORDER BY r.started, r.folder", params)
+    heads = []
+    for row in rows:
+        head = dict(zip(keys, row, strict=True))
+        head["started"] = iso(head["started"])
+        head["git_dirty"] = None if head["git_dirty"] is None else bool(head["git_dirty"])
+        heads.append(head)
+    return heads
 
 
 def resolve_run(run: str, results_dirs: str | Path | Iterable[str | Path] | None = None) -> Path:

@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 
 CATALOG_FILE = "catalog.db"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # A run ending while another process writes waits this long for the lock; SQLite's writer holds it for the time
 # of one run's insert (milliseconds), or a whole reindex (seconds).
 BUSY_TIMEOUT_S = 60.0
@@ -45,7 +45,8 @@ TABLES = {
     "notes": "run INTEGER NOT NULL, text TEXT NOT NULL, wall REAL, user TEXT",
 }
 INDEXES = (
-    "CREATE INDEX spans_by_span ON spans (span, run)",
+    # Covering: a span's samples across runs are read from this index alone, in run order (docs/catalog.md).
+    "CREATE INDEX spans_by_span ON spans (span, run, trial, ms)",
     "CREATE INDEX spans_by_run ON spans (run)",
     "CREATE INDEX trials_by_run ON trials (run, trial)",
     "CREATE INDEX runs_by_start ON runs (started)",
