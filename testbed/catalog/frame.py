@@ -30,19 +30,24 @@ def runs(
     every run). The same table as `testbed export`.
     """
     try:
+        import numpy as np
         import pandas as pd
     except ImportError:
         raise ImportError(
             f"testbed.runs() returns a pandas DataFrame and pandas is not installed: {ANALYSIS_EXTRA}"
         ) from None
     table = select(results_dir, spans, **filters).samples
+    rows = np.asarray(table.repeat, dtype=np.int64)  # each sample's run, once for every per-run column
     data = {}
     for name, values in table.columns.items():
         kind = table.types[name]
         if kind == "time":
-            data[name] = pd.to_datetime(pd.Series(values, dtype="object"), utc=True, format="ISO8601")
+            series = pd.to_datetime(pd.Series(values, dtype="object"), utc=True, format="ISO8601")
         elif kind in PANDAS_DTYPES:
-            data[name] = pd.Series(values, dtype=PANDAS_DTYPES[kind])
+            series = pd.Series(values, dtype=PANDAS_DTYPES[kind])
         else:  # a sweep key: what pandas makes of the values the sweep gave
-            data[name] = pd.Series(values)
+            series = pd.Series(values)
+        if name in table.per_run:  # one value per run: spread to the run's samples
+            series = series.take(rows).reset_index(drop=True)
+        data[name] = series
     return pd.DataFrame(data, columns=list(table.columns))

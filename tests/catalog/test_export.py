@@ -5,6 +5,7 @@ back row for row against the catalog; the runs beside them; filters; stdout; and
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 import subprocess
 import sys
@@ -125,3 +126,31 @@ def test_parquet_without_pyarrow_says_what_to_install(results, tmp_path):
     assert done.returncode == 2, done.stderr
     assert "pip install 'testbed[analysis]'" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_a_sweep_point_is_a_column_per_key(testbed_run, repo, tmp_path):
+    # ocs-reconfig swept over two keys its steps do not use: one of numbers, one mixing text and a number.
+    text = (repo / "playbooks/ocs-reconfig.yaml").read_text()
+    playbook = tmp_path / "swept.yaml"
+    playbook.write_text(text.replace("\nseed: 0\n", '\nseed: 0\nsweep:\n  power: [1, 2]\n  label: ["a", 3]\n', 1))
+    results = tmp_path / "results"
+    inventory = str(repo / "playbooks/inventory/emulated-rack.yaml")
+    testbed_run(str(playbook), "--emulate", "--inventory", inventory, "--trials", "1", "--results", str(results))
+    samples = span_samples(results, "reconfig.total")
+    points = {(s["sweep"]["power"], s["sweep"]["label"]) for s in samples}
+    assert points == {(1, "a"), (1, 3), (2, "a"), (2, 3)}
+    out = tmp_path / "swept.parquet"
+    argv = ["export", "--results", str(results), "--format", "parquet", "--out", str(out), "--span", "reconfig.total"]
+    assert main(argv) == 0
+    table = pq.read_table(out)
+    assert str(table.schema.field("sweep.power").type) == "int64"
+    assert table.column("sweep.power").to_pylist() == [s["sweep"]["power"] for s in samples]
+    # A key whose values mix types is JSON text, as in the sweep column.
+    assert table.column("sweep.label").to_pylist() == [json.dumps(s["sweep"]["label"]) for s in samples]
+    assert [json.loads(v) for v in table.column("sweep").to_pylist()] == [s["sweep"] for s in samples]
+    out = tmp_path / "swept.csv"
+    assert main(["export", "--results", str(results), "--out", str(out), "--span", "reconfig.total"]) == 0
+    rows = csv_rows(out)
+    assert [(int(r["sweep.power"]), r["sweep.label"]) for r in rows] == [
+        (s["sweep"]["power"], str(s["sweep"]["label"])) for s in samples
+    ]
