@@ -19,6 +19,7 @@ import time
 import traceback
 from pathlib import Path
 
+import catalog_scale
 import fabric_service
 import failover
 import health_fanout
@@ -44,6 +45,8 @@ FULL = {
     "fabric_service": {"rounds": 2, "iterations": 20},
     # Each PyTorch launch is eight Pythons importing torch: a few failovers (about 4 min on a 2-core machine).
     "torch_failover": {"trials": 2, "restarts": 2, "rounds": 2},
+    # A real 100-trial run (~18 s), 1,000 copies indexed (~60 s), three rounds of three queries (~2 min in all).
+    "catalog_scale": {"runs": 1000, "rounds": 3},
 }
 QUICK = {
     "startup": {"rounds": 1, "warm_runs": 2},
@@ -55,6 +58,7 @@ QUICK = {
     "switch_protocols": {"reconfigs": 30, "trials": 2, "rounds": 1},
     "fabric_service": {"rounds": 1, "iterations": 4},
     "torch_failover": {"trials": 1, "restarts": 1, "rounds": 1},
+    "catalog_scale": {"runs": 100, "rounds": 1},
 }
 MODULES = {
     "startup": startup,
@@ -66,6 +70,7 @@ MODULES = {
     "switch_protocols": switch_protocols,
     "fabric_service": fabric_service,
     "torch_failover": torch_failover,
+    "catalog_scale": catalog_scale,
 }
 
 
@@ -656,7 +661,47 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
             )
         else:
             failed("fabric_service", "Fabric service: framework time per job request", "<= 1 ms p50 each")
+
+    r = results.get("catalog_scale")
+    if r is not None:
+        if r["ok"]:
+            out.extend(_catalog_rows(r["figures"]))
+        else:
+            failed("catalog_scale", "Catalog: a trend query over 1,000 runs, indexing", "< 1 s; < 5 %")
     return out
+
+
+def _catalog_rows(f: dict) -> list[tuple[str, str, str, str, str, str]]:
+    q, n = f["query_p50_s"], f["runs"]
+    one = f["index_one_run_s"]["p50"]
+    return [
+        (
+            f"Catalog: a trend query over {n:,} runs of {f['trials']} trials ({f['span']}'s median run by run, "
+            f"{f['samples']:,} samples)",
+            f"span_samples + medians {_s(q['catalog'])}; testbed.runs() + groupby {_s(q['dataframe'])}",
+            f"pandas over the folders (run.json + trials.csv each) {_s(q['pandas'])}",
+            f"{f['ratio_catalog_vs_pandas']:.2f}x (testbed.runs(): {f['ratio_dataframe_vs_pandas']:.2f}x)",
+            "< 1 s",
+            _yes(q["catalog"] < 1.0),
+        ),
+        (
+            f"Catalog: indexing {n:,} runs of {f['trials']} trials; its size on disk",
+            f"{f['index_all_s']:.1f} s ({f['index_per_run_ms']:.0f} ms a run); catalog "
+            f"{f['catalog_bytes'] / 2**20:.0f} MiB",
+            f"the run folders {f['folder_bytes'] / 2**20:.0f} MiB",
+            f"{f['catalog_bytes'] / f['folder_bytes']:.3f}x (size)",
+            "(report)",
+            "n/a",
+        ),
+        (
+            "Catalog: indexing one run's share of its `testbed run` command",
+            f"index_run {one * 1000:.0f} ms (p50 of {f['index_one_run_s']['n']}, into the catalog of {n:,} runs)",
+            f"`testbed run playbooks/ocs-reconfig.yaml --emulate --trials {f['trials']}`: {_s(f['command_s'], 1)}",
+            f"{100 * f['index_share']:.1f} %",
+            "< 5 %",
+            _yes(f["index_share"] < 0.05),
+        ),
+    ]
 
 
 HOW = {
@@ -779,6 +824,18 @@ change (the last rank's) to the switch's first command (`fabric_service.command_
 that waited, from the configuration ready (light verified) to its answer sent (`fabric_service.answer_time`).
 Baseline: a fabric.apply step's path to the same switch, from its invoke recorded (just before the call leaves for
 the switch's hub) to the first command: the Ray hop and the driver, which a request takes too.""",
+    "catalog_scale": """**Catalog at scale** (`bench/catalog_scale.py`). One real `testbed run
+playbooks/ocs-reconfig.yaml --emulate --trials 100` (a subprocess, timed from start to exit; it indexes itself as
+it ends) is copied under new run ids and start times a minute apart (`tests/catalog/catalog_copies.py`) into one
+results folder, which `testbed.catalog.sync` indexes (timed: every copy read and inserted). The query, a `trend`'s
+work: reconfig.total's median run by run for every run, three ways in alternating rounds (the first turns each
+round), which must agree run by run: `span_samples(results, "reconfig.total")` (its sync included: a stat per
+folder) and a median per run; `testbed.runs(results, spans="reconfig.total")` and a pandas `groupby("run_id")`; and
+the script a user writes without the catalog: for every folder, its run.json (the start, to order the trend) and
+`pd.read_csv(trials.csv)`, the span's rows, their median. pandas is imported before the rounds, as in a notebook.
+The copies were just written, so both read from the page cache. Size: catalog.db and its WAL. Indexing's share:
+`index_run` of one copy (what a run's end does, into the catalog of all the copies; the median of 5) over the wall
+time of the 100-trial command.""",
 }
 
 
