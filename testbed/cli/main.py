@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         _ray_address_option(q, "the lab's Ray cluster, whose keeper holds the leases of every host")
 
     p = sub.add_parser("report", help="print the tables of a run and write its figures (PNG) next to the results")
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", nargs="?", help="a run folder (or --across and a selection of runs)")
     p.add_argument("--json", action="store_true", help="print summary.json (writes no figures)")
     p.add_argument("--no-plots", action="store_true", help="print the tables only")
     p.add_argument(
@@ -83,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="write the run as one self-contained HTML file to share (default RUN_DIR/report.html; docs/reports.md)",
     )
+    from testbed.cli.campaign import add_across_options
+    from testbed.cli.campaign import add_parsers as add_campaign_parsers
+
+    add_across_options(p)  # report --across SELECTION (docs/catalog.md)
 
     p = sub.add_parser("compare", help="put two runs side by side, span by span")
     p.add_argument("run_a")
@@ -91,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     from testbed.cli.runs import add_parser as add_runs_parser
 
     add_runs_parser(sub)
+    add_campaign_parsers(sub)  # trend, gate
 
     from testbed.cli.export import add_parser as add_export_parser
 
@@ -284,6 +289,12 @@ def cmd_emulate(args, console: Console) -> int:
 def cmd_report(args, console: Console) -> int:
     from testbed.results.report import load_summary, print_summary
 
+    if args.across or args.run_dir is None:
+        from testbed.cli.campaign import cmd_report_across
+
+        if not args.across:
+            raise UserError("give a run folder, or --across and a selection of runs (testbed runs' filters)")
+        return cmd_report_across(args, console)
     summary = load_summary(Path(args.run_dir))
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -319,6 +330,18 @@ def cmd_export(args, console: Console) -> int:
     from testbed.cli.export import cmd_export
 
     return cmd_export(args, console)
+
+
+def cmd_trend(args, console: Console) -> int:
+    from testbed.cli.campaign import cmd_trend
+
+    return cmd_trend(args, console)
+
+
+def cmd_gate(args, console: Console) -> int:
+    from testbed.cli.campaign import cmd_gate
+
+    return cmd_gate(args, console)  # 0 pass, 1 a span slower beyond noise, 2 bad input
 
 
 def cmd_check(args, console: Console) -> int:
@@ -368,6 +391,8 @@ COMMANDS = {
     "report": cmd_report,
     "compare": cmd_compare,
     "runs": cmd_runs,
+    "trend": cmd_trend,
+    "gate": cmd_gate,
     "export": cmd_export,
     "check": cmd_check,
     "heal": cmd_heal,

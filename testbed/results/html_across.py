@@ -9,15 +9,26 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.contracts.errors import UserError
-from testbed.results.html_report import e, page, provenance, read_events, span_cells, spans_html, table, write_text
+from testbed.results.html_report import (
+    e,
+    figures_section,
+    page,
+    provenance,
+    read_events,
+    span_cells,
+    spans_html,
+    table,
+    write_text,
+)
 from testbed.results.plots import span_durations
 from testbed.results.report import load_summary
 from testbed.results.stats import summarize
 
 
-def render_across(run_dirs: Sequence[str | Path]) -> str:
+def render_across(run_dirs: Sequence[str | Path], pngs: Sequence[Path] = ()) -> str:
     """One page for several run folders (a catalog's selection): each run's identity, each span's median with
-    its CI run by run side by side, and the spans pooled over every run's samples (from each run's trials).
+    its CI run by run side by side, the spans pooled over every run's samples (from each run's trials), and the
+    figures `pngs` (such as `report --across`'s CDF overlays), embedded.
     """
     folders = [Path(d) for d in run_dirs]
     if not folders:
@@ -66,9 +77,11 @@ def render_across(run_dirs: Sequence[str | Path]) -> str:
         '<p class="note">Pooling treats the runs as one sample: compare the medians run by run first; pool runs that '
         "differ only by chance (the same playbook, inventory and code).</p>",
     ]
+    if pngs:
+        body.append(figures_section([Path(p) for p in pngs]))
     return page(title, "".join(body))
 
 
-def write_across_report(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
-    """Write `render_across` of the run folders to `out`; returns the path."""
-    return write_text(Path(out), render_across(run_dirs))
+def write_across_report(run_dirs: Sequence[str | Path], out: str | Path, pngs: Sequence[Path] = ()) -> Path:
+    """Write `render_across` of the run folders (and the figures `pngs`) to `out`; returns the path."""
+    return write_text(Path(out), render_across(run_dirs, pngs))

@@ -1,5 +1,6 @@
 """Latency statistics for the summary. Small samples are reported honestly: with fewer samples than a
-percentile needs, the value is the sample maximum and `p99_reliable` says so."""
+percentile needs, the value is the sample maximum and `p99_reliable` says so.
+"""
 
 from __future__ import annotations
 
@@ -48,3 +49,86 @@ def median_ci(sorted_x: np.ndarray, confidence: float = 0.95) -> tuple[float | N
     if k == 0:
         return None, None
     return float(sorted_x[k - 1]), float(sorted_x[n - k])
+
+
+# --- two selections of runs: did a span get slower? (testbed gate; docs/catalog.md states the rule) ---------------
+
+RUNS_TO_RESAMPLE = 3  # from this many runs a side is resampled run by run; below, sample by sample
+
+
+def median_ratio_interval(
+    baseline: list[np.ndarray],
+    candidate: list[np.ndarray],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> dict:
+    """The ratio of the pooled medians (candidate / baseline) with a percentile bootstrap interval.
+
+    Each side is a list of runs, each run an array of samples. A side of RUNS_TO_RESAMPLE runs or more is resampled
+    by runs (a run's trials share its lab or twin state, so its samples are not independent of one another: drawing
+    whole runs keeps the run-to-run spread in the interval); a side of fewer runs is resampled by samples, which
+    treats them as independent and gives a narrower interval than the data warrant (`unit` says which). The seed is
+    fixed, so the same runs give the same interval. None for the ratio when the baseline's median is 0.
+    """
+    rng = np.random.default_rng(seed)
+    sides = {}
+    for name, runs in (("baseline", baseline), ("candidate", candidate)):
+        runs = [np.asarray(r, dtype=float) for r in runs if len(r)]
+        if not runs:
+            raise ValueError(f"the {name} has no samples")
+        by_runs = len(runs) >= RUNS_TO_RESAMPLE
+        sides[name] = (_WeightedMedian(runs, by_runs), by_runs, runs)
+    medians = {name: float(np.median(np.concatenate(runs))) for name, (_, _, runs) in sides.items()}
+    draws = {name: resampler.draw(rng, resamples) for name, (resampler, _, _) in sides.items()}
+    out = {
+        "baseline_median": medians["baseline"],
+        "candidate_median": medians["candidate"],
+        "unit": {name: "runs" if by_runs else "samples" for name, (_, by_runs, _) in sides.items()},
+        "confidence": confidence,
+        "resamples": resamples,
+        "seed": seed,
+        "ratio": None,
+        "interval": None,
+    }
+    if medians["baseline"] == 0:
+        return out
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = draws["candidate"] / draws["baseline"]
+    ratios = ratios[np.isfinite(ratios)]
+    tail = (1 - confidence) / 2
+    out["ratio"] = medians["candidate"] / medians["baseline"]
+    if len(ratios):
+        out["interval"] = [float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))]
+    return out
+
+
+class _WeightedMedian:
+    """Bootstrap medians of a pool of samples without building each resample: the samples are sorted once, a
+    resample is how many times each unit (a run, or a sample) is drawn, and its median is read off the cumulative
+    counts (the same value np.median gives of the resample written out).
+    """
+
+    def __init__(self, runs: list[np.ndarray], by_runs: bool) -> None:
+        values = np.concatenate(runs)
+        order = np.argsort(values, kind="stable")
+        self.sorted = values[order]
+        if by_runs:
+            owner = np.repeat(np.arange(len(runs)), [len(r) for r in runs])[order]
+            self.units, self.owner = len(runs), owner
+        else:
+            self.units, self.owner = len(values), None  # each sample its own unit: its position after sorting
+
+    def draw(self, rng: np.random.Generator, resamples: int) -> np.ndarray:
+        out = np.empty(resamples)
+        k = self.units
+        for b in range(resamples):
+            counts = np.bincount(rng.integers(0, k, k), minlength=k)
+            weights = counts if self.owner is None else counts[self.owner]
+            cumulative = np.cumsum(weights)
+            total = int(cumulative[-1])
+            low = self.sorted[np.searchsorted(cumulative, (total - 1) // 2, side="right")]
+            high = self.sorted[np.searchsorted(cumulative, total // 2, side="right")]
+            out[b] = (low + high) / 2
+        return out

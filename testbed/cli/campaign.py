@@ -1,0 +1,253 @@
+"""Commands over a selection of runs from the catalog (docs/catalog.md): `testbed report --across`, `testbed trend`,
+`testbed gate`. A selection is what `testbed runs` filters by (testbed/cli/runs.py); gate's two selections are
+KEY=VALUE items (testbed.catalog.gate.parse_selection).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from testbed.cli.runs import add_selection_options, selection_filters
+from testbed.contracts.errors import EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
+
+
+def add_across_options(p: argparse.ArgumentParser) -> None:
+    """What `testbed report` takes for --across: the selection, which spans to plot, where the figures go."""
+    p.add_argument(
+        "--across", action="store_true", help="report on every run the selection options select (no RUN_DIR)"
+    )
+    add_selection_options(p)
+    p.add_argument("--span", action="append", help="with --across: only this span (repeat); CDFs of each")
+    _out_option(p)
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("trend", help="a span's median and CI run by run (or commit by commit), a table and a plot")
+    p.add_argument("span", metavar="SPAN", help="a span's name, e.g. reconfig.total")
+    add_selection_options(p)
+    p.add_argument("--by", choices=("date", "commit"), default="date", help="a point per run (date) or per commit")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    _out_option(p)
+
+    from testbed.catalog.gate import DEFAULT_MAX_SLOWDOWN_PCT, KEYS
+
+    p = sub.add_parser(
+        "gate",
+        help="exit 1 when a span got slower from the baseline runs to the candidate runs beyond noise (CI pipelines)",
+        description="Selections are KEY=VALUE items, comma-separated or repeated: "
+        f"{', '.join(KEYS)}; lab and twin alone. E.g. --baseline tag=before --candidate tag=after,twin. "
+        "docs/catalog.md states the statistics.",
+    )
+    p.add_argument("spans", nargs="+", metavar="SPAN")
+    p.add_argument("--baseline", action="append", required=True, metavar="KEY=VALUE", help="the runs to compare with")
+    p.add_argument("--candidate", action="append", required=True, metavar="KEY=VALUE", help="the runs under test")
+    p.add_argument(
+        "--max-slowdown",
+        type=float,
+        default=DEFAULT_MAX_SLOWDOWN_PCT,
+        metavar="PCT",
+        help=f"the slowdown tolerated, in percent (default {DEFAULT_MAX_SLOWDOWN_PCT:g})",
+    )
+    p.add_argument(
+        "--results",
+        action="append",
+        metavar="DIR",
+        help="a results folder (repeat for several; default ./results), for both selections",
+    )
+    p.add_argument("--json", action="store_true", help="print the numbers as JSON")
+
+
+def _out_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", metavar="DIR", help="folder for the figures (default: the first results folder)")
+
+
+def _dirs(args) -> list[Path]:
+    from testbed.catalog.query import results_paths
+
+    return results_paths(args.results or None)
+
+
+def _out_dir(args) -> Path:
+    return Path(args.out) if args.out else _dirs(args)[0]
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^\w.-]", "_", name)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _ci(s: dict) -> str:
+    ci = s.get("p50_ci95_ms")
+    return f"{ci[0]:.4f}-{ci[1]:.4f}" if ci else "n<6"
+
+
+def _wide(console: Console) -> Console:
+    """The console, or, when the output is not a terminal (a CI log, a file), one wide enough for a row per line."""
+    return console if console.is_terminal else Console(highlight=False, width=160, file=console.file)
+
+
+def _print_paths(console: Console, paths) -> None:
+    for path in paths:
+        console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
+
+
+# --- report --across -----------------------------------------------------------------------------------------
+
+
+def cmd_report_across(args, console: Console) -> int:
+    from testbed.catalog.across import across
+    from testbed.catalog.figures import plot_cdf_overlay
+
+    console = _wide(console)
+    if args.run_dir is not None:
+        raise UserError(f"give a run folder ({args.run_dir}) or --across and a selection, not both")
+    dirs = _dirs(args)
+    result = across(dirs, args.span, **selection_filters(args))
+    runs = result["runs"]
+    if args.json:
+        rows = [{k: v for k, v in r.items() if k not in ("spans", "trials")} | {"stats": r["stats"]} for r in runs]
+        print(json.dumps({"runs": rows, "pooled": result["pooled"]}, indent=2))
+        return EXIT_OK
+    for span in result["spans"]:
+        table = Table(title=f"{span}: median run by run", title_justify="left")
+        table.add_column("run", overflow="fold")
+        for name in ("started (UTC)", "commit", "n", "p50 ms", "p50 95% CI", "max ms"):
+            table.add_column(name, justify="right" if name in ("n", "p50 ms", "max ms") else "left", no_wrap=True)
+        for r in runs:
+            s = r["stats"].get(span)
+            if not s:
+                continue
+            commit = (r["git_commit"] or "-")[:10] + ("+" if r["git_dirty"] else "")
+            table.add_row(
+                escape(r["run_id"]), (r["started"] or "-")[:16], commit, str(s["n"]), _ms(s["p50_ms"]), _ci(s),
+                _ms(s["max_ms"]),
+            )  # fmt: skip
+        console.print(table)
+    pooled = Table(title=f"pooled: every sample of the {len(runs)} runs", title_justify="left")
+    for name in ("span", "runs", "n", "p50 ms", "p50 95% CI", "p90 ms", "p99 ms", "max ms"):
+        pooled.add_column(name, justify="left" if name in ("span", "p50 95% CI") else "right")
+    for span, s in result["pooled"].items():
+        measured = sum(span in r["stats"] for r in runs)
+        p99 = _ms(s["p99_ms"]) if s["p99_reliable"] else "n<100"
+        pooled.add_row(
+            span, str(measured), str(s["n"]), _ms(s["p50_ms"]), _ci(s), _ms(s["p90_ms"]), p99, _ms(s["max_ms"])
+        )
+    console.print(pooled)
+    console.print(
+        "Pooling treats the runs as one sample: read the medians run by run first, and pool runs that differ only "
+        "by chance (the same playbook, inventory and code).",
+        style="dim",
+    )
+    pngs = []
+    if not args.no_plots:
+        out = _out_dir(args)
+        for span in result["spans"]:
+            path = plot_cdf_overlay(runs, span, out / f"across_cdf_{_safe(span)}.png")
+            if path:
+                pngs.append(path)
+        _print_paths(console, pngs)
+    if args.html is not None:
+        from testbed.results.html_across import write_across_report
+
+        target = Path(args.html) if args.html else _out_dir(args) / "across.html"
+        _print_paths(console, [write_across_report([r["path"] for r in runs], target, pngs=pngs)])
+    return EXIT_OK
+
+
+# --- trend ---------------------------------------------------------------------------------------------------
+
+
+def cmd_trend(args, console: Console) -> int:
+    from testbed.catalog.across import trend
+    from testbed.catalog.figures import plot_trend
+
+    console = _wide(console)
+    dirs = _dirs(args)
+    rows = trend(args.span, dirs, by=args.by, **selection_filters(args))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    what = "run" if args.by == "date" else "commit"
+    table = Table(title=f"{args.span}: median and its 95% CI, {what} by {what}", title_justify="left")
+    for name in ("#", what, "started (UTC)", "runs", "n", "p50 ms", "p50 95% CI"):
+        table.add_column(name, justify="right" if name in ("#", "runs", "n", "p50 ms") else "left")
+    for i, r in enumerate(rows, 1):
+        table.add_row(
+            str(i), escape(r["label"]), r["started"] or "-", str(len(r["runs"])), str(r["n"]), _ms(r["p50_ms"]), _ci(r)
+        )
+    console.print(table)
+    path = plot_trend(rows, args.span, args.by, _out_dir(args) / f"trend_{_safe(args.span)}_by_{args.by}.png")
+    _print_paths(console, [path])
+    return EXIT_OK
+
+
+# --- gate ----------------------------------------------------------------------------------------------------
+
+
+def cmd_gate(args, console: Console) -> int:
+    from testbed.catalog.gate import SLOWER, UNSURE, gate, parse_selection
+
+    console = _wide(console)
+    baseline = parse_selection(args.baseline, "--baseline")
+    candidate = parse_selection(args.candidate, "--candidate")
+    result = gate(args.spans, baseline, candidate, _dirs(args), max_slowdown_pct=args.max_slowdown)
+    code = EXIT_EXPERIMENT_FAILED if result["failed"] else EXIT_OK
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return code
+    limit = result["limit"]
+    table = Table(
+        title=f"candidate / baseline: the ratio of the pooled medians and its 95% interval; fails when its low end "
+        f"> {limit:.3f}",
+        title_justify="left",
+    )
+    table.add_column("span", overflow="fold")
+    table.add_column("side", no_wrap=True)
+    for name in ("runs", "n", "median ms"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("ratio [95%]", justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    warnings = []
+    for span, s in result["spans"].items():
+        interval = s["interval"]
+        ratio = "-" if s["ratio"] is None else f"{s['ratio']:.4f}"
+        if interval is not None:
+            ratio += f" [{interval[0]:.4f}-{interval[1]:.4f}]"
+        style = {SLOWER: "red", UNSURE: "yellow"}.get(s["verdict"], "green")
+        for side in ("baseline", "candidate"):
+            last = side == "candidate"
+            table.add_row(
+                span if not last else "", side, str(len(s[side + "_runs"])), str(s[side + "_n"]),
+                _ms(s[side + "_median"]), ratio if last else "", f"[{style}]{s['verdict']}[/]" if last else "",
+                end_section=last,
+            )  # fmt: skip
+            if s["unit"][side] == "samples":
+                warnings.append(
+                    f"{span}: the {side} has {len(s[side + '_runs'])} run(s), fewer than 3: resampled by samples, "
+                    "which leaves the run-to-run spread out of the interval; run more for a fair verdict"
+                )
+        if s["verdict"] == UNSURE:
+            warnings.append(f"{span}: the interval spans the limit {limit:.3f}: these runs cannot tell; run more")
+    console.print(table)
+    errors = Console(stderr=True, highlight=False)
+    for warning in warnings:
+        errors.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+    if result["failed"]:
+        said = ", ".join(
+            f"{span} x{result['spans'][span]['ratio']:.3f} (low end {result['spans'][span]['interval'][0]:.3f})"
+            for span in result["failed"]
+        )
+        console.print(f"[red]gate: FAIL[/]: slower than {limit:.3f} x the baseline beyond noise: {escape(said)}")
+    else:
+        console.print(f"[green]gate: pass[/]: no span slower than {limit:.3f} x the baseline beyond noise")
+    return code
