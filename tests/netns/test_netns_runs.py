@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -218,3 +219,37 @@ def test_lab_session_with_netns(repo, tmp_path):
         assert json.loads((second.folder / "run.json").read_text())["twin"]["netns"]["tag"] == tag
         assert netns.leftovers(tag)["namespaces"]
     assert_nothing_left(tag)
+
+
+TORCHRUN = """\
+name: torchrun-netns
+trials: 1
+job:
+  command: [testbed-train, --steps, "1000000", --dim, "16", --step-time, "0.02", --checkpoint-every, "10",
+            --timeout, "10"]
+  ranks: [gpu01, gpu02, gpu03, gpu04]
+  launcher: torchrun
+  fabric: {topology: ring, port: p0, reverse_port: p1}
+steps:
+  - {action: job.start, wait_steps: 12}
+  - {action: failover, fault: {kind: gpu.fail, target: "rank:0"}, heartbeat_ms: 50}
+  - {action: job.stop}
+"""
+
+
+def test_torchrun_rendezvous_at_node_0s_own_address(repo, tmp_path):
+    """torchrun's rendezvous endpoint (and so MASTER_ADDR) is node 0's host's management address; after rank 0's
+    failover it is the spare's, which took node 0.
+    """
+    playbook = tmp_path / "torchrun.yaml"
+    playbook.write_text(TORCHRUN)
+    inventory = str(repo / "playbooks/inventory/emulated-rack.yaml")
+    run_dir = run_netns(repo, tmp_path / "r", str(playbook), "--inventory", inventory)
+    hosts = network_of(run_dir)["hosts"]
+    audit = (run_dir / "audit.jsonl").read_text()
+    endpoints = {e.rpartition(":")[0] for e in re.findall(r"rdzv-endpoint (\S+)", audit)}
+    assert hosts["gpu01"]["address"] in endpoints  # the first launch: gpu01 is node 0
+    spares = {w["address"] for h, w in hosts.items() if h not in ("gpu01", "gpu02", "gpu03", "gpu04")}
+    assert endpoints - {hosts["gpu01"]["address"]} <= spares and endpoints & spares  # the relaunch: the spare's
+    check(repo, run_dir)
+    assert_nothing_left(network_of(run_dir)["tag"])
