@@ -22,7 +22,7 @@ def refuse_without_privilege() -> None:
             "then serves every host on 127.0.0.1, the default)"
         )
     if importlib.util.find_spec("pyroute2") is None:
-        raise UserError("--netns: the twin makes its namespaces and links with pyroute2: pip install pyroute2")
+        raise UserError("--netns: the twin makes its namespaces and links with pyroute2: pip install 'testbed[netns]'")
 
 
 def run_tag(run_id: str | None) -> str:
