@@ -25,7 +25,8 @@ WINDOW_NS = 1_000_000_000  # a fault the twin applied this far from the measured
 
 def failover_accuracy(run_dir: Path, progress: str, clock_offset_ns: int = 0) -> dict | None:
     """Per failover: measured and true latency and their difference; None without a ground-truth file or
-    without failovers. clock_offset_ns is the twin's clock minus the runner's (0 on one machine)."""
+    without failovers. clock_offset_ns is the twin's clock minus the runner's (0 on one machine).
+    """
     truth_path = run_dir / TRUTH_FILE
     if not truth_path.exists():
         return None
@@ -55,7 +56,8 @@ def failover_accuracy(run_dir: Path, progress: str, clock_offset_ns: int = 0) ->
 
 def _trigger_priority(rows: list[dict]) -> str:
     """How the twin fired the faults of these failovers (emulators/realtime.py): "real-time", "normal",
-    "mixed", or "untimed" (no timed trigger, e.g. a signal over SSH)."""
+    "mixed", or "untimed" (no timed trigger, e.g. a signal over SSH).
+    """
     kinds = {r["trigger_realtime"] for r in rows}
     if kinds <= {None}:
         return "untimed"

@@ -6,8 +6,9 @@ each case's reconfigurations into the switches' own time and the rest, the frame
 Read from events.jsonl: the all-reduces' measures, which carry the case, its algorithm and fabric, and the message
 size, whatever the sweep's parameters are called; and the fabric service's records of each change it made for the
 step's job (between its `fabric_service.start`, which names the step, and its `fabric_service.stop`).
-Shown by `testbed report` (and at the end of `testbed run`); testbed/results/plots.py draws the same numbers, log-log, in
-`collective_time.png`."""
+Shown by `testbed report` (and at the end of `testbed run`); testbed/results/plots.py draws the same numbers,
+log-log, in `collective_time.png`.
+"""
 
 from __future__ import annotations
 

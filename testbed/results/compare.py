@@ -69,7 +69,8 @@ def _ratio(a: dict, b: dict) -> str:
 
 def compare_summaries(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> Group:
     """The comparison as rich renderables: one table of the spans both runs measured (two lines per span,
-    A then B), then the spans only one of them measured, then a note on what the verdicts mean."""
+    A then B), then the spans only one of them measured, then a note on what the verdicts mean.
+    """
     spans_a, spans_b = a.get("spans", {}), b.get("spans", {})
     common = [n for n in spans_a if n in spans_b]
     table = Table(title=f"A = {label_a}\nB = {label_b}", title_justify="left")

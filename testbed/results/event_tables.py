@@ -1,5 +1,6 @@
 """`python -m testbed.results.event_tables --readme results/README.md`: rewrite results/README.md's event tables
-from testbed/events/schema.py and every registered procedure's marks (a test keeps them equal)."""
+from testbed/events/schema.py and every registered procedure's marks (a test keeps them equal).
+"""
 
 from __future__ import annotations
 

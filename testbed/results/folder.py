@@ -1,5 +1,6 @@
 """The results folder of one run: results/<UTC-timestamp>_<playbook>/ with run.json, events.jsonl,
-audit.jsonl, trials.csv and summary.json. The format is described in results/README.md."""
+audit.jsonl, trials.csv and summary.json. The format is described in results/README.md.
+"""
 
 from __future__ import annotations
 

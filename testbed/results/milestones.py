@@ -62,7 +62,8 @@ def trial_milestones(events: Iterable[Any]) -> dict[int, dict[str, int]]:
     """Per trial, the mono_ns of each failover milestone found (rules in the module docstring).
 
     `events` are dicts as in events.jsonl or `testbed.events.Event` objects; events of other types or
-    names, and marks outside a trial, are ignored. Trials come out in ascending order."""
+    names, and marks outside a trial, are ignored. Trials come out in ascending order.
+    """
     marks: dict[int, dict[str, list[int]]] = {}
     wanted = set(MILESTONES)
     for event in events:
@@ -93,7 +94,8 @@ def trial_milestones(events: Iterable[Any]) -> dict[int, dict[str, int]]:
 def segments_of(found: Mapping[str, int]) -> list[dict]:
     """Segments of one trial's milestones (name -> mono_ns): dicts with `segment`, `from`, `to`,
     `start_ns`, `end_ns` and `ms`, consecutive, then `total` when fault_injected and first_step are both
-    present."""
+    present.
+    """
     out: list[dict] = []
     prev: int | None = None  # index into MILESTONES of the previous milestone found
     for i, name in enumerate(MILESTONES):
@@ -131,7 +133,8 @@ def milestone_spans(events: Iterable[Any]) -> list[dict]:
     """Per trial, the failover segments between consecutive milestone marks plus the total.
 
     Returns dicts `{"trial", "segment", "from", "to", "start_ns", "end_ns", "ms"}`, trial by trial in
-    milestone order, the trial's `total` last. A trial with fewer than two milestones gives nothing."""
+    milestone order, the trial's `total` last. A trial with fewer than two milestones gives nothing.
+    """
     out: list[dict] = []
     for trial, found in trial_milestones(events).items():
         out.extend({"trial": trial, **seg} for seg in segments_of(found))
@@ -145,7 +148,8 @@ def measure_name(segment: str, measure: str = MEASURE_PREFIX) -> str:
 
 def milestone_prefixes(span_names: Iterable[str]) -> list[str]:
     """Measure names (`failover`, or a playbook's own `measure:`) that have milestone segments among the
-    span names, in order of first appearance."""
+    span names, in order of first appearance.
+    """
     out: list[str] = []
     for name in span_names:
         prefix, _, segment = name.rpartition(".")

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.results.collective_view import collective_data
 from testbed.contracts.errors import UserError
 from testbed.events import Op, read_jsonl
+from testbed.results.collective_view import collective_data
 from testbed.results.milestones import MILESTONES, segments_of, trial_milestones
 from testbed.results.stats import summarize
 
@@ -81,7 +81,8 @@ def _read_json(path: Path) -> dict | None:
 
 def span_durations(run_dir: Path) -> dict[str, list[float]]:
     """Measured durations (ms) per span: from trials.csv, or from events.jsonl's measure events when the
-    run ended before writing trials.csv."""
+    run ended before writing trials.csv.
+    """
     out: dict[str, list[float]] = {}
     trials_csv = run_dir / "trials.csv"
     if trials_csv.is_file():
@@ -180,7 +181,8 @@ def pick_median_trial(events: list[dict]) -> tuple[int, dict[str, int], int] | N
     """The trial whose failover total is the median of the trials that have one (the lower middle for an
     even count), with its milestones; among trials that finished ok when the events say so. Falls back to
     the trials without a total (the time to their last milestone) when none has one. Returns (trial,
-    milestones, number of trials ranked) or None when no trial has fault_injected and a later milestone."""
+    milestones, number of trials ranked) or None when no trial has fault_injected and a later milestone.
+    """
     found = trial_milestones(events)
     status = {
         e.get("trial"): (e.get("data") or {}).get("status")

@@ -101,7 +101,8 @@ class Recorder:
 
     def outcome(self, device: str, step: str, procedure: str, result) -> None:
         """What an operation did: its audit records, its marks and its outcome, from the device actor's OpResult
-        (testbed.engine.device_actor); None is a call not run because an earlier call of its program failed."""
+        (testbed.engine.device_actor); None is a call not run because an earlier call of its program failed.
+        """
         if result is None:
             self.emit("fail", procedure, device=device, step=step, data={"error": NOT_RUN})
             return

@@ -8,10 +8,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from testbed.results.collective_view import collective_tables
 from testbed.contracts.errors import UserError
-from testbed.results.milestones import SEGMENTS, milestone_prefixes
 from testbed.fabric_service.share_table import framework_share_table
+from testbed.results.collective_view import collective_tables
+from testbed.results.milestones import SEGMENTS, milestone_prefixes
 
 
 def load_summary(run_dir: Path) -> dict:
@@ -143,7 +143,8 @@ def milestone_tables(summary: dict) -> list:
     """The milestone tables for `testbed report`: per failover measure (usually just `failover`), its
     spans of summary.json in milestone order (segments, merged segments, then the total), as rich Tables
     with n, p50 and its CI, p90, p99 (starred below 100 samples) and max. Empty when the run measured no
-    failover."""
+    failover.
+    """
     spans = summary.get("spans", {})
     tables = []
     for prefix in milestone_prefixes(spans):
