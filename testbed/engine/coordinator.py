@@ -132,38 +132,33 @@ class Coordinator:
         result is recorded if an actor died (after reading back its switch, when `observe`).
         """
         self.check_leases()
-        # Every invoke is on disk before the first call goes out (a crash leaves them open for `heal`), then
-        # the calls go back to back: recording between submissions would spread the start of a parallel step
-        # (docs/tuning.md, "Device hubs and the GIL").
-        for device, program in programs.items():
-            for label, procedure, kwargs in program:
-                self.recorder.invoke(device, procedure, kwargs, label)
-        pending = {
-            device: self.dispatcher.call(device, "run_program", [(p, k) for _, p, k in program])
-            for device, program in programs.items()
-        }
+        invoked: dict[str, int] = {}  # per device, how many of its calls have their invoke on disk
+        closed: dict[str, int] = {}  # ... and their outcome
         done, died = {}, {}
+        out: dict[str, list[OpResult | None]] = {}
         try:
+            # Every invoke is on disk before the first call goes out (a crash leaves them open for `heal`), then
+            # the calls go back to back: recording between submissions would spread the start of a parallel step
+            # (docs/tuning.md, "Device hubs and the GIL").
+            for device, program in programs.items():
+                for label, procedure, kwargs in program:
+                    self.recorder.invoke(device, procedure, kwargs, label)
+                    invoked[device] = invoked.get(device, 0) + 1
+            pending = {
+                device: self.dispatcher.call(device, "run_program", [(p, k) for _, p, k in program])
+                for device, program in programs.items()
+            }
             for device, call in pending.items():
                 try:
                     done[device] = call.result()
                 except ActorLost as exc:
                     died[device] = str(exc)
-        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM while the devices work: what they did is unknown
+            for device, program in programs.items():
+                out[device] = self._record_answers(device, program, done.get(device), died.get(device), closed)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM at any point of the dispatch: close what it opened
             reason = f"outcome unknown: {interruption(exc)} before the device answered"
-            self._close_unanswered(programs, done, reason)
+            self._close_unanswered(programs, invoked, closed, done, reason)
             raise
-        out: dict[str, list[OpResult | None]] = {}
-        for device, program in programs.items():
-            if device in died:
-                for label, procedure, _ in program:
-                    data = {"error": f"outcome unknown: {died[device]}", "error_type": "ActorDied", "audit_lost": True}
-                    self.recorder.emit("info", procedure, device=device, step=label, data=data)
-                continue
-            results: list[OpResult | None] = list(done[device]) + [None] * (len(program) - len(done[device]))
-            for (label, procedure, _), result in zip(program, results, strict=True):
-                self.record(device, label, procedure, result)
-            out[device] = results
         if died:
             # Calls made while Ray restarts an actor fail at once ("the actor is restarting"): wait for it.
             self.wait_until_alive(list(died))
@@ -172,19 +167,40 @@ class Coordinator:
             raise ActorDied(list(died), next(iter(died.values())))
         return out
 
-    def _close_unanswered(self, programs: dict[str, list[Call]], done: dict, reason: str) -> None:
-        """Close as `info` the invokes of a dispatch abandoned before its devices answered (their audit records
-        are not collected: the calls may still be running on the actors).
+    def _record_answers(
+        self, device: str, program: list[Call], answers: list | None, death: str | None, closed: dict[str, int]
+    ) -> list[OpResult | None]:
+        """Record the outcome of each call of one device's program (counted in `closed` as it goes): its answer,
+        None for a call not run after an earlier one failed, or `info` for every call when its actor died.
+        """
+        if death is not None:
+            for label, procedure, _ in program:
+                data = {"error": f"outcome unknown: {death}", "error_type": "ActorDied", "audit_lost": True}
+                self.recorder.emit("info", procedure, device=device, step=label, data=data)
+                closed[device] = closed.get(device, 0) + 1
+            return []
+        results: list[OpResult | None] = list(answers) + [None] * (len(program) - len(answers))
+        for (label, procedure, _), result in zip(program, results, strict=True):
+            self.record(device, label, procedure, result)
+            closed[device] = closed.get(device, 0) + 1
+        return results
+
+    def _close_unanswered(
+        self, programs: dict[str, list[Call]], invoked: dict[str, int], closed: dict[str, int], done: dict, reason: str
+    ) -> None:
+        """Close the invokes a dispatch opened and has not closed when it was interrupted: with the device's answer
+        where it came, else as `info` (their audit records are not collected: the calls may still be running on
+        the actors).
         """
         for device, program in programs.items():
-            if device in done:
-                results = list(done[device]) + [None] * (len(program) - len(done[device]))
-                for (label, procedure, _), result in zip(program, results, strict=True):
-                    self.record(device, label, procedure, result)
-                continue
-            for label, procedure, _ in program:
-                data = {"error": reason, "error_type": "Interrupted", "audit_lost": True}
-                self.recorder.emit("info", procedure, device=device, step=label, data=data)
+            answered = list(done.get(device, ()))
+            for i in range(closed.get(device, 0), invoked.get(device, 0)):
+                label, procedure, _ = program[i]
+                if device in done:
+                    self.record(device, label, procedure, answered[i] if i < len(answered) else None)
+                else:
+                    data = {"error": reason, "error_type": "Interrupted", "audit_lost": True}
+                    self.recorder.emit("info", procedure, device=device, step=label, data=data)
 
     def check_leases(self) -> None:
         """Before any command: the run's leases still certainly held (a lab), else LeaseLapsed, recorded once."""
