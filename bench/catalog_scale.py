@@ -4,7 +4,8 @@ user would write over the same folders, the catalog's size on disk, and indexing
 One real `testbed run playbooks/ocs-reconfig.yaml --emulate --trials 100` (a subprocess, timed as a user waits for
 it) is copied under new run ids and start times (tests/catalog/catalog_copies.py) into a results folder of RUNS
 runs, which `testbed.catalog.sync` indexes. Then, in alternating rounds, a span's per-run medians for every run:
-- catalog: `span_samples(results, "reconfig.total")` (with its sync: a stat per folder), medians per run;
+- catalog: `span_columns(results, "reconfig.total")` (with its sync: a stat per folder), what `testbed trend`,
+  `report --across` and `gate` read, medians per run;
 - DataFrame: `testbed.runs(results, spans="reconfig.total")`, `groupby("run_id").ms.median()`;
 - pandas baseline: for every folder, run.json (its start, to order the trend) and `pd.read_csv(trials.csv)`,
   the span's rows, their median.
@@ -58,12 +59,9 @@ def real_run(results: Path) -> tuple[Path, float]:
 
 
 def catalog_medians(results: Path) -> dict[str, float]:
-    from testbed.catalog import span_samples
+    from testbed.catalog import span_columns
 
-    by_run: dict[str, list[float]] = {}
-    for s in span_samples(results, SPAN):
-        by_run.setdefault(s["run_id"], []).append(s["ms"])
-    return {run: statistics.median(ms) for run, ms in by_run.items()}
+    return {run["run_id"]: statistics.median(run["spans"][SPAN].tolist()) for run in span_columns(results, SPAN)}
 
 
 def dataframe_medians(results: Path) -> dict[str, float]:

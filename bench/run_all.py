@@ -678,7 +678,8 @@ def _catalog_rows(f: dict) -> list[tuple[str, str, str, str, str, str]]:
         (
             f"Catalog: a trend query over {n:,} runs of {f['trials']} trials ({f['span']}'s median run by run, "
             f"{f['samples']:,} samples)",
-            f"span_samples + medians {_s(q['catalog'])}; testbed.runs() + groupby {_s(q['dataframe'])}",
+            f"span_columns (as trend reads it) + medians {_s(q['catalog'])}; "
+            f"testbed.runs() + groupby {_s(q['dataframe'])}",
             f"pandas over the folders (run.json + trials.csv each) {_s(q['pandas'])}",
             f"{f['ratio_catalog_vs_pandas']:.2f}x (testbed.runs(): {f['ratio_dataframe_vs_pandas']:.2f}x)",
             "< 1 s",
@@ -825,17 +826,17 @@ that waited, from the configuration ready (light verified) to its answer sent (`
 Baseline: a fabric.apply step's path to the same switch, from its invoke recorded (just before the call leaves for
 the switch's hub) to the first command: the Ray hop and the driver, which a request takes too.""",
     "catalog_scale": """**Catalog at scale** (`bench/catalog_scale.py`). One real `testbed run
-playbooks/ocs-reconfig.yaml --emulate --trials 100` (a subprocess, timed from start to exit; it indexes itself as
-it ends) is copied under new run ids and start times a minute apart (`tests/catalog/catalog_copies.py`) into one
-results folder, which `testbed.catalog.sync` indexes (timed: every copy read and inserted). The query, a `trend`'s
-work: reconfig.total's median run by run for every run, three ways in alternating rounds (the first turns each
-round), which must agree run by run: `span_samples(results, "reconfig.total")` (its sync included: a stat per
-folder) and a median per run; `testbed.runs(results, spans="reconfig.total")` and a pandas `groupby("run_id")`; and
-the script a user writes without the catalog: for every folder, its run.json (the start, to order the trend) and
-`pd.read_csv(trials.csv)`, the span's rows, their median. pandas is imported before the rounds, as in a notebook.
-The copies were just written, so both read from the page cache. Size: catalog.db and its WAL. Indexing's share:
-`index_run` of one copy (what a run's end does, into the catalog of all the copies; the median of 5) over the wall
-time of the 100-trial command.""",
+playbooks/ocs-reconfig.yaml --emulate --trials 100` (a subprocess, timed from start to exit; it indexes itself as it
+ends) is copied under new run ids and start times a minute apart (`tests/catalog/catalog_copies.py`) into one results
+folder, which `testbed.catalog.sync` indexes (timed: every copy read and inserted). The query, a `trend`'s work:
+reconfig.total's median run by run for every run, three ways in alternating rounds (the first turns each round), which
+must agree run by run: `span_columns(results, "reconfig.total")`, what trend, report --across and gate read (its sync
+included: a stat per folder), and a median per run; `testbed.runs(results, spans="reconfig.total")` and a pandas
+`groupby("run_id")`; and the script a user writes without the catalog: for every folder, its run.json (the start, to
+order the trend) and `pd.read_csv(trials.csv)`, the span's rows, their median. pandas is imported before the rounds, as
+in a notebook. The copies were just written, so both read from the page cache. Size: catalog.db and its WAL. Indexing's
+share: `index_run` of one copy (what a run's end does, into the catalog of all the copies; the median of 5) over the
+wall time of the 100-trial command.""",
 }
 
 
