@@ -308,6 +308,11 @@ def test_a_shipped_playbook_runs_on_the_hand_written_lab_and_checks(lab, repo, p
     assert checked.returncode == 0, checked.stdout + checked.stderr
     info = json.loads((run_dir / "run.json").read_text())
     assert info["emulate"] is False and info["inventory"]["name"] == "our-lab"
+    # indexed as it ended, as a lab's run, in the catalog of its results folder (docs/catalog.md)
+    listed = cli(repo, "runs", "--results", str(folder / "results"), "--lab", "--playbook", playbook, "--json")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    runs = {r["folder"]: r for r in json.loads(listed.stdout)}
+    assert runs[run_dir.name]["target"] == "lab" and runs[run_dir.name]["inventory"] == "our-lab"
 
 
 # opus-failover.yaml on the 2048-GPU lab: `testbed emulate playbooks/inventory/opus-2048.yaml` serves all 256
