@@ -99,12 +99,14 @@ def cmd_runs(args, console: Console) -> int:
 
 def _table(runs: list[dict]) -> Table:
     table = Table(title=f"{len(runs)} runs", title_justify="left")
-    table.add_column("run", no_wrap=True)
-    for name in ("status", "inventory", "on", "switches", "trials ok", "s", "commit", "tags"):
-        table.add_column(name, overflow="fold", justify="right" if name in ("trials ok", "s") else "left")
+    # Short cells never wrap; the long ones (run ids, names) fold, so the table still reads in an 80-column terminal.
+    for name in ("run", "status", "inventory", "on", "switches", "trials ok", "s", "commit", "tags"):
+        short = name in ("status", "on", "trials ok", "s", "commit")
+        justify = "right" if name in ("trials ok", "s") else "left"
+        table.add_column(name, no_wrap=short, overflow="ellipsis" if short else "fold", justify=justify)
     for r in runs:
         style = {"ok": "green", "failed": "red", "aborted": "yellow"}.get(r["status"] or "", "")
-        commit = (r["git_commit"] or "-")[:10] + ("+" if r["git_dirty"] else "")
+        commit = (r["git_commit"] or "-")[:8] + ("+" if r["git_dirty"] else "")
         switches = ", ".join(f"{s['name']} ({s['driver']})" for s in r["switches"]) or "-"
         table.add_row(
             escape(r["folder"]),
