@@ -10,6 +10,7 @@ import json
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from testbed.contracts.errors import EXIT_OK
 
@@ -93,30 +94,49 @@ def cmd_runs(args, console: Console) -> int:
     if args.json:
         print(json.dumps(runs, indent=2))
         return EXIT_OK
-    console.print(_table(runs))
+    console.print(_table(runs, console.width))
     return EXIT_OK
 
 
-def _table(runs: list[dict]) -> Table:
+# The columns of `testbed runs`, in order; the optional ones are shown in this order of importance while the
+# terminal has room (the run id, what the other commands take, is always whole).
+COLUMNS = ("run", "status", "inventory", "on", "switches", "trials", "s", "commit", "tags")
+OPTIONAL = ("tags", "inventory", "s", "switches")
+
+
+def _cells(r: dict) -> dict[str, str]:
+    """One run's cells, as text (escaped for rich)."""
+    style = {"ok": "green", "failed": "red", "aborted": "yellow"}.get(r["status"] or "", "")
+    status = escape(str(r["status"]))
+    return {
+        "run": escape(r["folder"]),
+        "status": f"[{style}]{status}[/]" if style else status,
+        "inventory": escape(str(r["inventory"])),
+        "on": r["target"],
+        "switches": escape(", ".join(f"{s['name']} ({s['driver']})" for s in r["switches"]) or "-"),
+        "trials": f"{r['trials_ok']}/{r['trials_planned']}",
+        "s": "-" if r["duration_s"] is None else f"{r['duration_s']:.1f}",
+        "commit": escape((r["git_commit"] or "-")[:8] + ("+" if r["git_dirty"] else "")),
+        "tags": escape(" ".join(r["tags"])),
+    }
+
+
+def _table(runs: list[dict], width: int) -> Table:
+    rows = [_cells(r) for r in runs]
+
+    def needs(name: str) -> int:  # the column's width with its padding and rule, unwrapped
+        return max([len(name), *(len(Text.from_markup(row[name])) for row in rows)]) + 3
+
+    shown = [c for c in COLUMNS if c not in OPTIONAL]
+    used = sum(needs(c) for c in shown) + 1
+    for name in OPTIONAL:
+        if used + needs(name) <= width:
+            shown.append(name)
+            used += needs(name)
+    columns = [c for c in COLUMNS if c in shown]
     table = Table(title=f"{len(runs)} runs", title_justify="left")
-    # Short cells never wrap; the long ones (run ids, names) fold, so the table still reads in an 80-column terminal.
-    for name in ("run", "status", "inventory", "on", "switches", "trials ok", "s", "commit", "tags"):
-        short = name in ("status", "on", "trials ok", "s", "commit")
-        justify = "right" if name in ("trials ok", "s") else "left"
-        table.add_column(name, no_wrap=short, overflow="ellipsis" if short else "fold", justify=justify)
-    for r in runs:
-        style = {"ok": "green", "failed": "red", "aborted": "yellow"}.get(r["status"] or "", "")
-        commit = (r["git_commit"] or "-")[:8] + ("+" if r["git_dirty"] else "")
-        switches = ", ".join(f"{s['name']} ({s['driver']})" for s in r["switches"]) or "-"
-        table.add_row(
-            escape(r["folder"]),
-            f"[{style}]{escape(str(r['status']))}[/]" if style else escape(str(r["status"])),
-            escape(str(r["inventory"])),
-            r["target"],
-            escape(switches),
-            f"{r['trials_ok']}/{r['trials_planned']}",
-            "-" if r["duration_s"] is None else f"{r['duration_s']:.1f}",
-            escape(commit),
-            escape(" ".join(r["tags"])),
-        )
+    for name in columns:
+        table.add_column(name, no_wrap=True, justify="right" if name in ("trials", "s") else "left")
+    for row in rows:
+        table.add_row(*(row[c] for c in columns))
     return table
