@@ -85,7 +85,10 @@ def pandas_medians(results: Path) -> dict[str, float]:
 
 
 def catalog_bytes(results: Path) -> int:
-    return sum(p.stat().st_size for p in results.glob("catalog.db*"))
+    from testbed.catalog.schema import catalog_path
+
+    db = catalog_path(results)
+    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
 
 
 def measure(runs: int = 1000, rounds: int = 3, console: Console | None = None) -> dict:
@@ -93,6 +96,9 @@ def measure(runs: int = 1000, rounds: int = 3, console: Console | None = None) -
 
     console = console or Console()
     work = Path(tempfile.mkdtemp(prefix="bench-catalog-"))
+    # The catalogs (the real run's and the copies') beside the folders, removed with them, not in the user's cache;
+    # the real run's subprocess inherits it.
+    os.environ["TESTBED_CATALOG_DIR"] = str(work / "catalogs")
     try:
         source, command_s = real_run(work / "source")
         console.print(f"a {TRIALS}-trial run: {command_s:.1f} s ({source.name})")

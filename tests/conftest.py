@@ -18,6 +18,8 @@ os.environ["TESTBED_STRICT_EVENTS"] = "1"
 # The lab's leases of every run on a lab under test (and of the Ray clusters tests start) in a folder of this
 # session's, never the machine's shared /var/tmp.
 os.environ["TESTBED_LEASE_DIR"] = tempfile.mkdtemp(prefix="testbed-leases-")
+# The catalogs of the runs tests make, likewise in a folder of this session's, not the user's cache.
+os.environ["TESTBED_CATALOG_DIR"] = tempfile.mkdtemp(prefix="testbed-catalogs-")
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_INVENTORY = REPO / "playbooks" / "inventory" / "emulated-rack.yaml"

@@ -1,5 +1,5 @@
-"""The catalog: every run under a results folder indexed in one SQLite file (<results>/catalog.db), which the run
-folders can always rebuild (docs/catalog.md).
+"""The catalog: every run under a results folder indexed in one SQLite file (in the user's cache, one per results
+folder), which the run folders can always rebuild (docs/catalog.md).
 """
 
 from testbed.catalog.annotations import add_note, add_tag

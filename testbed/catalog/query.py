@@ -17,7 +17,7 @@ import numpy as np
 
 from testbed.catalog.folder import RUN_FILE, iso
 from testbed.catalog.index import sync
-from testbed.catalog.schema import connect
+from testbed.catalog.schema import catalog_path, connect
 from testbed.contracts.errors import UserError
 
 DEFAULT_RESULTS = "results"  # where `testbed run` writes (its --results default)
@@ -257,8 +257,8 @@ def _catalogs(results_dirs, sync_first: bool):
             conn = connect(results)
         except sqlite3.Error as exc:
             raise UserError(
-                f"{results / 'catalog.db'}: cannot open the catalog ({exc}); `testbed runs --reindex` "
-                "rebuilds it from the run folders"
+                f"{catalog_path(results)} (the catalog of {results}): cannot open it ({exc}); "
+                "`testbed runs --reindex` rebuilds it from the run folders"
             ) from None
         yield results, conn
 

@@ -6,10 +6,11 @@ rebuilt from the folders rather than migrated.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sqlite3
 from pathlib import Path
 
-CATALOG_FILE = "catalog.db"
 SCHEMA_VERSION = 3
 # A run ending while another process writes waits this long for the lock; SQLite's writer holds it for the time
 # of one run's insert (milliseconds), or a whole reindex (seconds).
@@ -56,8 +57,23 @@ INDEXES = (
 CHILD_TABLES = tuple(t for t in TABLES if t != "runs")
 
 
+def catalog_dir() -> Path:
+    """Where this user's catalogs live: $TESTBED_CATALOG_DIR, else the user's cache folder.
+
+    Not in the results folder: that folder holds run folders only (scripts list it), may be shared with other users
+    (who could rewrite a file there) or read-only, and the catalog is derived data, rebuilt from it at will.
+    """
+    env = os.environ.get("TESTBED_CATALOG_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "testbed" / "catalogs"
+
+
 def catalog_path(results_dir: Path) -> Path:
-    return Path(results_dir) / CATALOG_FILE
+    """The catalog of one results folder: one file per folder (by its resolved path) in this user's catalog_dir."""
+    resolved = Path(results_dir).resolve()
+    key = hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
+    return catalog_dir() / f"{resolved.name}-{key}.db"
 
 
 def connect(results_dir: Path) -> sqlite3.Connection:
@@ -68,6 +84,7 @@ def connect(results_dir: Path) -> sqlite3.Connection:
     writer takes the lock before it reads what it will change.
     """
     path = catalog_path(results_dir)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # private: no other user writes this user's numbers
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")

@@ -65,7 +65,7 @@ def add_parsers(sub) -> None:
 
 
 def _out_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", metavar="DIR", help="folder for the figures (default: the first results folder)")
+    p.add_argument("--out", metavar="DIR", help="folder for the figures (default: the current folder)")
 
 
 def _dirs(args) -> list[Path]:
@@ -75,7 +75,8 @@ def _dirs(args) -> list[Path]:
 
 
 def _out_dir(args) -> Path:
-    return Path(args.out) if args.out else _dirs(args)[0]
+    # As `testbed export`: where the user is (a results folder holds run folders only; scripts list it).
+    return Path(args.out) if args.out else Path.cwd()
 
 
 def _safe(name: str) -> str:

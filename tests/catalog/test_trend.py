@@ -49,7 +49,7 @@ def test_run_by_run_each_row_is_the_runs_summary_oldest_first(results, tmp_path,
     assert f"wrote {png}" in out and imread(png).shape[0] > 100
 
 
-def test_commit_by_commit_pools_each_commits_runs(results, tmp_path, capsys):
+def test_commit_by_commit_pools_each_commits_runs(results, tmp_path, capsys, monkeypatch):
     mine = tmp_path / "results"
     mine.mkdir()
     runs = select_runs(results, tag="baseline")
@@ -64,10 +64,12 @@ def test_commit_by_commit_pools_each_commits_runs(results, tmp_path, capsys):
     first_two = [x for run in runs[:2] for x in folder_samples(Path(run["path"]), SPAN)]
     assert {k: rows[0][k] for k in summarize(first_two)} == summarize(first_two)
     capsys.readouterr()
+    monkeypatch.chdir(tmp_path)  # the figure goes where the user is, not among the run folders
     assert main(["trend", SPAN, "--results", str(mine), "--by", "commit"]) == 0
     out = capsys.readouterr().out
     assert "commit by commit" in out and "aaaaaaaaaa" in out and "bbbbbbbbbb" in out
-    assert imread(mine / f"trend_{SPAN}_by_commit.png").shape[0] > 100
+    assert imread(tmp_path / f"trend_{SPAN}_by_commit.png").shape[0] > 100
+    assert all(p.is_dir() for p in mine.iterdir())  # the results folder holds run folders only
     shutil.rmtree(mine)
 
 
