@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
 import pyvisa
+from processes import stop_with_ctrl_c
 
 
 def test_plain_pyvisa_client_speaks_scpi_to_the_printed_endpoint(repo):
@@ -78,12 +78,7 @@ def printed_command(repo, inventory: str, role: str) -> tuple[subprocess.Popen, 
 
 
 def stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(15)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    stop_with_ctrl_c(proc, timeout=30)
 
 
 @pytest.mark.parametrize(

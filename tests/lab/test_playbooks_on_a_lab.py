@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from failover_every_kind import assert_each_failover_replaced_the_host_its_fault_hit, playbook
 from peers import require_peer
+from processes import stop_with_ctrl_c
 
 from testbed.faults.transport import ToxiproxyApi
 
@@ -132,8 +133,7 @@ def emulated_lab(repo: Path, *args: str):
         assert lines and lines[-1].startswith("running;"), "".join(lines) + (proc.stderr.read() if proc.poll() else "")
         yield "".join(lines)
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        stop_with_ctrl_c(proc)
 
 
 @pytest.fixture(scope="module")

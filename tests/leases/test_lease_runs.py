@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from accounts import BOB, as_account, needs_root, shared_folder
+from processes import stop_with_ctrl_c
 
 from testbed.config.transports import VisaTransport
 from testbed.leases import Holder, lease_store
@@ -78,8 +79,7 @@ def switch(tmp_path_factory, repo):
         resource = m.group(1) if m else None
     assert resource, "".join(lines)
     yield resource
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=30)
+    stop_with_ctrl_c(proc, timeout=30)
 
 
 @pytest.fixture(scope="module")
