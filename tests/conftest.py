@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -114,3 +115,27 @@ def every_fixture_run_closes_its_operations_and_heals_its_faults(tmp_path_factor
         if not any(Path(folder).is_relative_to(excluded) for excluded in _unchecked)
     }
     assert problems == {}, f"runs that left an operation open or a fault active: {problems}"
+
+
+# --- every test leaves the process's signal dispositions as it found them -----------------------------------------
+
+# A test session started as a background job of a non-interactive shell inherits SIGINT and SIGQUIT ignored, and so
+# would every command it starts: the tests that stop one with Ctrl-C, as a user does, would hang. Python's own
+# handling of Ctrl-C, as in a terminal (and for the commands: the default, at exec).
+for _sig, _handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGQUIT, signal.SIG_DFL)):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, _handler)
+
+# A signal ignored here is ignored by every command a later test starts (an ignored disposition survives exec): a
+# Ctrl-C would no longer stop them. And in a user's notebook, testbed leaving SIGINT ignored would be the same bug.
+WATCHED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+@pytest.fixture(autouse=True)
+def _signal_dispositions_kept():
+    before = {sig: signal.getsignal(sig) for sig in WATCHED_SIGNALS}
+    yield
+    changed = {sig.name: signal.getsignal(sig) for sig, handler in before.items() if signal.getsignal(sig) != handler}
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+    assert not changed, f"the test left these signals' handlers changed: {changed}"
