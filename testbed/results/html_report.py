@@ -26,7 +26,14 @@ from pathlib import Path
 
 from testbed.contracts.errors import UserError
 from testbed.events import read_jsonl
-from testbed.results.milestones import MILESTONES, SEGMENTS, milestone_prefixes, segments_of, trial_milestones
+from testbed.results.milestones import (
+    MILESTONES,
+    SEGMENTS,
+    milestone_prefixes,
+    milestone_segments,
+    segments_of,
+    trial_milestones,
+)
 from testbed.results.report import load_summary
 
 DEFAULT_FILE = "report.html"
@@ -159,18 +166,7 @@ SPAN_COLUMNS = ("span", "n", "p50 ms", "p50 95% CI", "p90 ms", "p99 ms", "max ms
 
 
 def _ordered_milestone_spans(spans: dict, prefix: str) -> dict:
-    head = prefix + "."
-
-    def order(segment: str) -> tuple[int, int, str]:
-        if segment == "total":
-            return (len(SEGMENTS) + 1, 0, segment)
-        parts = segment.split("+")
-        if all(p in SEGMENTS for p in parts):
-            return (SEGMENTS.index(parts[0]), len(parts), segment)
-        return (len(SEGMENTS), 0, segment)
-
-    segments = sorted((n[len(head) :] for n in spans if n.startswith(head)), key=order)
-    return {head + segment: spans[head + segment] for segment in segments}
+    return {f"{prefix}.{segment}": spans[f"{prefix}.{segment}"] for segment in milestone_segments(spans, prefix)}
 
 
 def faults(events: list[dict]) -> list[dict]:

@@ -146,6 +146,23 @@ def measure_name(segment: str, measure: str = MEASURE_PREFIX) -> str:
     return f"{measure}.{segment}"
 
 
+def milestone_segments(span_names: Iterable[str], prefix: str) -> list[str]:
+    """The segments of measure `prefix` among the span names, in milestone order: the segments, merged segments
+    after their first part, other spans of the measure, then the total.
+    """
+    head = prefix + "."
+
+    def order(segment: str) -> tuple[int, int, str]:
+        if segment == "total":
+            return (len(SEGMENTS) + 1, 0, segment)
+        parts = segment.split("+")
+        if all(p in SEGMENTS for p in parts):
+            return (SEGMENTS.index(parts[0]), len(parts), segment)
+        return (len(SEGMENTS), 0, segment)  # another span of this measure: after the segments
+
+    return sorted((n[len(head) :] for n in span_names if n.startswith(head)), key=order)
+
+
 def milestone_prefixes(span_names: Iterable[str]) -> list[str]:
     """Measure names (`failover`, or a playbook's own `measure:`) that have milestone segments among the
     span names, in order of first appearance.

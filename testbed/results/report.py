@@ -11,7 +11,7 @@ from rich.table import Table
 from testbed.contracts.errors import UserError
 from testbed.fabric_service.share_table import framework_share_table
 from testbed.results.collective_view import collective_tables
-from testbed.results.milestones import SEGMENTS, milestone_prefixes
+from testbed.results.milestones import milestone_prefixes, milestone_segments
 
 
 def load_summary(run_dir: Path) -> dict:
@@ -148,18 +148,8 @@ def milestone_tables(summary: dict) -> list:
     spans = summary.get("spans", {})
     tables = []
     for prefix in milestone_prefixes(spans):
-        head = prefix + "."
-
-        def order(segment: str) -> tuple[int, int, str]:
-            if segment == "total":
-                return (len(SEGMENTS) + 1, 0, segment)
-            parts = segment.split("+")
-            if all(p in SEGMENTS for p in parts):
-                return (SEGMENTS.index(parts[0]), len(parts), segment)
-            return (len(SEGMENTS), 0, segment)  # another span of this measure: after the segments
-
-        segments = sorted((n[len(head) :] for n in spans if n.startswith(head)), key=order)
-        ordered = {segment: spans[head + segment] for segment in segments}
+        segments = milestone_segments(spans, prefix)
+        ordered = {segment: spans[f"{prefix}.{segment}"] for segment in segments}
         tables.append(spans_table(ordered, f"{prefix} milestones (segment = previous milestone -> this one; ms)"))
     return tables
 
