@@ -124,6 +124,7 @@ class ManagementNetwork:
     hosts: list[str]
     subnet: ipaddress.IPv4Network | None = None
     addresses: dict[str, str] = field(default_factory=dict)  # host -> its address
+    data_subnet: ipaddress.IPv4Network | None = None  # the kernel data plane's (emulators/dataplane/kernel.py)
     namespaces: dict[str, str] = field(default_factory=dict)  # host -> its namespace's name
     _made: list[str] = field(default_factory=list)  # namespaces made, for down()
 
@@ -164,6 +165,9 @@ class ManagementNetwork:
             index = ipr.link_lookup(ifname=self.bridge)[0]
             ipr.addr("add", index=index, address=self.gateway, prefixlen=self.subnet.prefixlen)
             ipr.link("set", index=index, state="up")
+            # Data addresses live only inside the hosts' namespaces; the subnet differs from the management one
+            # (now a route here, so passed over) for a host's routes to tell the two apart.
+            self.data_subnet = self.data_subnet or free_subnet(self.tag, ipr)
 
     def _host_up(self, ipr, index: int, host: str) -> None:
         from pyroute2 import IPRoute, netns
@@ -195,6 +199,7 @@ class ManagementNetwork:
             "subnet": str(self.subnet),
             "gateway": self.gateway,
             "bridge": self.bridge,
+            "data_subnet": str(self.data_subnet),
             "hosts": {h: {"netns": self.namespaces[h], "address": self.addresses[h]} for h in self.hosts},
         }
 

@@ -50,6 +50,8 @@ Twin-wide control ops ("device": null):
     dataplane.path   src_host, src_port, dst_host, dst_port -> {lit, forward: {lit, why}, backward: ...}
     dataplane.state  {now, check_interval_ms, fibres, relays: [...], totals, events}
     dataplane.reset  every relay closed (open connections reset), counters cleared
+    dataplane.routes links: [[host, port, peer, peer_port], ...] -> {host: routes}: with --netns, a launch's
+                     routes on the kernel data plane (emulators/dataplane/kernel.py), which replaces the relays
 
 BMCs: every GPU host also has a BMC speaking Redfish on HTTPS (emulators/redfish), announced with the host's
 endpoints as "redfish" (https://127.0.0.1:PORT), "redfish_ca" (the certificate to verify it with) and
@@ -86,6 +88,7 @@ from typing import IO, Any
 
 from emulators.control import TwinControl
 from emulators.dataplane import DataPlane
+from emulators.dataplane.kernel import DATA_IFNAME, KernelPlane, data_subnet_addresses
 from emulators.devices import EmulatedDevice, build_device
 from emulators.endpoints import precise_event_loop
 from emulators.proxy import FaultProxy, ProxyServer
@@ -134,6 +137,7 @@ class TwinServer:
         self._seeds = {d.name: int(getattr(d, "seed", 0)) for d in spec.devices}
         self.proxies: dict[str, FaultProxy] = {}
         self.network = None  # emulators.netns.ManagementNetwork, with --netns
+        self.kernel: KernelPlane | None = None  # the kernel data plane, with --netns
         if spec.netns:
             from emulators.netns import ManagementNetwork
 
@@ -156,11 +160,29 @@ class TwinServer:
         self.endpoints = Endpoints(control=f"127.0.0.1:{port}")
         if self.network is not None:
             _off_the_loop(self.network.up)  # first: every host's namespace exists before anything listens in it
+            self.kernel = KernelPlane(
+                self.dataplane.paths,
+                self.network.tag,
+                self.network.namespaces,
+                data_subnet_addresses(self.network.data_subnet, self.network.hosts),
+            )
+            self.kernel.up()
             for host in self.network.hosts:
-                self.devices[host].place(self.network.namespaces[host], self.network.addresses[host])
+                # A lab host's profile names the interface that holds its data address, for PyTorch's gloo
+                self.devices[host].place(
+                    self.network.namespaces[host],
+                    self.network.addresses[host],
+                    profile={"GLOO_SOCKET_IFNAME": DATA_IFNAME},
+                )
             self.dataplane.listen = self.network.gateway
             self.dataplane.addresses = dict(self.network.addresses)
-            self.endpoints.netns = self.network.describe()
+            self.dataplane.kernel = self.kernel
+            self.kernel.watch(loop)
+            self.endpoints.netns = {
+                **self.network.describe(),
+                "fabric": self.kernel.namespace,
+                "data": dict(self.kernel.addresses),
+            }
         for name, device in self.devices.items():
             endpoints = {"kind": device.kind, **await device.start(loop)}
             if self.fault_proxy and "tcp" in endpoints:
@@ -233,6 +255,8 @@ class TwinServer:
         try:
             await self._close_servers()
         finally:
+            if self.kernel is not None:  # its netlink sockets hold the namespaces: closed before they go
+                self.kernel.close()
             if self.network is not None:  # last, whatever failed before: the processes left in it go with it
                 _off_the_loop(self.network.down)
 

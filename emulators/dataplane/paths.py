@@ -216,6 +216,47 @@ class LightPaths:
             return True, f"{', '.join(steps)} ({loss:.2f} dB of {budget:.2f} dB)"
         return True, steps[0]
 
+    def landing(self, src: FibreEnd, now: float, cache: dict | None = None) -> tuple[FibreEnd | None, str]:
+        """Whose receiver the light src transmits reaches now, if any: (that host port, why) or (None, why).
+        The light is followed where the switches send it (an OCS's circuit, the output a chip carries most of
+        an input to, trunks on to the next switch), then `hop` checks the whole way (ports enabled and still,
+        the chip's share, the loss budget), so the answer is hop's for the one receiver the light can reach.
+        """
+        switch, ingress = src.switch, src.ingress
+        crossed: set[TrunkFibre] = set()
+        while True:
+            device = self.devices.get(switch)
+            kind = getattr(device, "kind", None)
+            if kind == "ocs":
+                egress = device.engine.conn.get(ingress)
+                if egress is None:
+                    return None, f"{switch} holds no circuit from {ingress}"
+            elif kind == "photonic_mesh":
+                chip = device.chip
+                if not 1 <= ingress <= chip.n:
+                    return None, f"{switch}: {ingress} is not an input (1..{chip.n})"
+                power = None if cache is None else cache.get(switch)
+                if power is None:
+                    power = np.abs(chip.transfer(now)) ** 2
+                    if cache is not None:
+                        cache[switch] = power
+                egress = chip.n + 1 + int(np.argmax(power[:, ingress - 1]))
+            elif device is None:
+                return None, f"switch {switch!r} is not emulated in this twin"
+            else:
+                return None, f"device {switch!r} ({kind}) is not a switch"
+            receiver = self.receivers.get((switch, egress))
+            if receiver is not None:
+                lit, why = self.hop(src, receiver, now, cache)
+                return (receiver if lit else None), why
+            trunk = self.trunks.get((switch, egress))
+            if trunk is None:
+                return None, f"{switch} sends {src.label}'s light out of {egress}, where no fibre is"
+            if trunk in crossed:
+                return None, f"light from {src.label} loops"
+            crossed.add(trunk)
+            switch, ingress = trunk.dst, trunk.ingress
+
     def path(
         self, a_host: str, a_port: str, b_host: str, b_port: str, now: float, cache: dict | None = None
     ) -> dict[str, Any]:

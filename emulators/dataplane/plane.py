@@ -325,6 +325,8 @@ class DataPlane:
         self.relays: dict[tuple[str, str, str, str, int], Relay] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=HISTORY)
         self._timer: asyncio.TimerHandle | None = None
+        # With --netns the job's traffic crosses the kernel (emulators/dataplane/kernel.py), not these relays.
+        self.kernel: Any = None
 
     # ---- control ops ----------------------------------------------------------------------------
 
@@ -346,9 +348,16 @@ class DataPlane:
         """Is there a light path between two host ports right now (both directions, with reasons)?"""
         return self.paths.path(src_host, src_port, dst_host, dst_port, time.monotonic())
 
+    def routes(self, links: list) -> dict[str, int]:
+        """With --netns: a launch's routes over its links (KernelPlane.routes)."""
+        if self.kernel is None:
+            raise ValueError("routes are the kernel data plane's: start the twin with --netns")
+        return self.kernel.routes(links)
+
     def state(self) -> dict[str, Any]:
         now, cache = time.monotonic(), {}
         relays = [r.state(now, cache) for r in self.relays.values()]
+        kernel = self.kernel.state() if self.kernel is not None else None
         return {
             "now": now,
             "check_interval_ms": self.check_interval_s * 1000,
@@ -361,8 +370,10 @@ class DataPlane:
                 "refused": sum(r["refused"] for r in relays),
                 "cut": sum(r["cut"] for r in relays),
                 "bytes": sum(r["bytes_forward"] + r["bytes_backward"] for r in relays),
+                **({"kernel_bytes": sum(d["bytes"] for d in kernel["directions"])} if kernel else {}),
             },
             "events": list(self.events),
+            **({"kernel": kernel} if kernel else {}),
         }
 
     def reset(self) -> None:
@@ -386,9 +397,10 @@ class DataPlane:
             "dataplane.path": self.path,
             "dataplane.state": self.state,
             "dataplane.reset": self.reset,
+            "dataplane.routes": self.routes,
         }.get(op)
         if handler is None:
-            return {"ok": False, "error": f"unknown op {op!r} (dataplane ops: link, path, state, reset)"}
+            return {"ok": False, "error": f"unknown op {op!r} (dataplane ops: link, path, state, reset, routes)"}
         try:
             return {"ok": True, "result": handler(**args)}
         except Exception as exc:  # bad arguments, unknown host ports: the caller gets the message

@@ -31,12 +31,14 @@ class GpuHostAdapter:
         self._closed = False
         self.netns: str | None = None  # the host's network namespace (--netns), None on loopback
 
-    def place(self, netns: str, address: str) -> None:
+    def place(self, netns: str, address: str, profile: dict[str, str] | None = None) -> None:
         """The host lives in network namespace `netns` at `address`: its SSH server listens there, and every
-        process it starts (ranks, torchrun, agents) starts there. Called before `start`.
+        process it starts (ranks, torchrun, agents) starts there, with `profile` in its environment (a job's
+        own environment overrides it). Called before `start`.
         """
         self.netns = netns
         self.engine.netns = netns
+        self.engine.profile = dict(profile or {})
         self.server.bind = address
 
     def _listen(self) -> None:

@@ -120,6 +120,7 @@ class GpuHostEngine:
         self.kernel = self._boot_log()
         self.on_power: Callable[[bool], None] | None = None  # the SSH server listens / stops listening
         self.netns: str | None = None  # with --netns: the host's network namespace, where its processes start
+        self.profile: dict[str, str] = {}  # with --netns: what a lab host's login environment would add (place)
         self.truth: GroundTruth | None = None  # the twin's ground-truth log, when the twin keeps one
         # Bumped and notified whenever the host appends a job's output to its log file: `tail -F` wakes on
         # it at once, as GNU tail does on inotify, instead of finding the data on its next poll.
@@ -166,6 +167,7 @@ class GpuHostEngine:
         }
         if os.environ.get("PYTHONPATH"):  # the twin's own import path: run the same testbed-train
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        env.update(self.profile)
         env.update(assignments)
         return env
 

@@ -299,8 +299,14 @@ def _job_controller(plan: Plan, inv: Inventory, coordinator: Coordinator, twin, 
     """
 
     def address_of(host: str) -> str:
-        # Emulated ranks run on this machine, on loopback or (--netns) in their host's namespace at its management
+        # Emulated ranks run on this machine, on loopback or (--netns) in their host's namespace at its data
         # address (docs/netns.md); on a lab, ranks reach each other at the host's address.
+        if emulate:
+            return twin.rank_address(host) if twin is not None else "127.0.0.1"
+        return getattr(inv.devices[host].transport, "host", host)
+
+    def management_of(host: str) -> str:
+        # Where the control side reaches the host (the fabric service looks up its route there)
         if emulate:
             return twin.host_address(host) if twin is not None else "127.0.0.1"
         return getattr(inv.devices[host].transport, "host", host)
@@ -309,10 +315,12 @@ def _job_controller(plan: Plan, inv: Inventory, coordinator: Coordinator, twin, 
         coordinator,
         plan.playbook.job,
         address_of,
+        management_of=management_of,
         inventory=inv,
         managed=plan.job_managed,
         seed=plan.seed,
         link=twin.dataplane_link if twin is not None else None,
+        commit=twin.dataplane_commit if twin is not None else None,
         plane=(lambda: twin.call(None, "dataplane.state")) if twin is not None else None,
     )
 

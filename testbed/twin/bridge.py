@@ -132,6 +132,7 @@ class TwinHandle:
         self.control = process.control
         self.endpoints = process.endpoints.to_json()
         self.pid = process.process.pid
+        self._links: list[list[str]] = []  # the launch being built's links, on the kernel data plane (--netns)
 
     @property
     def netns(self) -> dict | None:
@@ -143,6 +144,15 @@ class TwinHandle:
         network = self.netns
         if network is not None and host in network["hosts"]:
             return network["hosts"][host]["address"]
+        return "127.0.0.1"
+
+    def rank_address(self, host: str) -> str:
+        """Where `host`'s ranks listen and are reached by the other ranks: its data address on the kernel data
+        plane with --netns (docs/netns.md), else loopback.
+        """
+        network = self.netns
+        if network is not None and host in network.get("data", {}):
+            return network["data"][host]
         return "127.0.0.1"
 
     def call(self, device: str | None, op: str, **args: Any) -> Any:
@@ -164,9 +174,23 @@ class TwinHandle:
         return self.control.call(device, "transfer_power")
 
     def dataplane_link(self, src_host: str, src_port: str, dst_host: str, dst_port: str, target_port: int) -> str:
-        """The data plane's relay from src_host:src_port to the rank behind dst_host:dst_port."""
+        """The address src_host:src_port uses to reach the rank behind dst_host:dst_port: on loopback the data
+        plane's relay; with --netns the rank's own address on the kernel data plane, the link kept for the
+        launch's routes (`dataplane_commit`).
+        """
+        if self.netns is not None and "data" in self.netns:
+            self._links.append([src_host, src_port, dst_host, dst_port])
+            return f"{self.rank_address(dst_host)}:{target_port}"
         args = dict(src_host=src_host, src_port=src_port, dst_host=dst_host, dst_port=dst_port)
         return self.control.call(None, "dataplane.link", **args, target_port=target_port)
+
+    def dataplane_commit(self) -> None:
+        """A launch's links are all given: with --netns, its hosts' routes over them, in place before any rank
+        starts; nothing on loopback, where each link is a relay already.
+        """
+        links, self._links = self._links, []
+        if self.netns is not None and "data" in self.netns:
+            self.control.call(None, "dataplane.routes", links=links)
 
     def clock(self, samples: int = 5) -> dict:
         """The twin's monotonic clock minus ours, by Cristian's method (the shortest round trip bounds the

@@ -47,6 +47,10 @@ def assert_nothing_left(tag: str) -> None:
     assert netns.leftovers(tag) == {"namespaces": [], "links": [], "processes": []}
 
 
+def _audit(run_dir: Path) -> str:
+    return (run_dir / "audit.jsonl").read_text()
+
+
 def check(repo: Path, run_dir: Path) -> None:
     proc = cli("check", str(run_dir), cwd=repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -66,14 +70,16 @@ def test_gpu_health_on_hosts_in_namespaces(repo, tmp_path):
 
 
 def test_gpu_failover_on_hosts_in_namespaces(repo, tmp_path):
-    """Each rank listens on its host's management address, which exists only inside the host's namespace: the
-    run's ranks could not have started anywhere else. Their ring crossed the twin's data plane, whose relays
-    listen on the control side's address on the management network.
+    """Each rank listens on its host's data address, which exists only inside the host's namespace: the run's ranks
+    could not have started anywhere else. Their ring crossed the kernel data plane, no relay.
     """
     run_dir = run_netns(repo, tmp_path, "playbooks/gpu-failover.yaml", "--trials", "3")
     network = network_of(run_dir)
     info = json.loads((run_dir / "run.json").read_text())
-    assert info["twin_dataplane"]["bytes"] > 0 and info["twin_dataplane"]["refused"] == 0
+    assert info["twin_dataplane"]["kernel_bytes"] > 0 and info["twin_dataplane"]["relays"] == 0
+    data = set(network["data"].values())
+    peers = {p.rpartition(":")[0] for p in ",".join(re.findall(r"TESTBED_PEERS=(\S+)", _audit(run_dir))).split(",")}
+    assert peers and peers <= data
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok"
     check(repo, run_dir)
@@ -206,8 +212,8 @@ steps:
 
 
 def test_torchrun_rendezvous_at_node_0s_own_address(repo, tmp_path):
-    """torchrun's rendezvous endpoint (and so MASTER_ADDR) is node 0's host's management address; after rank 0's
-    failover it is the spare's, which took node 0.
+    """torchrun's rendezvous endpoint (and so MASTER_ADDR) is node 0's host's management address, as a lab's host
+    name gives; after rank 0's failover it is the spare's, which took node 0.
     """
     playbook = tmp_path / "torchrun.yaml"
     playbook.write_text(TORCHRUN)
@@ -221,3 +227,93 @@ def test_torchrun_rendezvous_at_node_0s_own_address(repo, tmp_path):
     assert endpoints - {hosts["gpu01"]["address"]} <= spares and endpoints & spares  # the relaunch: the spare's
     check(repo, run_dir)
     assert_nothing_left(network_of(run_dir)["tag"])
+
+
+def test_torch_failover_sends_its_gloo_traffic_over_the_circuits(repo, tmp_path):
+    """playbooks/torch-failover.yaml: a real PyTorch DDP job whose gloo traffic crosses the kernel data plane (its
+    ranks can reach each other nowhere else: the data addresses are routed over the ports only), rewired through
+    the spare by the failover.
+    """
+    require_peer("torch", "torch-failover runs a real PyTorch job: pip install 'testbed[torch]'")
+    run_dir = run_netns(repo, tmp_path, "playbooks/torch-failover.yaml", "--trials", "1")
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["twin_dataplane"]["relays"] == 0
+    assert info["twin_dataplane"]["kernel_bytes"] > 500_000  # a DDP model's gradients, many steps
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok"
+    check(repo, run_dir)
+    assert_nothing_left(network_of(run_dir)["tag"])
+
+
+TORCH = """\
+name: torch-{name}
+trials: 1
+on_failure: continue
+job:
+  command: [testbed-torch-train, --steps, "1000000", --dim, "16", --hidden, "32", --step-time, "0.02",
+            --checkpoint-every, "10", --timeout, "3"]
+  ranks: [gpu01, gpu02, gpu03, gpu04]
+  launcher: torchrun
+  env: {{TESTBED_TWIN_TORCHRUN: real}}
+  fabric: {{topology: ring, port: p0, reverse_port: p1, verify_light: false}}
+steps:
+  - {{action: job.start, wait_steps: 12}}
+{steps}
+  - {{action: job.stop}}
+"""
+
+
+def _torch_fails(repo: Path, tmp_path: Path, name: str, steps: str, inventory: Path) -> tuple[Path, str]:
+    require_peer("torch", "a real PyTorch job: pip install 'testbed[torch]'")
+    playbook = tmp_path / f"{name}.yaml"
+    playbook.write_text(TORCH.format(name=name, steps=steps))
+    proc = cli(
+        "run",
+        str(playbook),
+        "--emulate",
+        "--netns",
+        "--inventory",
+        str(inventory),
+        "--results",
+        str(tmp_path / "r"),
+        cwd=repo,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    run_dir = Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    check(repo, run_dir)
+    assert_nothing_left(network_of(run_dir)["tag"])
+    return run_dir, proc.stderr
+
+
+def test_a_link_down_on_a_circuit_the_torch_job_uses_breaks_it(repo, tmp_path):
+    """gpu01:p0 carries ranks 0 -> 1 of the ring; no route goes round it, so gloo's collectives stall and the job
+    fails with its own timeout, which the run reports.
+    """
+    steps = """\
+  - {action: fault.inject, fault: {kind: link.down, link: "gpu01:p0"}, duration_ms: 6000}
+  - {action: job.measure, steps: 20, timeout_ms: 15000}"""
+    _, err = _torch_fails(repo, tmp_path, "link-down", steps, repo / "playbooks/inventory/emulated-rack.yaml")
+    assert "received: 'error: rank" in err and "did not answer" in err, err  # its own words, in the run's error
+
+
+def test_a_torch_failover_rewired_to_the_wrong_ports_breaks_the_job(repo, tmp_path):
+    """The spares' p0 fibres land on other switch ports than the fibre map says (test_failover_miscabled's lab)
+    and no light check stops the failover: the relaunched job's ring has no path to the spare, and it fails with
+    its own error.
+    """
+    from test_failover_miscabled import MISCABLED
+
+    text = (repo / "playbooks/inventory/emulated-rack.yaml").read_text()
+    for host, ingress, egress, real_in, real_out in MISCABLED:
+        right = f"{{host: {host}, port: p0, switch: ocs1, ingress: {ingress}, egress: {egress}}}"
+        text = text.replace(right, right[:-1] + f", emulation: {{ingress: {real_in}, egress: {real_out}}}}}")
+    inventory = tmp_path / "miscabled-rack.yaml"
+    inventory.write_text(text)
+    steps = "  - {action: failover, fault: {kind: gpu.fail}, heartbeat_ms: 50, timeout_ms: 30000}"
+    run_dir, err = _torch_fails(repo, tmp_path, "miscabled", steps, inventory)
+    ops = {json.loads(line)["op"] for line in (run_dir / "events.jsonl").read_text().splitlines()}
+    assert "job_relaunched" in ops and "failover.total" not in ops
+    assert "received: 'error: rank" in err and "gloo" in err.lower(), err  # its own words, in the run's error

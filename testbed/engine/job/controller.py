@@ -36,15 +36,18 @@ class JobController:
         job: Job,
         address_of: Callable[[str], str],
         *,
+        management_of: Callable[[str], str] | None = None,
         inventory: Inventory | None = None,
         managed: dict[str, tuple[int, ...]] | None = None,
         seed: int = 0,
         link: RelayLink | None = None,
+        commit: Callable[[], None] | None = None,
         plane: Callable[[], dict] | None = None,
     ) -> None:
         self.c = coordinator  # testbed.engine.coordinator.Coordinator; its dispatcher has a watcher per host
         self.job = job
         self.address_of = address_of  # host -> the address its ranks are reached at (data plane)
+        self.management_of = management_of or address_of  # host -> where the control side reaches it
         self.inventory = inventory
         self.managed = managed or {}  # switch -> ports the job's fabric owns
         self.seed = seed
@@ -52,6 +55,7 @@ class JobController:
         # the twin's data-plane relay, so a rank reaches its neighbour only along circuits the switches hold
         # (None: direct, as on a lab)
         self.link = link
+        self.commit = commit  # every link of a launch given: the twin's data plane sets up its routes (--netns)
         self.plane = plane  # the twin's data plane's state (relays and their byte counts); None on a lab
         self.spare_use: dict[str, int] = {}
         self.failovers = 0
@@ -115,7 +119,14 @@ class JobController:
             self.starts += 1
         if self.served is not None:
             self.served.relaunched()
-        layout = Layout.of(self.ranks, self._listen_ports(), self.address_of, fabric=self.job.fabric, link=self.link)
+        layout = Layout.of(
+            self.ranks,
+            self._listen_ports(),
+            self.address_of,
+            fabric=self.job.fabric,
+            link=self.link,
+            rendezvous_of=self.management_of,  # as on a lab: node 0's host address, on the management network
+        )
         self.ports = layout.ports  # before the launch: a step's rank_env reads them
         self.launches += 1
         launch = Launch(
@@ -131,7 +142,10 @@ class JobController:
             timeout_s=timeout_s,
         )
         launcher = self.launcher
-        started = launcher.started(launch, self.c.dispatch(launcher.programs(launch)))
+        programs = launcher.programs(launch)  # the ranks' environments: every link of the launch is given
+        if self.commit is not None:
+            self.commit()
+        started = launcher.started(launch, self.c.dispatch(programs))
         self.handles.update(started.handles)
         self.launchers.update(started.launchers)
         raise_failures(started.failures)  # the watch's failure is the caller's to raise, after its marks
@@ -171,7 +185,7 @@ class JobController:
         self.close_service()
         # the spares only when a failover may move a rank there (the plan's spares): a host the run never uses
         # need not resolve
-        hosts = {h: self.address_of(h) for h in dict.fromkeys([*self.job.ranks, *self.c.plan.spares])}
+        hosts = {h: self.management_of(h) for h in dict.fromkeys([*self.job.ranks, *self.c.plan.spares])}
         on_lab = self.link is None and self.inventory is not None
         self.served = ServedFabric(
             self.c,

@@ -35,15 +35,17 @@ class Layout:
         *,
         fabric: JobFabric | None = None,
         link: RelayLink | None = None,
+        rendezvous_of: Callable[[str], str] | None = None,
     ) -> Layout:
-        """The layout of `ranks` listening on `listen` (one port per rank, then the rendezvous port), each host
-        reached at address_of(host).
+        """The layout of `ranks` listening on `listen` (one port per rank, then the rendezvous port), each host's
+        ranks reached at address_of(host), its rendezvous at rendezvous_of(host) (default: the same).
         """
         *ports, master_port = listen
         direct = [f"{address_of(r.host)}:{ports[r.index]}" for r in ranks]
         # PyTorch's contract (torch.distributed's env:// rendezvous): rank 0's host serves the rendezvous, so
         # after a failover of rank 0 it is the spare's address the ranks are given.
-        return cls(ranks, ports, master_port, direct, address_of(ranks[0].host), fabric, link)
+        master = (rendezvous_of or address_of)(ranks[0].host)
+        return cls(ranks, ports, master_port, direct, master, fabric, link)
 
     @property
     def master(self) -> str:

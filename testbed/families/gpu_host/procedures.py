@@ -199,6 +199,34 @@ def watch_job(
     raise AssertionError("unreachable: a watch ends with an exited event")
 
 
+LAST_WORDS = 60  # lines of a job's output kept for its own error when it exits (torchrun's summary after it: ~25)
+# Lines that say why a job ended, best first: "error: ..." (the hostside programs' form), then an exception's
+# "SomeError: ..." line.
+_WHY = (re.compile(r"^\s*error: "), re.compile(r"^\s*[\w.]*(Error|Exception): "))
+
+
+def last_words(lines: list[str]) -> str | None:
+    """What a job that ended said of why: its last line that says so (a launcher such as torchrun prints its
+    worker's error and then a summary of its own), else its last line.
+    """
+    for why in _WHY:
+        for line in reversed(lines):
+            if why.search(line):
+                return line
+    return lines[-1] if lines else None
+
+
+def _log_tail(host: GpuHost, handle: JobHandle, heartbeat_s: float) -> list[str]:
+    """The last lines of the log of a job that has exited (it ended before the watch began)."""
+    tail = []
+    for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=None, lines=LAST_WORDS):
+        if ev.line:
+            tail.append(ev.line)
+        if ev.kind == "exited":
+            break
+    return tail
+
+
 def wait_step(
     host: GpuHost,
     ctx: ProcedureContext,
@@ -223,7 +251,7 @@ def wait_step(
     # A name: a job this actor started earlier in the same program (its handle is in the cache).
     handle = ctx.cache["jobs"][job] if isinstance(job, str) else _job(job)
     start = time.monotonic_ns()
-    last: str | None = None
+    recent: list[str] = []
     ready_rx = re.compile(ready) if ready else None
     resumed: int | None = None
     for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=progress, lines=None):
@@ -238,13 +266,13 @@ def wait_step(
             ns = ctx.mark_at(mark, ev.monotonic_ns)
             return {"step": ev.step, "line": ev.line, "first_step_ns": ns, "resumed": resumed}
         if ev.line:
-            last = ev.line
+            recent = [*recent[-(LAST_WORDS - 1) :], ev.line]
         if ev.kind == "exited":
             raise DeviceCommandError(
                 f"job {handle.name!r} (pid {handle.pid}) exited before step {min_step}",
                 device=ctx.device,
                 address=ctx.address,
-                received=last,
+                received=last_words(recent),
                 hint=f"read the job's log {handle.log} on the host",
             )
         if (ev.monotonic_ns - start) / 1e9 >= max_s:
@@ -252,7 +280,7 @@ def wait_step(
                 f"job {handle.name!r} (pid {handle.pid}) did not reach step {min_step} within {max_s:g} s",
                 device=ctx.device,
                 address=ctx.address,
-                received=last,
+                received=last_words(recent),
                 hint="raise max_s, or check the progress pattern against the job's log",
             )
     raise AssertionError("unreachable: a watch ends with an exited event")
@@ -274,16 +302,20 @@ def step_times(
     handle = _job(job)
     start = time.monotonic_ns()
     steps: list[tuple[int, int]] = []
+    recent: list[str] = []
     for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=progress, lines=0):
         if ev.kind == "progress" and ev.step is not None:
             steps.append((ev.step, ev.monotonic_ns))
             if len(steps) >= count:
                 break
+        elif ev.line:
+            recent = [*recent[-(LAST_WORDS - 1) :], ev.line]
         if ev.kind == "exited":
             raise DeviceCommandError(
                 f"job {handle.name!r} (pid {handle.pid}) exited while its steps were timed",
                 device=ctx.device,
                 address=ctx.address,
+                received=last_words(recent or _log_tail(host, handle, heartbeat_s)),
                 hint=f"read {handle.log} on the host",
             )
         if (ev.monotonic_ns - start) / 1e9 >= max_s:

@@ -1,0 +1,344 @@
+"""KernelPlane: with --netns, the twin's data plane in the kernel (docs/netns.md, "The kernel data plane").
+
+Each cabled host port is a veth pair: the port's name (p0, ...) in its host's namespace, `f<i>` in the run's
+fabric namespace (`testbed-<tag>-+fabric`: '+' never comes from a host name). The fabric namespace holds no
+address and forwards nothing, so a frame entering it is dropped, unless an ingress filter (tc u32, match all,
+mirred redirect) sends it on to the interface of the host port the transmitter's light reaches: one filter per
+lit direction, read from the same light paths as the relays (LightPaths.landing), so a circuit, a re-pointed or
+moving port, a chip's setting, a trunk or the loss budget decide the kernel's forwarding as they decide the
+switches' power readings. A dark direction has no filter. The filters follow the switches within a tick.
+
+Each host also has a data address on `data0` (a bridge with no ports: an interface to name, GLOO_SOCKET_IFNAME,
+that holds one address) and forwards (ip_forward, in its namespace only). A launch's routes (`routes`) give every
+host of the job a /32 to each other's data address over the job's links, through other hosts where the
+topology needs it: the host routing a lab sets up for a job's topology.
+
+Netlink runs on a thread of the plane's own (pyroute2's synchronous API cannot run on the twin's loop), which
+owns one netlink socket per namespace, made inside it; the loop computes the light and hands the thread
+the changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import queue
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from emulators.dataplane.paths import FibreEnd, LightPaths
+from emulators.netns import NS_PREFIX, NetnsError, entered
+
+FABRIC = "+fabric"  # testbed-<tag>-+fabric
+DATA_IFNAME = "data0"
+RESERVED = {"lo", "mgmt0", DATA_IFNAME}
+IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+TICK_S = 0.005  # how often the light is read; longer when reading it takes longer (see _tick)
+TICK_SHARE = 0.1  # at most this share of the loop's time goes to reading the light
+INGRESS = 0xFFFF0000  # the ingress qdisc's handle (tc's "ffff:")
+PRIO = 1
+ETH_P_ALL = 0x0003
+RTNH_F_ONLINK = 4
+HISTORY = 256
+
+
+def fabric_ns(tag: str) -> str:
+    return f"{NS_PREFIX}{tag}-{FABRIC}"
+
+
+class KernelPlane:
+    """A run's kernel data plane over its management network's namespaces."""
+
+    def __init__(
+        self,
+        paths: LightPaths,
+        tag: str,
+        namespaces: Mapping[str, str],
+        addresses: Mapping[str, str],
+    ):
+        self.paths = paths
+        self.namespace = fabric_ns(tag)
+        self.namespaces = dict(namespaces)  # host -> its namespace
+        self.addresses = dict(addresses)  # host -> its data address
+        self.ends: list[FibreEnd] = [f for f in paths.fibres.values() if f.host in self.namespaces]
+        for end in self.ends:
+            if not IFNAME.match(end.port) or end.port in RESERVED:
+                raise NetnsError(
+                    f"--netns: host port {end.label} cannot be an interface name (1-15 of A-Z a-z 0-9 _ . -, "
+                    f"not {', '.join(sorted(RESERVED))}): rename the port in the inventory"
+                )
+        self.fabric_if: dict[tuple[str, str], int] = {}  # host port -> its interface in the fabric namespace
+        self.port_if: dict[tuple[str, str], int] = {}  # host port -> its interface in the host's namespace
+        self.wanted: dict[tuple[str, str], tuple[str, str] | None] = {}  # what the light says, on the loop
+        self.applied: dict[tuple[str, str], tuple[str, str] | None] = {}  # what the kernel does, on the thread
+        self.routes_of: dict[str, dict[str, tuple[str, str]]] = {}  # host -> data address -> (next hop, port)
+        self.events: deque[dict[str, Any]] = deque(maxlen=HISTORY)
+        self.changes = 0
+        self.tick_s = TICK_S
+        self._sockets: dict[str, Any] = {}  # namespace -> its IPRoute, on the thread
+        self._work: queue.Queue[tuple[Callable[[], Any], Any] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._timer = None
+
+    # ---- set-up and tear-down -----------------------------------------------------------------------------
+
+    def up(self) -> None:
+        """Make the fabric namespace, each host port's veth pair, the data addresses; start the netlink thread."""
+        self._thread = threading.Thread(target=self._serve, name="kernel-plane", daemon=True)
+        self._thread.start()
+        self._call(self._build)
+
+    def close(self) -> None:
+        """Stop following the light and end the thread (the namespaces go with the management network)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._thread is not None:
+            self._work.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def _build(self) -> None:
+        from pyroute2 import netns
+
+        netns.create(self.namespace)
+        fabric = self._socket(self.namespace)
+        _sysctl(self.namespace, {"ipv6/conf/all/disable_ipv6": 1, "ipv6/conf/default/disable_ipv6": 1})
+        for host, namespace in self.namespaces.items():
+            _sysctl(
+                namespace,
+                {
+                    "ipv4/ip_forward": 1,  # a host forwards for its ring neighbours (docs/netns.md)
+                    "ipv4/conf/all/rp_filter": 0,  # routes may differ per direction (ties between equal paths)
+                    "ipv4/conf/default/rp_filter": 0,
+                    "ipv4/conf/all/send_redirects": 0,
+                    "ipv6/conf/default/disable_ipv6": 1,  # the ports and data0 carry IPv4 only
+                },
+            )
+            inner = self._socket(namespace)
+            inner.link("add", ifname=DATA_IFNAME, kind="bridge")
+            data = inner.link_lookup(ifname=DATA_IFNAME)[0]
+            inner.addr("add", index=data, address=self.addresses[host], prefixlen=32)
+            inner.link("set", index=data, state="up")
+        for i, end in enumerate(self.ends):
+            name = f"f{i}"
+            fabric.link(
+                "add", ifname=name, kind="veth", peer={"ifname": end.port, "net_ns_fd": self.namespaces[end.host]}
+            )
+            index = fabric.link_lookup(ifname=name)[0]
+            fabric.link("set", index=index, state="up")
+            fabric.tc("add", "ingress", index, "ffff:")
+            self.fabric_if[(end.host, end.port)] = index
+            inner = self._sockets[self.namespaces[end.host]]
+            port = inner.link_lookup(ifname=end.port)[0]
+            inner.link("set", index=port, state="up")
+            self.port_if[(end.host, end.port)] = port
+            self.applied[(end.host, end.port)] = None
+
+    def _socket(self, namespace: str):
+        from pyroute2 import IPRoute
+
+        with entered(namespace):  # a netlink socket acts in the namespace it was made in
+            ipr = self._sockets[namespace] = IPRoute()
+        return ipr
+
+    # ---- following the light (on the twin's loop) ----------------------------------------------------------
+
+    def watch(self, loop) -> None:
+        """Read the light now and every tick from now on, on `loop`."""
+        self._timer = loop.call_soon(self._tick, loop)
+
+    def _tick(self, loop) -> None:
+        started = time.monotonic()
+        cache: dict = {}
+        changed = {}
+        for end in self.ends:
+            key = (end.host, end.port)
+            reached, why = self.paths.landing(end, started, cache)
+            target = None if reached is None else (reached.host, reached.port)
+            if target != self.wanted.get(key, "unset"):
+                self.wanted[key] = target
+                changed[key] = (target, why)
+        if changed:
+            self._work.put((self._apply_light, (changed, started)))
+        # Reading a 512-port fabric takes milliseconds: the tick stretches so the loop keeps most of its time.
+        took = time.monotonic() - started
+        self.tick_s = max(TICK_S, took / TICK_SHARE)
+        self._timer = loop.call_later(self.tick_s, self._tick, loop)
+
+    def _apply_light(self, changed: dict, seen: float) -> None:
+        fabric = self._sockets[self.namespace]
+        for key, (target, why) in changed.items():
+            index = self.fabric_if[key]
+            if self.applied.get(key) is not None:
+                fabric.tc("del-filter", index=index, parent=INGRESS, prio=PRIO, protocol=ETH_P_ALL)
+            if target is not None:
+                fabric.tc(
+                    "add-filter",
+                    "u32",
+                    index,
+                    parent=INGRESS,
+                    prio=PRIO,
+                    protocol=ETH_P_ALL,
+                    target=0x10001,
+                    keys=["0x0/0x0+0"],  # every frame
+                    action={
+                        "kind": "mirred",
+                        "direction": "egress",
+                        "action": "redirect",
+                        "ifindex": self.fabric_if[target],
+                    },
+                )
+            self.applied[key] = target
+            self.changes += 1
+            self.events.append(
+                {
+                    "t": seen,
+                    "applied": time.monotonic(),
+                    "from": f"{key[0]}:{key[1]}",
+                    "to": None if target is None else f"{target[0]}:{target[1]}",
+                    "why": why,
+                }
+            )
+
+    # ---- a launch's routes ------------------------------------------------------------------------------------
+
+    def routes(self, links: Iterable[Iterable[str]]) -> dict[str, int]:
+        """The routes of a launch whose traffic goes over `links` ([host, port, peer, peer's port]: a duplex link
+        between two host ports): each host on them reaches every other at its data address along a shortest
+        path. They replace the routes of the launch before, on every host. Returns each host's route count.
+        """
+        graph: dict[str, list[tuple[str, str]]] = {}  # host -> [(its port, neighbour)]
+        for link in links:
+            host, port, peer, peer_port = (str(x) for x in link)
+            for a, pa, b in ((host, port, peer), (peer, peer_port, host)):
+                if (a, pa) not in self.port_if:
+                    raise ValueError(f"{a}:{pa} is not a host port of this twin's kernel data plane")
+                graph.setdefault(a, []).append((pa, b))
+        wanted = {host: {} for host in self.namespaces}
+        for host in graph:
+            for dst, (port, hop) in _first_hops(graph, host).items():
+                wanted[host][self.addresses[dst]] = (self.addresses[hop], port)
+        self._call(self._apply_routes, wanted)
+        return {h: len(r) for h, r in wanted.items() if r}
+
+    def _apply_routes(self, wanted: dict[str, dict[str, tuple[str, str]]]) -> None:
+        for host, routes in wanted.items():
+            have = self.routes_of.get(host, {})
+            if routes == have:
+                continue
+            ipr = self._sockets[self.namespaces[host]]
+            for dst in have.keys() - routes.keys():
+                with contextlib.suppress(Exception):  # gone with its port already
+                    ipr.route("del", dst=f"{dst}/32")
+            for dst, (hop, port) in routes.items():
+                if have.get(dst) == (hop, port):
+                    continue
+                ipr.route(
+                    "replace",
+                    dst=f"{dst}/32",
+                    gateway=hop,
+                    oif=self.port_if[(host, port)],
+                    flags=RTNH_F_ONLINK,  # the next hop is whoever the port's circuit reaches: no subnet says so
+                    prefsrc=self.addresses[host],
+                )
+            self.routes_of[host] = dict(routes)
+
+    # ---- state ------------------------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        counters = self._call(self._counters)
+        return {
+            "namespace": self.namespace,
+            "tick_ms": round(self.tick_s * 1000, 3),
+            "addresses": dict(self.addresses),
+            "directions": [
+                {"from": f"{h}:{p}", "to": None if t is None else f"{t[0]}:{t[1]}", **counters[(h, p)]}
+                for (h, p), t in sorted(self.applied.items())
+            ],
+            "routes": {
+                h: {d: {"via": v, "port": p} for d, (v, p) in r.items()} for h, r in self.routes_of.items() if r
+            },
+            "changes": self.changes,
+            "events": list(self.events),
+        }
+
+    def _counters(self) -> dict[tuple[str, str], dict[str, int]]:
+        """Per host port, what its transmitter sent into the fabric (the fabric side's received counters)."""
+        by_index = {}
+        for msg in self._sockets[self.namespace].get_links():
+            stats = msg.get_attr("IFLA_STATS64") or {}
+            by_index[msg["index"]] = {
+                "bytes": int(stats.get("rx_bytes", 0)),
+                "packets": int(stats.get("rx_packets", 0)),
+            }
+        return {key: by_index.get(index, {"bytes": 0, "packets": 0}) for key, index in self.fabric_if.items()}
+
+    # ---- the netlink thread -----------------------------------------------------------------------------------
+
+    def _call(self, fn: Callable, *args: Any) -> Any:
+        """Run fn(*args) on the netlink thread and wait for its result (its exception is raised here)."""
+        done: queue.Queue = queue.Queue(maxsize=1)
+        self._work.put((lambda: _result(fn, args, done), None))
+        ok, value = done.get()
+        if not ok:
+            raise value
+        return value
+
+    def _serve(self) -> None:
+        try:
+            while (item := self._work.get()) is not None:
+                fn, args = item
+                try:
+                    fn(*args) if args is not None else fn()
+                except Exception as exc:  # the light's own changes have no caller to tell: keep the evidence
+                    self.events.append({"t": time.monotonic(), "error": f"{type(exc).__name__}: {exc}"})
+        finally:
+            for ipr in self._sockets.values():
+                with contextlib.suppress(Exception):
+                    ipr.close()
+            self._sockets.clear()
+
+
+def _result(fn: Callable, args: tuple, done: queue.Queue) -> None:
+    try:
+        done.put((True, fn(*args)))
+    except Exception as exc:
+        done.put((False, exc))
+
+
+def _first_hops(graph: Mapping[str, list[tuple[str, str]]], source: str) -> dict[str, tuple[str, str]]:
+    """Breadth first from `source`: each host it reaches -> (source's port, the neighbour) the path starts with.
+    Neighbours are taken in the order the links were given, so equal paths are chosen the same way every time.
+    """
+    first: dict[str, tuple[str, str]] = {}
+    frontier = [source]
+    seen = {source}
+    while frontier:
+        following = []
+        for host in frontier:
+            for port, neighbour in graph.get(host, []):
+                if neighbour in seen:
+                    continue
+                seen.add(neighbour)
+                first[neighbour] = (port, neighbour) if host == source else first[host]
+                following.append(neighbour)
+        frontier = following
+    return first
+
+
+def _sysctl(namespace: str, values: Mapping[str, int]) -> None:
+    """Write /proc/sys/net/... in `namespace` (the files are the namespace of the thread that opens them)."""
+    with entered(namespace):
+        for key, value in values.items():
+            with open(f"/proc/sys/net/{key}", "w") as fh:
+                fh.write(f"{value}\n")
+
+
+def data_subnet_addresses(subnet: ipaddress.IPv4Network, hosts: list[str]) -> dict[str, str]:
+    """Host i's data address: the subnet's (i + 2)th, as on the management network."""
+    return {host: str(subnet.network_address + 2 + i) for i, host in enumerate(hosts)}
