@@ -86,6 +86,40 @@ def test_gpu_failover_on_hosts_in_namespaces(repo, tmp_path):
     assert_nothing_left(network["tag"])
 
 
+def test_straggler_on_hosts_in_namespaces(repo, tmp_path):
+    """The straggle agent, started over SSH in its host's namespace, stops a rank there: the whole ring slows (the
+    bound of tests/integration/test_straggler.py), and no agent or stopped rank is left.
+    """
+    playbook = tmp_path / "straggler.yaml"
+    playbook.write_text((repo / "playbooks/straggler.yaml").read_text().replace("[0.25, 0.5, 0.75]", "[0.5]"))
+    inventory = str(repo / "playbooks/inventory/emulated-rack.yaml")
+    run_dir = run_netns(repo, tmp_path / "r", str(playbook), "--inventory", inventory)
+    spans = json.loads((run_dir / "summary.json").read_text())["spans"]
+    assert spans["straggled.time"]["p50_ms"] >= 1.5 * spans["baseline.time"]["p50_ms"]
+    check(repo, run_dir)
+    assert_nothing_left(network_of(run_dir)["tag"])
+
+
+CHAOS_TRIALS = 6  # with seed 7 these draw timeout and down (a hidden acknowledgement) among the network faults
+
+
+@pytest.mark.timeout(300)
+def test_chaos_failover_on_hosts_in_namespaces(repo, tmp_path):
+    """The OCS's fault proxy stays a box of the control side while the ranks' ring crosses the management network:
+    the network faults hide acknowledgements (info), and every failover still rewires and resumes.
+    """
+    run_dir = run_netns(repo, tmp_path, "playbooks/chaos-failover.yaml", "--trials", str(CHAOS_TRIALS))
+    network = network_of(run_dir)
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert any(e["op"] == "ocs.reconfigure" and e["type"] == "info" for e in events)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["trials"]["ok"] == CHAOS_TRIALS
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["twin_dataplane"]["bytes"] > 0 and info["twin_dataplane"]["refused"] == 0
+    check(repo, run_dir)
+    assert_nothing_left(network["tag"])
+
+
 RAIL = """\
 name: rail-netns
 description: playbooks/rail-reconfig.yaml cut to four hosts and two sweep points, its real job asking the service
@@ -134,9 +168,11 @@ def test_rail_reconfig_fabric_service_on_the_management_network(repo, tmp_path):
     assert_nothing_left(network["tag"])
 
 
-def test_kill9_of_runner_and_twin_then_heal_leaves_nothing(repo, tmp_path):
+@pytest.mark.parametrize("playbook", ["playbooks/gpu-failover.yaml", "playbooks/chaos-failover.yaml"])
+def test_kill9_of_runner_and_twin_then_heal_leaves_nothing(repo, tmp_path, playbook):
+    """chaos-failover's twin also runs the OCS's fault proxy, in the control side's namespace."""
     results = tmp_path / "results"
-    proc = start_run(repo, ["playbooks/gpu-failover.yaml", "--emulate", "--netns", "--results", str(results)])
+    proc = start_run(repo, [playbook, "--emulate", "--netns", "--results", str(results)])
     run_dir = wait_for_event(results, proc, "gpu.wait_step", "ok")  # the ranks run
     info = json.loads((run_dir / "run.json").read_text())
     tag, twin_pid = info["twin"]["netns"]["tag"], info["twin_pid"]
