@@ -154,21 +154,26 @@ class KernelPlane:
 
     def _tick(self, loop) -> None:
         started = time.monotonic()
-        cache: dict = {}
-        changed = {}
-        for end in self.ends:
-            key = (end.host, end.port)
-            reached, why = self.paths.landing(end, started, cache)
-            target = None if reached is None else (reached.host, reached.port)
-            if target != self.wanted.get(key, "unset"):
-                self.wanted[key] = target
-                changed[key] = (target, why)
+        changed = self._read_light(started)
         if changed:
             self._work.put((self._apply_light, (changed, started)))
         # Reading a 512-port fabric takes milliseconds: the tick stretches so the loop keeps most of its time.
         took = time.monotonic() - started
         self.tick_s = max(TICK_S, took / TICK_SHARE)
         self._timer = loop.call_later(self.tick_s, self._tick, loop)
+
+    def _read_light(self, now: float) -> dict:
+        """Each host port whose light now lands elsewhere than the kernel was last told: (its receiver, why)."""
+        cache: dict = {}
+        changed = {}
+        for end in self.ends:
+            key = (end.host, end.port)
+            reached, why = self.paths.landing(end, now, cache)
+            target = None if reached is None else (reached.host, reached.port)
+            if target != self.wanted.get(key, "unset"):
+                self.wanted[key] = target
+                changed[key] = (target, why)
+        return changed
 
     def _apply_light(self, changed: dict, seen: float) -> None:
         fabric = self._sockets[self.namespace]
@@ -223,6 +228,10 @@ class KernelPlane:
         for host in graph:
             for dst, (port, hop) in _first_hops(graph, host).items():
                 wanted[host][self.addresses[dst]] = (self.addresses[hop], port)
+        # The light as it is now, in the kernel before the launch's ranks start: a frame (a SYN, an ARP request)
+        # sent in the tick after a rewiring would be lost and retried only a second later.
+        now = time.monotonic()
+        self._call(self._apply_light, self._read_light(now), now)
         self._call(self._apply_routes, wanted)
         return {h: len(r) for h, r in wanted.items() if r}
 

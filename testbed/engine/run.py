@@ -298,11 +298,17 @@ def _job_controller(plan: Plan, inv: Inventory, coordinator: Coordinator, twin, 
     that restarts brings them back).
     """
 
+    job = plan.playbook.job
+    over_fabric = job is not None and (job.fabric is not None or job.fabric_service is not None)
+
     def address_of(host: str) -> str:
-        # Emulated ranks run on this machine, on loopback or (--netns) in their host's namespace at its data
-        # address (docs/netns.md); on a lab, ranks reach each other at the host's address.
+        # Emulated ranks run on this machine, on loopback or (--netns) in their host's namespace: at its data address
+        # when the job's traffic crosses the optical fabric, else at its management address, the twin's stand-in for
+        # a lab's Ethernet (docs/netns.md); on a lab, ranks reach each other at the host's address.
         if emulate:
-            return twin.rank_address(host) if twin is not None else "127.0.0.1"
+            if twin is None:
+                return "127.0.0.1"
+            return twin.rank_address(host) if over_fabric else twin.host_address(host)
         return getattr(inv.devices[host].transport, "host", host)
 
     def management_of(host: str) -> str:
@@ -313,7 +319,7 @@ def _job_controller(plan: Plan, inv: Inventory, coordinator: Coordinator, twin, 
 
     return JobController(
         coordinator,
-        plan.playbook.job,
+        job,
         address_of,
         management_of=management_of,
         inventory=inv,
