@@ -684,6 +684,7 @@ def measure(
         stray = [n for n in made_ns if Path("/run/netns", n).exists()]
         for name in stray:
             subprocess.run(["ip", "netns", "del", name], check=False)
+        figures["tags"] = made_tags  # testbed-<tag>-* and tb<tag>*: the names this run's twins made
         figures["leftovers_removed"] = {"twins": left, "baseline_namespaces": stray}
     return figures
 

@@ -23,6 +23,7 @@ import catalog_scale
 import fabric_service
 import failover
 import health_fanout
+import netns_plane
 import numpy as np
 import ocs_overhead
 import opus_runs
@@ -47,6 +48,16 @@ FULL = {
     "torch_failover": {"trials": 2, "restarts": 2, "rounds": 2},
     # A real 100-trial run (~18 s), 1,000 copies indexed (~60 s), three rounds of three queries (~2 min in all).
     "catalog_scale": {"runs": 1000, "rounds": 3},
+    # --netns (root): throughput and circuit -> flow on the emulated rack (~1 min), 64-host start-ups, then the two
+    # 256-host opus-2048 CLI runs (which fail fast while the twin cannot start 256 hosts in namespaces: see README).
+    "netns_plane": {
+        "mbytes": 200,
+        "rounds": 5,
+        "repeats": 20,
+        "startup_hosts": 64,
+        "startup_rounds": 3,
+        "opus_trials": 3,
+    },
 }
 QUICK = {
     "startup": {"rounds": 1, "warm_runs": 2},
@@ -59,6 +70,14 @@ QUICK = {
     "fabric_service": {"rounds": 1, "iterations": 4},
     "torch_failover": {"trials": 1, "restarts": 1, "rounds": 1},
     "catalog_scale": {"runs": 100, "rounds": 1},
+    "netns_plane": {
+        "mbytes": 20,
+        "rounds": 1,
+        "repeats": 2,
+        "startup_hosts": 8,
+        "startup_rounds": 1,
+        "opus_runs": False,
+    },
 }
 MODULES = {
     "startup": startup,
@@ -71,6 +90,7 @@ MODULES = {
     "fabric_service": fabric_service,
     "torch_failover": torch_failover,
     "catalog_scale": catalog_scale,
+    "netns_plane": netns_plane,
 }
 
 
@@ -668,6 +688,13 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
             out.extend(_catalog_rows(r["figures"]))
         else:
             failed("catalog_scale", "Catalog: a trend query over 1,000 runs, indexing", "< 1 s; < 5 %")
+
+    r = results.get("netns_plane")
+    if r is not None:
+        if r["ok"]:
+            out.extend(_netns_rows(r["figures"]))
+        else:
+            failed("netns_plane", "--netns kernel data plane: throughput, circuit -> flow, start-up, Opus", "(report)")
     return out
 
 
@@ -703,6 +730,81 @@ def _catalog_rows(f: dict) -> list[tuple[str, str, str, str, str, str]]:
             _yes(f["index_share"] < 0.05),
         ),
     ]
+
+
+def _netns_rows(f: dict) -> list[tuple[str, str, str, str, str, str]]:
+    if "skipped" in f:
+        return [("--netns kernel data plane", f"not measured: {f['skipped']}", "", "", "(report)", "n/a")]
+    t, flow, s = f["throughput"], f["to_flow"], f["startup"]
+    st, arp = flow["static"], flow["arp"]
+
+    def ms(d: dict, digits: int = 1) -> str:
+        return f"p50 {_ms(d['p50'], digits)}, p90 {_ms(d['p90'], digits)}"
+
+    out = [
+        (
+            f"--netns: TCP throughput host to host over one circuit (gpu01:p0 -> gpu02:p1 through ocs1, one "
+            f"connection of {t['mbytes_per_connection']} MB)",
+            f"p50 {t['circuit_mb_s_p50']:.0f} MB/s (min {t['circuit_mb_s']['min']:.0f}, n={t['circuit_mb_s']['n']})",
+            f"a bare veth pair between two namespaces: p50 {t['veth_mb_s_p50']:.0f} MB/s (n={t['veth_mb_s']['n']})",
+            f"{t['ratio_circuit_vs_veth']:.2f}x",
+            "(report)",
+            "n/a",
+        ),
+        (
+            f"--netns: circuit ADD sent -> first echo back (UDP every {flow['send_every_ms']:g} ms, neighbours set; "
+            f"{flow['switching_ms']:g} ms switching)",
+            f"{ms(st['flow_ms'])} (n={st['flow_ms']['n']}); after `*OPC?` {ms(st['after_opc_ms'])}",
+            f"`*OPC?` answered {ms(st['opc_ms'])}",
+            "",
+            "(report)",
+            "n/a",
+        ),
+        (
+            "  the kernel's own events: the twin's tick saw the light -> the tc filter applied; `*OPC?` -> seen",
+            f"seen -> applied {ms(st['seen_to_applied_ms'], 2)} (n={st['seen_to_applied_ms']['n']} directions); "
+            f"`*OPC?` -> seen {ms(st['opc_to_seen_ms'], 2)} (tick {flow['tick_ms']:g} ms)",
+            "",
+            "",
+            "(diagnosis)",
+            "n/a",
+        ),
+        (
+            "  the same with ARP as the kernel does it (no neighbour entry: the first packet waits for the next "
+            "probe, 1 s apart)",
+            f"{ms(arp['flow_ms'], 0)} (n={arp['flow_ms']['n']})",
+            f"neighbours set: p50 {_ms(st['flow_ms']['p50'])}",
+            "",
+            "(diagnosis)",
+            "n/a",
+        ),
+        (
+            f"--netns: twin start-up to ready, {s['hosts']} GPU hosts ({s['host_ports']} host ports, "
+            f"{s['devices']} devices)",
+            f"netns p50 {_s(s['netns_ready_s']['p50'])} (max {_s(s['netns_ready_s']['max'])}, "
+            f"n={s['netns_ready_s']['n']}); its stop {_s(s['netns_stop_s']['p50'])}",
+            f"loopback p50 {_s(s['loopback_ready_s']['p50'])} (n={s['loopback_ready_s']['n']})",
+            f"{s['ratio_netns_vs_loopback']:.2f}x",
+            "(report)",
+            "n/a",
+        ),
+    ]
+    for run in (f.get("opus") or {}).values():
+        mem = run["memory"]
+        out.append(
+            (
+                f"--netns at Opus scale: `{run['command']}`, cold, command to exit",
+                f"{_s(run['wall_s'], 1)}, exit {run['exit_status']}, status {run['status']}; peak tree PSS "
+                f"{mem['peak_pss']['pss_mib']:.0f} MiB, RSS sum {mem['peak_rss']['rss_mib']:.0f} MiB; MemAvailable "
+                f"drop {run['mem_available_drop_mib']:.0f} MiB"
+                + (f"; {' '.join((run['output_tail'] or '').split()[-12:])}" if not run["completed"] else ""),
+                "",
+                "",
+                "completes",
+                _yes(run["completed"]),
+            )
+        )
+    return out
 
 
 HOW = {
@@ -837,6 +939,20 @@ order the trend) and `pd.read_csv(trials.csv)`, the span's rows, their median. p
 in a notebook. The copies were just written, so both read from the page cache. Size: catalog.db and its WAL. Indexing's
 share: `index_run` of one copy (what a run's end does, into the catalog of all the copies; the median of 5) over the
 wall time of the 100-trial command.""",
+    "netns_plane": """**--netns kernel data plane** (`bench/netns_plane.py`, root and pyroute2; skipped with the reason
+otherwise). A twin of `emulated-rack.yaml` with `--netns`, ocs1 driven over SCPI, the routes of the link gpu01:p0 -
+gpu02:p1 installed (`dataplane.routes`). Throughput: one TCP connection from a process in gpu01's namespace to a sink
+in gpu02's at the hosts' data addresses, timed in the client from its first byte to the sink's count, against the same
+two programs in two namespaces made by the benchmark and joined by one bare veth pair, alternating by round; the
+circuit's path is two veth pairs and a tc u32 + mirred redirect. Circuit -> flow: gpu01 sends a UDP datagram every 0.5
+ms to an echo in gpu02's namespace while no circuit exists; the ADD of both directions goes with `*OPC?` on one line
+(switching time 25 ms, no jitter); from sending it to the first echo back, with the two hosts' neighbour entries set
+(the plane's own delay) and, alternating, with the entries removed (ARP as the kernel does it); the circuits removed
+and the kernel seen dark between repeats. The kernel's events give seen (the twin's light tick) -> applied (netlink
+done). Start-up: TwinProcess start to endpoints announced for the Opus lab cut to N hosts (8 ports each), --netns and
+loopback alternating. Opus: the two opus-2048 playbooks through the CLI with `--emulate --netns`, memory as for
+**Opus runs** (process tree PSS / RSS sums every 0.5 s) and the drop of /proc/meminfo MemAvailable (kernel objects
+included, but also anything else running on the machine); a run that leaves namespaces is healed.""",
 }
 
 

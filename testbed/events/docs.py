@@ -103,7 +103,7 @@ FIELD_DOCS: dict[str, str] = {
     "untraced_unauthorised": "fabric service: connections that said no valid hello, beyond the few it recorded",
     "phase": "rail.train: the card's phase (phases over the same circuits counted together: `a..b (n phases)`)",
     "job_bytes": "rail.train: bytes of the messages the job's ranks delivered in the phase (headers included)",
-    "plane_bytes": "rail.train: bytes the twin's data-plane relays carried for the phase (emulated runs only)",
+    "plane_bytes": "rail.train: bytes the twin's relays carried for the phase (emulated runs on loopback only)",
     "case": "collective.allreduce: which of the step's cases (e.g. rd-chip)",
     "algorithm": "collective.allreduce: ring (reduce-scatter + all-gather) or rd (recursive doubling)",
     "fabric": "collective.allreduce: the fabric the case runs on (the playbook's label: ocs, chip)",

@@ -146,8 +146,10 @@ def _record_bytes(step, engine, jobs, results, relays, before, rx) -> None:
             "config": ",".join(dict.fromkeys(p.apply.configuration for p in members)),
             "job_bytes": sum(sent.get(n, 0) for n in names),
         }
-        if jobs.plane is not None:
-            mine = {a for (p, _, _), a in relays.items() if p in names}
+        mine = {a for (p, _, _), a in relays.items() if p in names}
+        # The relays' count; with --netns no relay carries the phase (the kernel does, its frames counted per port
+        # for the whole run, not per phase: twin_dataplane.kernel_bytes in run.json)
+        if jobs.plane is not None and mine and mine <= after.keys():
             data["plane_bytes"] = sum(after.get(a, 0) - before.get(a, 0) for a in mine)
         engine.recorder.emit("mark", "rail.bytes", step=step.label, data=data)
 
