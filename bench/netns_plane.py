@@ -618,6 +618,13 @@ def cli_run(playbook: Path, results: Path, trials: int, timeout_s: float) -> dic
         "healed": healed,
         "stray_processes_ended": stray,
         "output_tail": None if code == 0 else tail,
+        # the line that says why, for the table: the last that names an error
+        "error": None
+        if code == 0
+        else next(
+            (ln.strip() for ln in reversed(tail.splitlines()) if re.search(r"Error|error|cannot", ln)),
+            tail.strip().splitlines()[-1] if tail.strip() else "",
+        )[:300],
         "memory": memory.summary(),
         "mem_available_drop_mib": avail.drop_mib,
     }

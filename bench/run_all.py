@@ -797,7 +797,11 @@ def _netns_rows(f: dict) -> list[tuple[str, str, str, str, str, str]]:
                 f"{_s(run['wall_s'], 1)}, exit {run['exit_status']}, status {run['status']}; peak tree PSS "
                 f"{mem['peak_pss']['pss_mib']:.0f} MiB, RSS sum {mem['peak_rss']['rss_mib']:.0f} MiB; MemAvailable "
                 f"drop {run['mem_available_drop_mib']:.0f} MiB"
-                + (f"; {' '.join((run['output_tail'] or '').split()[-12:])}" if not run["completed"] else ""),
+                + (
+                    f"; {run.get('error') or ' '.join((run['output_tail'] or '').split()[-12:])}"
+                    if not run["completed"]
+                    else ""
+                ),
                 "",
                 "",
                 "completes",

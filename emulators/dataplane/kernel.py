@@ -43,6 +43,7 @@ INGRESS = 0xFFFF0000  # the ingress qdisc's handle (tc's "ffff:")
 PRIO = 1
 ETH_P_ALL = 0x0003
 RTNH_F_ONLINK = 4
+NUD_PERMANENT = 0x80
 HISTORY = 256
 
 
@@ -73,9 +74,11 @@ class KernelPlane:
                 )
         self.fabric_if: dict[tuple[str, str], int] = {}  # host port -> its interface in the fabric namespace
         self.port_if: dict[tuple[str, str], int] = {}  # host port -> its interface in the host's namespace
+        self.port_mac: dict[tuple[str, str], str] = {}  # host port -> its interface's MAC address
         self.wanted: dict[tuple[str, str], tuple[str, str] | None] = {}  # what the light says, on the loop
         self.applied: dict[tuple[str, str], tuple[str, str] | None] = {}  # what the kernel does, on the thread
-        self.routes_of: dict[str, dict[str, tuple[str, str]]] = {}  # host -> data address -> (next hop, port)
+        # host -> data address -> (next hop's data address, the port to it, the MAC of the next hop's port)
+        self.routes_of: dict[str, dict[str, tuple[str, str, str]]] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=HISTORY)
         self.changes = 0
         self.tick_s = TICK_S
@@ -119,11 +122,11 @@ class KernelPlane:
                     "ipv6/conf/default/disable_ipv6": 1,  # the ports and data0 carry IPv4 only
                 },
             )
-            inner = self._socket(namespace)
-            inner.link("add", ifname=DATA_IFNAME, kind="bridge")
-            data = inner.link_lookup(ifname=DATA_IFNAME)[0]
-            inner.addr("add", index=data, address=self.addresses[host], prefixlen=32)
-            inner.link("set", index=data, state="up")
+            with _socket(namespace) as inner:
+                inner.link("add", ifname=DATA_IFNAME, kind="bridge")
+                data = inner.link_lookup(ifname=DATA_IFNAME)[0]
+                inner.addr("add", index=data, address=self.addresses[host], prefixlen=32)
+                inner.link("set", index=data, state="up")
         for i, end in enumerate(self.ends):
             name = f"f{i}"
             fabric.link(
@@ -133,17 +136,21 @@ class KernelPlane:
             fabric.link("set", index=index, state="up")
             fabric.tc("add", "ingress", index, "ffff:")
             self.fabric_if[(end.host, end.port)] = index
-            inner = self._sockets[self.namespaces[end.host]]
-            port = inner.link_lookup(ifname=end.port)[0]
-            inner.link("set", index=port, state="up")
-            self.port_if[(end.host, end.port)] = port
             self.applied[(end.host, end.port)] = None
+        for host, namespace in self.namespaces.items():
+            with _socket(namespace) as inner:
+                for end in self.ends:
+                    if end.host == host:
+                        port = inner.link_lookup(ifname=end.port)[0]
+                        inner.link("set", index=port, state="up")
+                        self.port_if[(end.host, end.port)] = port
+                        self.port_mac[(end.host, end.port)] = inner.get_links(port)[0].get_attr("IFLA_ADDRESS")
 
     def _socket(self, namespace: str):
-        from pyroute2 import IPRoute
-
-        with entered(namespace):  # a netlink socket acts in the namespace it was made in
-            ipr = self._sockets[namespace] = IPRoute()
+        """The fabric namespace's netlink socket, kept (a host's is opened when needed: 256 hosts' sockets, four
+        descriptors each, would take the twin's loop past select()'s 1024).
+        """
+        ipr = self._sockets[namespace] = _socket(namespace)
         return ipr
 
     # ---- following the light (on the twin's loop) ----------------------------------------------------------
@@ -213,21 +220,26 @@ class KernelPlane:
     # ---- a launch's routes ------------------------------------------------------------------------------------
 
     def routes(self, links: Iterable[Iterable[str]]) -> dict[str, int]:
-        """The routes of a launch whose traffic goes over `links` ([host, port, peer, peer's port]: a duplex link
-        between two host ports): each host on them reaches every other at its data address along a shortest
-        path. They replace the routes of the launch before, on every host. Returns each host's route count.
+        """The routes of a launch whose traffic goes over `links` ([host, port, peer, peer's port]: host transmits
+        on port to peer's port; a duplex link is two): each host on them reaches every other at its data address
+        along a shortest path, one-way rings included (the way back goes round). They replace the routes of the
+        launch before, on every host. Returns each host's route count.
         """
-        graph: dict[str, list[tuple[str, str]]] = {}  # host -> [(its port, neighbour)]
+        graph: dict[str, list[tuple[str, str]]] = {}  # host -> [(its port, the neighbour it transmits to)]
+        receiver: dict[tuple[str, str, str], str] = {}  # (host, port, neighbour) -> the neighbour's port
         for link in links:
             host, port, peer, peer_port = (str(x) for x in link)
-            for a, pa, b in ((host, port, peer), (peer, peer_port, host)):
-                if (a, pa) not in self.port_if:
-                    raise ValueError(f"{a}:{pa} is not a host port of this twin's kernel data plane")
-                graph.setdefault(a, []).append((pa, b))
+            for end in ((host, port), (peer, peer_port)):
+                if end not in self.port_if:
+                    raise ValueError(f"{end[0]}:{end[1]} is not a host port of this twin's kernel data plane")
+            if (port, peer) not in graph.setdefault(host, []):
+                graph[host].append((port, peer))
+                receiver[(host, port, peer)] = peer_port
         wanted = {host: {} for host in self.namespaces}
         for host in graph:
             for dst, (port, hop) in _first_hops(graph, host).items():
-                wanted[host][self.addresses[dst]] = (self.addresses[hop], port)
+                mac = self.port_mac[(hop, receiver[(host, port, hop)])]
+                wanted[host][self.addresses[dst]] = (self.addresses[hop], port, mac)
         # The light as it is now, in the kernel before the launch's ranks start: a frame (a SYN, an ARP request)
         # sent in the tick after a rewiring would be lost and retried only a second later.
         now = time.monotonic()
@@ -235,26 +247,35 @@ class KernelPlane:
         self._call(self._apply_routes, wanted)
         return {h: len(r) for h, r in wanted.items() if r}
 
-    def _apply_routes(self, wanted: dict[str, dict[str, tuple[str, str]]]) -> None:
+    def _apply_routes(self, wanted: dict[str, dict[str, tuple[str, str, str]]]) -> None:
         for host, routes in wanted.items():
             have = self.routes_of.get(host, {})
             if routes == have:
                 continue
-            ipr = self._sockets[self.namespaces[host]]
-            for dst in have.keys() - routes.keys():
-                with contextlib.suppress(Exception):  # gone with its port already
-                    ipr.route("del", dst=f"{dst}/32")
-            for dst, (hop, port) in routes.items():
-                if have.get(dst) == (hop, port):
-                    continue
-                ipr.route(
-                    "replace",
-                    dst=f"{dst}/32",
-                    gateway=hop,
-                    oif=self.port_if[(host, port)],
-                    flags=RTNH_F_ONLINK,  # the next hop is whoever the port's circuit reaches: no subnet says so
-                    prefsrc=self.addresses[host],
-                )
+            hops = {(hop, port): mac for hop, port, mac in routes.values()}
+            stale = {(hop, port) for hop, port, _ in have.values()} - hops.keys()
+            with _socket(self.namespaces[host]) as ipr:
+                for dst in have.keys() - routes.keys():
+                    with contextlib.suppress(Exception):  # gone with its port already
+                        ipr.route("del", dst=f"{dst}/32")
+                for hop, port in stale:
+                    with contextlib.suppress(Exception):
+                        ipr.neigh("del", dst=hop, ifindex=self.port_if[(host, port)])
+                # The next hop's MAC is set, not asked for: ARP needs light both ways, which a one-way ring has not,
+                # and a lab whose circuits change under its hosts sets its neighbours with its routes as well.
+                for (hop, port), mac in hops.items():
+                    ipr.neigh("replace", dst=hop, lladdr=mac, ifindex=self.port_if[(host, port)], state=NUD_PERMANENT)
+                for dst, (hop, port, mac) in routes.items():
+                    if have.get(dst) == (hop, port, mac):
+                        continue
+                    ipr.route(
+                        "replace",
+                        dst=f"{dst}/32",
+                        gateway=hop,
+                        oif=self.port_if[(host, port)],
+                        flags=RTNH_F_ONLINK,  # the next hop is whoever the port's circuit reaches: no subnet says so
+                        prefsrc=self.addresses[host],
+                    )
             self.routes_of[host] = dict(routes)
 
     # ---- state ------------------------------------------------------------------------------------------------
@@ -270,7 +291,7 @@ class KernelPlane:
                 for (h, p), t in sorted(self.applied.items())
             ],
             "routes": {
-                h: {d: {"via": v, "port": p} for d, (v, p) in r.items()} for h, r in self.routes_of.items() if r
+                h: {d: {"via": v, "port": p} for d, (v, p, _) in r.items()} for h, r in self.routes_of.items() if r
             },
             "changes": self.changes,
             "events": list(self.events),
@@ -311,6 +332,14 @@ class KernelPlane:
                 with contextlib.suppress(Exception):
                     ipr.close()
             self._sockets.clear()
+
+
+def _socket(namespace: str):
+    """A netlink socket in `namespace` (it acts in the namespace it was made in, whichever thread uses it)."""
+    from pyroute2 import IPRoute
+
+    with entered(namespace):
+        return IPRoute()
 
 
 def _result(fn: Callable, args: tuple, done: queue.Queue) -> None:

@@ -178,18 +178,20 @@ class TwinHandle:
         plane's relay; with --netns the rank's own address on the kernel data plane, the link kept for the
         launch's routes (`dataplane_commit`).
         """
-        if self.netns is not None and "data" in self.netns:
-            self._links.append([src_host, src_port, dst_host, dst_port])
+        if self.netns is not None and "data" in self.netns:  # a duplex link: both ways
+            self._links += [[src_host, src_port, dst_host, dst_port], [dst_host, dst_port, src_host, src_port]]
             return f"{self.rank_address(dst_host)}:{target_port}"
         args = dict(src_host=src_host, src_port=src_port, dst_host=dst_host, dst_port=dst_port)
         return self.control.call(None, "dataplane.link", **args, target_port=target_port)
 
-    def dataplane_commit(self) -> None:
-        """A launch's links are all given: with --netns, its hosts' routes over them, in place before any rank
-        starts; nothing on loopback, where each link is a relay already.
+    def dataplane_commit(self, fabric: list[tuple[tuple[str, str], tuple[str, str]]] = ()) -> None:
+        """A launch's links are all given (and `fabric`, its job fabric's, each ((host, port), (peer, port)): host
+        transmits to peer): with --netns, its hosts' routes over them, in place before any rank starts; nothing
+        on loopback, where each link is a relay already.
         """
         links, self._links = self._links, []
         if self.netns is not None and "data" in self.netns:
+            links += [[a, pa, b, pb] for (a, pa), (b, pb) in fabric]
             self.control.call(None, "dataplane.routes", links=links)
 
     def clock(self, samples: int = 5) -> dict:

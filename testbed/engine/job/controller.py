@@ -20,6 +20,7 @@ from testbed.engine.job.ports import free_ports, lab_ports
 from testbed.engine.job.ranks import Rank, ranks_of
 from testbed.engine.job.torchrun_launcher import TorchrunLauncher
 from testbed.events import Op
+from testbed.fabric.jobfabric import fabric_links
 from testbed.fabric_service.serving import ServedFabric
 
 LAUNCHERS: dict[str, Launcher] = {"direct": DirectLauncher(), "torchrun": TorchrunLauncher()}
@@ -41,7 +42,7 @@ class JobController:
         managed: dict[str, tuple[int, ...]] | None = None,
         seed: int = 0,
         link: RelayLink | None = None,
-        commit: Callable[[], None] | None = None,
+        commit: Callable[[list], None] | None = None,
         plane: Callable[[], dict] | None = None,
     ) -> None:
         self.c = coordinator  # testbed.engine.coordinator.Coordinator; its dispatcher has a watcher per host
@@ -143,8 +144,8 @@ class JobController:
         )
         launcher = self.launcher
         programs = launcher.programs(launch)  # the ranks' environments: every link of the launch is given
-        if self.commit is not None:
-            self.commit()
+        if self.commit is not None:  # and the job fabric's links, one-way rings included
+            self.commit(fabric_links(self.job.fabric, self.assignment) if self.job.fabric is not None else [])
         started = launcher.started(launch, self.c.dispatch(programs))
         self.handles.update(started.handles)
         self.launchers.update(started.launchers)
