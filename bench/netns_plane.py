@@ -6,35 +6,28 @@
 Needs root (network namespaces) and pyroute2; without them it says why and measures nothing.
 
 (1) Throughput over one circuit: a twin of playbooks/inventory/emulated-rack.yaml with --netns, circuits
-    gpu01:p0 -> gpu02:p1 and back on ocs1 (over SCPI), the routes of that link installed (`dataplane.routes`).
-    One TCP connection carries MBYTES MB from a process in gpu01's namespace to one in gpu02's, at the hosts'
-    data addresses: timed inside the client from its first byte sent to the server's count of what it received.
-    Baseline, in alternating rounds: the same two programs in two fresh namespaces made here (pyroute2) joined by
-    one bare veth pair (removed after). The twin's path has one veth pair more and a tc mirred redirect between
-    them: p0 ==veth== f_a -(u32 + mirred)-> f_b ==veth== p1. MB/s medians and their ratio.
-(2) Circuit applied -> traffic flowing: gpu01 sends a small UDP datagram every 0.5 ms to an echo server in gpu02's
-    namespace while no circuit exists; at t0 the benchmark sends ocs1 the ADD of both directions and `*OPC?` on one
-    line (switching time set to SWITCHING_MS, no jitter, by the twin's `set_switching_time`). Recorded: when `*OPC?`
-    answered (the mirrors have settled), when the first datagram that came back was sent and when its echo arrived.
-    Two ways, alternating by repeat: with the two hosts' neighbour entries set (static ARP: the plane's own delay)
-    and with ARP as the kernel does it (the neighbour entry removed first: the first packet through waits for the
-    next ARP probe, which Linux repeats every second while unresolved). From the kernel's own events
-    (`dataplane.state` kernel.events): seen (the twin's tick noticed the light) -> applied (the tc filter in), and
-    `*OPC?` -> seen. Between repeats the circuits are removed (SUB) and the kernel's state waited dark.
-(3) Start-up: a twin of opus_scale.inventory_data(STARTUP_HOSTS) (the Opus lab cut to that many hosts: 8 ports each,
-    8 rails) started by TwinProcess until its endpoints are announced (ready), with --netns and on loopback in
-    alternating rounds; the stop (with --netns: every namespace and link removed) timed too. Ratio of medians.
+    gpu01:p0 -> gpu02:p1 and back on ocs1 (over SCPI), the routes of that duplex link installed once
+    (`dataplane.routes`, one directed link each way, each with the next hop's permanent neighbour entry: no ARP).
+    One TCP connection of MBYTES MB from a process in gpu01's namespace to one in gpu02's, at the hosts' data
+    addresses, timed inside the client from its first byte to the server's count of what it received. Baseline, in
+    alternating rounds: the same two programs in two namespaces made here joined by one bare veth pair. The twin's
+    path has one veth pair more and a tc redirect: p0 ==veth== f_a -(u32 + mirred)-> f_b ==veth== p1.
+(2) Circuit applied -> traffic flowing (the plane's own delay): gpu01 sends a small UDP datagram every 0.5 ms to an
+    echo in gpu02's namespace while no circuit exists; at t0 ocs1 gets the ADD of both directions and `*OPC?` on one
+    line (switching time SWITCHING_MS, no jitter). Recorded: when `*OPC?` answered, when the first datagram that came
+    back was sent and when its echo arrived; from the kernel's events (`dataplane.state` kernel.events), seen (the
+    twin's tick noticed the light) -> applied (the tc filter in) and `*OPC?` -> seen. The circuits are removed and
+    the kernel waited dark between repeats.
+(3) Start-up: a twin of opus_scale.inventory_data(STARTUP_HOSTS) (8 ports a host, 8 rails) started by TwinProcess
+    until its endpoints are announced, with --netns and on loopback in alternating rounds; the stop timed too.
 (4) Opus with --netns: `testbed run playbooks/gpu-health.yaml --inventory playbooks/inventory/opus-2048.yaml
-    --emulate --netns --trials 1` and `testbed run playbooks/opus-failover.yaml ... --emulate --netns --trials T` as a
-    user types them (cold subprocesses, one after the other): wall time to exit, exit status, the run's status
-    (summary.json), and memory: the command's process tree sampled every 0.5 s (benchlib.TreeMemory: Pss and VmRSS
-    summed, split controller / Ray / twin as bench/opus_runs.py does; the processes in the hosts' namespaces are the
-    twin's descendants, so they are in it), and the drop of /proc/meminfo MemAvailable from before the command to its
-    lowest during it (counts the kernel's share, namespaces, veths, tc, but also anything else on the machine). A run
-    that leaves namespaces behind is healed (`testbed heal RUN`) and says so.
+    --emulate --netns --trials 1`, then playbooks/opus-failover.yaml with --trials T, cold, as a user types them:
+    wall time to exit, exit status, the run's status (summary.json), the process tree's memory every 0.5 s
+    (benchlib.TreeMemory, split as bench/opus_runs.py; the processes in the hosts' namespaces descend from the twin)
+    and the drop of /proc/meminfo MemAvailable during the run (the kernel's share, but also anything else running).
+    A run that leaves namespaces behind is healed (`testbed heal RUN`) and says so.
 
-Everything made here (the twins, the namespaces, the processes in them) is gone when it returns: each twin's tag is
-checked with testbed.twin.netns.leftovers and removed if anything is left.
+Everything made here is gone when it returns: each twin's tag is checked with testbed.twin.netns.leftovers.
 """
 
 from __future__ import annotations
@@ -59,7 +52,7 @@ import numpy as np
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-from benchlib import REPO, TreeMemory, command_line, compile_project, process_tree, stats, write_out  # noqa: E402
+from benchlib import REPO, TreeMemory, command_line, compile_project, pct, process_tree, stats, write_out  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 RACK = REPO / "playbooks/inventory/emulated-rack.yaml"
@@ -93,21 +86,17 @@ while True:
             n += k
         c.sendall(str(n).encode())
 """
-# One connection of N bytes; prints sent, the sink's count and seconds from the first byte to the count.
+# One connection of N MB; prints the bytes sent, the sink's count and seconds from the first byte to the count.
 SOURCE = """
 import socket, sys, time
-total = int(sys.argv[3])
-chunk = memoryview(bytes(1 << 20))
+chunk = bytes(10**6)
 c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60)
 start = time.perf_counter()
-sent = 0
-while sent < total:
-    k = min(len(chunk), total - sent)
-    c.sendall(chunk[:k])
-    sent += k
+for _ in range(int(sys.argv[3])):
+    c.sendall(chunk)
 c.shutdown(socket.SHUT_WR)
 got = c.recv(64)
-print(sent, got.decode(), time.perf_counter() - start, flush=True)
+print(int(sys.argv[3]) * len(chunk), got.decode(), time.perf_counter() - start, flush=True)
 """
 ECHO = """
 import socket, sys
@@ -118,38 +107,32 @@ while True:
     d, a = s.recvfrom(2048)
     s.sendto(d, a)
 """
-# Sends a datagram (sequence, CLOCK_MONOTONIC at send) every EVERY s; after "arm" on stdin, prints the first echo
-# of a datagram sent after the arm: "echo SEQ SENT RECEIVED" (monotonic seconds, the benchmark's clock too).
+# Sends a datagram (CLOCK_MONOTONIC at send) every EVERY s; after "arm" on stdin, prints the first echo of a
+# datagram sent after the arm: "echo SENT RECEIVED" (monotonic seconds, the benchmark's clock too). The next arm
+# comes only after that line is read, so the two threads never race for `armed`.
 PINGER = """
 import os, socket, struct, sys, threading, time
 dst, every = (sys.argv[1], int(sys.argv[2])), float(sys.argv[3])
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind((sys.argv[4], 0))
-lock = threading.Lock()
 armed = [None]
 
 def commands():
     for line in sys.stdin:
         if line.startswith("arm"):
-            with lock:
-                armed[0] = time.monotonic()
+            armed[0] = time.monotonic()
             print("armed", flush=True)
     os._exit(0)
 
 def send():
-    seq, due = 0, time.monotonic()
+    due = time.monotonic()
     while True:
         try:
-            s.sendto(struct.pack("!qd", seq, time.monotonic()), dst)
+            s.sendto(struct.pack("!d", time.monotonic()), dst)
         except OSError:
             pass
-        seq += 1
-        due += every
-        wait = due - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        else:
-            due = time.monotonic()
+        due = max(due + every, time.monotonic())
+        time.sleep(max(0.0, due - time.monotonic()))
 
 threading.Thread(target=commands, daemon=True).start()
 threading.Thread(target=send, daemon=True).start()
@@ -157,11 +140,10 @@ print("ready", flush=True)
 while True:
     data, _ = s.recvfrom(64)
     now = time.monotonic()
-    seq, sent = struct.unpack("!qd", data)
-    with lock:
-        if armed[0] is not None and sent >= armed[0]:
-            armed[0] = None
-            print(f"echo {seq} {sent:.6f} {now:.6f}", flush=True)
+    (sent,) = struct.unpack("!d", data)
+    if armed[0] is not None and sent >= armed[0]:
+        armed[0] = None
+        print(f"echo {sent:.6f} {now:.6f}", flush=True)
 """
 
 
@@ -182,12 +164,8 @@ def skip_reason() -> str | None:
 
 
 def in_ns(namespace: str, script: str, *args: str, **popen) -> subprocess.Popen:
-    return subprocess.Popen(
-        ["ip", "netns", "exec", namespace, sys.executable, "-c", script, *args],
-        stdout=subprocess.PIPE,
-        text=True,
-        **popen,
-    )
+    command = ["ip", "netns", "exec", namespace, sys.executable, "-c", script, *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True, **popen)
 
 
 def read_line(proc: subprocess.Popen, timeout: float) -> str:
@@ -214,24 +192,16 @@ def end(procs: list[subprocess.Popen]) -> None:
         proc.wait()
 
 
-def ip(namespace: str, *args: str, check: bool = True) -> str:
-    out = subprocess.run(["ip", "netns", "exec", namespace, *args], capture_output=True, text=True, timeout=30)
-    if check and out.returncode != 0:
-        raise RuntimeError(f"`ip netns exec {namespace} {' '.join(args)}`: {out.stderr.strip()}")
-    return out.stdout.strip()
-
-
-def one_transfer(namespace: str, address: str, nbytes: int) -> float:
-    """MB/s of one TCP connection of `nbytes` from a process in `namespace` to the sink at `address`."""
-    proc = in_ns(namespace, SOURCE, address, str(TCP_PORT), str(nbytes))
+def one_transfer(namespace: str, address: str, mbytes: int) -> float:
+    """MB/s of one TCP connection of `mbytes` MB from a process in `namespace` to the sink at `address`."""
+    proc = in_ns(namespace, SOURCE, address, str(TCP_PORT), str(mbytes))
     try:
-        line = read_line(proc, 300)
+        sent, got, seconds = read_line(proc, 300).split()
     finally:
         end([proc])
-    sent, got, seconds = line.split()
-    if int(sent) != nbytes or int(got) != nbytes:
+    if int(sent) != mbytes * 10**6 or int(got) != int(sent):
         raise RuntimeError(f"sent {sent} bytes, the sink counted {got}")
-    return nbytes / 1e6 / float(seconds)
+    return mbytes / float(seconds)
 
 
 # --- the twin of the emulated rack, with --netns ---------------------------------------------------------
@@ -254,6 +224,8 @@ class Rack:
         net = self.twin.endpoints.netns
         self.ns = {h: net["hosts"][h]["netns"] for h in ("gpu01", "gpu02")}
         self.data = {h: net["data"][h] for h in ("gpu01", "gpu02")}
+        # the duplex link as two directed ones: each host's /32 to the other, its next hop's MAC set (no ARP)
+        self.twin.control.call(None, "dataplane.routes", links=[[*A, *B], [*B, *A]])
         host, port = self.twin.endpoints.devices["ocs1"]["tcp"].rsplit(":", 1)
         self.scpi_sock = socket.create_connection((host, int(port)), timeout=10)
         self.scpi_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -278,8 +250,11 @@ class Rack:
     def kernel(self) -> dict:
         return self.twin.control.call(None, "dataplane.state")["kernel"]
 
-    def await_light(self, want: dict[str, str | None], within_s: float = 10.0) -> None:
-        deadline = time.monotonic() + within_s
+    def light(self, on: bool) -> None:
+        """ADD (on) or SUB the circuits; return when the kernel forwards both directions, or neither."""
+        self.scpi(f":OXC:SWIT:CONN:{'ADD' if on else 'SUB'} {CIRCUITS}")
+        want = {"gpu01:p0": "gpu02:p1" if on else None, "gpu02:p1": "gpu01:p0" if on else None}
+        deadline = time.monotonic() + 10
         while True:
             seen = {d["from"]: d["to"] for d in self.kernel()["directions"]}
             if all(seen.get(k) == v for k, v in want.items()):
@@ -287,14 +262,6 @@ class Rack:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the kernel data plane still forwards {seen}, not {want}")
             time.sleep(0.005)  # polling the twin's state for a condition
-
-    def lit(self) -> None:
-        self.scpi(f":OXC:SWIT:CONN:ADD {CIRCUITS}")
-        self.await_light({"gpu01:p0": "gpu02:p1", "gpu02:p1": "gpu01:p0"})
-
-    def dark(self) -> None:
-        self.scpi(f":OXC:SWIT:CONN:SUB {CIRCUITS}")
-        self.await_light({"gpu01:p0": None, "gpu02:p1": None})
 
     def close(self) -> None:
         end(self.procs)
@@ -306,57 +273,45 @@ class Rack:
 # --- the baseline: a bare veth pair between two fresh namespaces ----------------------------------------
 
 
-class VethPair:
-    def __init__(self, made_ns: list[str]) -> None:
-        from pyroute2 import IPRoute, NetNS, netns
+def veth_pair(made_ns: list[str]) -> tuple[str, str]:
+    """Two fresh namespaces joined by one bare veth pair, VETH_NET's addresses at its ends: the baseline."""
+    from pyroute2 import IPRoute, NetNS, netns
 
-        tag = secrets.token_hex(3)
-        self.ns = (f"nsbench-{tag}-a", f"nsbench-{tag}-b")
-        for name in self.ns:
-            netns.create(name)
-            made_ns.append(name)
-        with IPRoute() as ipr:
-            ipr.link("add", ifname=f"nb{tag}a", kind="veth", peer={"ifname": f"nb{tag}b", "net_ns_fd": self.ns[1]})
-            ipr.link("set", index=ipr.link_lookup(ifname=f"nb{tag}a")[0], net_ns_fd=self.ns[0])
-        for name, ifname, address in zip(self.ns, (f"nb{tag}a", f"nb{tag}b"), VETH_NET, strict=True):
-            with NetNS(name) as inner:
-                index = inner.link_lookup(ifname=ifname)[0]
-                inner.addr("add", index=index, address=address, prefixlen=24)
-                inner.link("set", index=index, state="up")
-                inner.link("set", index=inner.link_lookup(ifname="lo")[0], state="up")
-
-    def close(self) -> None:
-        from pyroute2 import netns
-
-        for name in self.ns:
-            with contextlib.suppress(Exception):
-                netns.remove(name)
+    tag = secrets.token_hex(3)
+    names = (f"nsbench-{tag}-a", f"nsbench-{tag}-b")
+    for name in names:
+        netns.create(name)
+        made_ns.append(name)
+    with IPRoute() as ipr:
+        ipr.link("add", ifname=f"nb{tag}a", kind="veth", peer={"ifname": f"nb{tag}b", "net_ns_fd": names[1]})
+        ipr.link("set", index=ipr.link_lookup(ifname=f"nb{tag}a")[0], net_ns_fd=names[0])
+    for name, ifname, address in zip(names, (f"nb{tag}a", f"nb{tag}b"), VETH_NET, strict=True):
+        with NetNS(name) as inner:
+            index = inner.link_lookup(ifname=ifname)[0]
+            inner.addr("add", index=index, address=address, prefixlen=24)
+            inner.link("set", index=index, state="up")
+            inner.link("set", index=inner.link_lookup(ifname="lo")[0], state="up")
+    return names
 
 
 # --- (1) and (2) ------------------------------------------------------------------------------------------
 
 
 def throughput(rack: Rack, made_ns: list[str], mbytes: int, rounds: int, console: Console) -> dict:
-    nbytes = mbytes * 10**6
-    rack.twin.control.call(None, "dataplane.routes", links=[[A[0], A[1], B[0], B[1]]])
-    rack.lit()
-    veth = VethPair(made_ns)
+    rack.light(True)
+    veth = veth_pair(made_ns)
     sinks = []
     try:
         sinks.append(started(in_ns(rack.ns["gpu02"], SINK, rack.data["gpu02"], str(TCP_PORT))))
-        sinks.append(started(in_ns(veth.ns[1], SINK, VETH_NET[1], str(TCP_PORT))))
-        ways = {
-            "circuit": lambda: one_transfer(rack.ns["gpu01"], rack.data["gpu02"], nbytes),
-            "veth": lambda: one_transfer(veth.ns[0], VETH_NET[1], nbytes),
-        }
-        ways["circuit"]()  # a first connection each way, not counted: ARP, the sink's first accept
-        ways["veth"]()
+        sinks.append(started(in_ns(veth[1], SINK, VETH_NET[1], str(TCP_PORT))))
+        ways = {"circuit": (rack.ns["gpu01"], rack.data["gpu02"]), "veth": (veth[0], VETH_NET[1])}
+        for way in ways.values():  # a first connection each way, not counted: the veth's ARP, the first accept
+            one_transfer(*way, mbytes)
         before = {d["from"]: d["bytes"] for d in rack.kernel()["directions"]}
         got: dict[str, list[float]] = {"circuit": [], "veth": []}
         for r in range(rounds):
-            order = ["circuit", "veth"] if r % 2 == 0 else ["veth", "circuit"]
-            for name in order:
-                got[name].append(ways[name]())
+            for name in ("circuit", "veth") if r % 2 == 0 else ("veth", "circuit"):
+                got[name].append(one_transfer(*ways[name], mbytes))
             console.print(
                 f"throughput round {r + 1}/{rounds}: circuit {got['circuit'][-1]:.0f} MB/s, "
                 f"veth {got['veth'][-1]:.0f} MB/s",
@@ -365,11 +320,12 @@ def throughput(rack: Rack, made_ns: list[str], mbytes: int, rounds: int, console
         after = {d["from"]: d["bytes"] for d in rack.kernel()["directions"]}
     finally:
         end(sinks)
-        veth.close()
-        rack.dark()
+        for name in veth:
+            subprocess.run(["ip", "netns", "del", name], check=False)
+        rack.light(False)
     crossed = after["gpu01:p0"] - before["gpu01:p0"]
-    if crossed < rounds * nbytes:
-        raise RuntimeError(f"only {crossed} bytes crossed gpu01:p0's fibre for {rounds * nbytes} sent")
+    if crossed < rounds * mbytes * 10**6:
+        raise RuntimeError(f"only {crossed} bytes crossed gpu01:p0's fibre for {rounds * mbytes} MB sent")
     circuit, bare = float(np.median(got["circuit"])), float(np.median(got["veth"]))
     return {
         "mbytes_per_connection": mbytes,
@@ -382,97 +338,54 @@ def throughput(rack: Rack, made_ns: list[str], mbytes: int, rounds: int, console
     }
 
 
-def _mac(namespace: str, ifname: str) -> str:
-    return ip(namespace, "cat", f"/sys/class/net/{ifname}/address")
-
-
-def neighbours(rack: Rack, static: bool) -> None:
-    """Both hosts' neighbour entry for the other's data address on the circuit's port: set (static) or removed."""
-    ends = (("gpu01", A[1], "gpu02", B[1]), ("gpu02", B[1], "gpu01", A[1]))
-    for host, port, peer, peer_port in ends:
-        if static:
-            mac = _mac(rack.ns[peer], peer_port)
-            ip(rack.ns[host], "ip", "neigh", "replace", rack.data[peer], "lladdr", mac, "dev", port, "nud", "permanent")
-        else:
-            ip(rack.ns[host], "ip", "neigh", "del", rack.data[peer], "dev", port, check=False)
-
-
 def to_flow(rack: Rack, repeats: int, console: Console) -> dict:
     rack.twin.control.call("ocs1", "set_switching_time", ms=SWITCHING_MS, jitter_ms=0.0)
-    rack.twin.control.call(None, "dataplane.routes", links=[[A[0], A[1], B[0], B[1]]])
-    rack.dark()
+    rack.light(False)
     echo = started(in_ns(rack.ns["gpu02"], ECHO, rack.data["gpu02"], str(UDP_PORT)))
     rack.procs.append(echo)
-    pinger = in_ns(
-        rack.ns["gpu01"],
-        PINGER,
-        rack.data["gpu02"],
-        str(UDP_PORT),
-        str(SEND_EVERY_S),
-        rack.data["gpu01"],
-        stdin=subprocess.PIPE,
-    )
+    args = (rack.data["gpu02"], str(UDP_PORT), str(SEND_EVERY_S), rack.data["gpu01"])
+    pinger = in_ns(rack.ns["gpu01"], PINGER, *args, stdin=subprocess.PIPE)
     rack.procs.append(pinger)
     started(pinger)
-    samples: dict[str, list[dict]] = {"static": [], "arp": []}
+    rows: list[dict] = []
     for i in range(repeats):
-        for way in ("static", "arp") if i % 2 == 0 else ("arp", "static"):
-            neighbours(rack, static=(way == "static"))
-            time.sleep(0.05)  # echoes in flight from before are back or gone
-            pinger.stdin.write("arm\n")
-            pinger.stdin.flush()
-            if read_line(pinger, 10) != "armed":
-                raise RuntimeError("the sender did not arm")
-            t0, opc = rack.scpi(f":OXC:SWIT:CONN:ADD {CIRCUITS}")
-            _, seq, sent, back = read_line(pinger, 10).split()
-            sent, back = float(sent), float(back)
-            events = [
-                e
-                for e in rack.kernel()["events"]
-                if e.get("from") in ("gpu01:p0", "gpu02:p1") and e.get("to") and e.get("t", 0) >= t0 - 0.001
-            ]
-            if len(events) < 2:
-                raise RuntimeError(f"the kernel's events show {len(events)} of the circuit's 2 directions applied")
-            seen, applied = max(e["t"] for e in events), max(e["applied"] for e in events)
-            samples[way].append(
-                {
-                    "opc_ms": 1000 * (opc - t0),
-                    "flow_ms": 1000 * (back - t0),
-                    "after_opc_ms": 1000 * (back - opc),
-                    "first_sent_ms": 1000 * (sent - t0),
-                    "kernel_applied_ms": 1000 * (applied - t0),
-                    "opc_to_seen_ms": 1000 * (seen - opc),
-                    "seen_to_applied_ms": [1000 * (e["applied"] - e["t"]) for e in events],
-                }
-            )
-            rack.dark()
+        time.sleep(0.05)  # echoes in flight from before are back or gone
+        pinger.stdin.write("arm\n")
+        pinger.stdin.flush()
+        if read_line(pinger, 10) != "armed":
+            raise RuntimeError("the sender did not arm")
+        t0, opc = rack.scpi(f":OXC:SWIT:CONN:ADD {CIRCUITS}")
+        _, sent, back = read_line(pinger, 10).split()
+        sent, back = float(sent), float(back)
+        events = [
+            e
+            for e in rack.kernel()["events"]
+            if e.get("from") in ("gpu01:p0", "gpu02:p1") and e.get("to") and e.get("t", 0) >= t0 - 0.001
+        ]
+        if len(events) < 2:
+            raise RuntimeError(f"the kernel's events show {len(events)} of the circuit's 2 directions applied")
+        seen, applied = max(e["t"] for e in events), max(e["applied"] for e in events)
+        rows.append(
+            {
+                "opc_ms": 1000 * (opc - t0),
+                "flow_ms": 1000 * (back - t0),
+                "after_opc_ms": 1000 * (back - opc),
+                "first_sent_ms": 1000 * (sent - t0),
+                "kernel_applied_ms": 1000 * (applied - t0),
+                "opc_to_seen_ms": 1000 * (seen - opc),
+                "seen_to_applied_ms": [1000 * (e["applied"] - e["t"]) for e in events],
+            }
+        )
+        rack.light(False)
         if (i + 1) % 5 == 0 or i + 1 == repeats:
-            s, a = samples["static"], samples["arp"]
-            console.print(
-                f"to flow {i + 1}/{repeats}: static neighbours p50 "
-                f"{np.median([x['flow_ms'] for x in s]):.1f} ms, ARP p50 {np.median([x['flow_ms'] for x in a]):.0f} ms",
-                highlight=False,
-            )
+            flow = np.median([r["flow_ms"] for r in rows])
+            console.print(f"to flow {i + 1}/{repeats}: p50 {flow:.1f} ms", highlight=False)
     end([pinger, echo])
-
-    def summary(rows: list[dict]) -> dict:
-        out = {}
-        for key in ("opc_ms", "flow_ms", "after_opc_ms", "first_sent_ms", "kernel_applied_ms", "opc_to_seen_ms"):
-            x = [r[key] for r in rows]
-            out[key] = {**stats(x), "p90": float(np.percentile(x, 90))}
-        x = [v for r in rows for v in r["seen_to_applied_ms"]]
-        out["seen_to_applied_ms"] = {**stats(x), "p90": float(np.percentile(x, 90))}
-        return out
-
-    return {
-        "switching_ms": SWITCHING_MS,
-        "send_every_ms": SEND_EVERY_S * 1000,
-        "tick_ms": rack.kernel()["tick_ms"],
-        "repeats": repeats,
-        "static": summary(samples["static"]),
-        "arp": summary(samples["arp"]),
-        "samples": samples,
-    }
+    out = {"switching_ms": SWITCHING_MS, "send_every_ms": SEND_EVERY_S * 1000, "tick_ms": rack.kernel()["tick_ms"]}
+    for key in rows[0]:
+        x = [v for r in rows for v in (r[key] if isinstance(r[key], list) else [r[key]])]
+        out[key] = {**stats(x), "p90": pct(x, 90)}
+    return {**out, "samples": rows}
 
 
 # --- (3) start-up --------------------------------------------------------------------------------------------
@@ -526,34 +439,27 @@ def startup(hosts: int, rounds: int, made: list[str], console: Console) -> dict:
 # --- (4) Opus through the CLI with --netns -----------------------------------------------------------------
 
 
-def _mem_available_kib() -> int:
-    return int(re.search(r"MemAvailable:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+@contextlib.contextmanager
+def mem_available_drop(every_s: float = SAMPLE_EVERY_S):
+    """Yields a dict; after the block its "mib": /proc/meminfo MemAvailable before it less its lowest during it."""
 
+    def kib() -> int:
+        return int(re.search(r"MemAvailable:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
 
-class MemAvailable:
-    """The lowest /proc/meminfo MemAvailable while the block runs, against its value before."""
+    before, lowest, stop, drop = kib(), [kib()], threading.Event(), {}
 
-    def __init__(self, every_s: float = SAMPLE_EVERY_S) -> None:
-        self.every_s = every_s
-        self.before = self.lowest = _mem_available_kib()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="mem-available", daemon=True)
+    def loop() -> None:
+        while not stop.wait(every_s):
+            lowest[0] = min(lowest[0], kib())
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self.lowest = min(self.lowest, _mem_available_kib())
-
-    def __enter__(self) -> MemAvailable:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    @property
-    def drop_mib(self) -> float:
-        return (self.before - self.lowest) / 1024
+    thread = threading.Thread(target=loop, name="mem-available", daemon=True)
+    thread.start()
+    try:
+        yield drop
+    finally:
+        stop.set()
+        thread.join()
+        drop["mib"] = (before - lowest[0]) / 1024
 
 
 def cli_run(playbook: Path, results: Path, trials: int, timeout_s: float) -> dict:
@@ -566,7 +472,7 @@ def cli_run(playbook: Path, results: Path, trials: int, timeout_s: float) -> dic
     command = [opus_runs.testbed_binary(), "run", str(playbook), "--inventory", str(OPUS), "--emulate", "--netns"]
     command += ["--trials", str(trials), "--results", str(results)]
     out_path = results / "stdout.txt"
-    with open(out_path, "w") as out, MemAvailable() as avail:
+    with open(out_path, "w") as out, mem_available_drop() as drop:
         start = time.monotonic()
         proc = subprocess.Popen(
             command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "160"}
@@ -575,8 +481,7 @@ def cli_run(playbook: Path, results: Path, trials: int, timeout_s: float) -> dic
             try:
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                tree = list(process_tree(proc.pid))  # the command's own processes, its twin and Ray among them
-                for pid in reversed(tree):
+                for pid in reversed(list(process_tree(proc.pid))):  # the command's processes, its twin and Ray
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, 9)
                 proc.wait()
@@ -585,11 +490,10 @@ def cli_run(playbook: Path, results: Path, trials: int, timeout_s: float) -> dic
     runs = [d for d in results.iterdir() if d.is_dir()]
     run_dir = runs[0] if len(runs) == 1 else None
     summary, tag, healed = {}, None, None
-    if run_dir is not None:
-        with contextlib.suppress(OSError, ValueError):
-            summary = json.loads((run_dir / "summary.json").read_text())
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            tag = netns.tag_of(json.loads((run_dir / "run.json").read_text())["run"])
+    with contextlib.suppress(OSError, TypeError, ValueError, KeyError):
+        summary = json.loads((run_dir / "summary.json").read_text())
+    with contextlib.suppress(OSError, TypeError, ValueError, KeyError):
+        tag = netns.tag_of(json.loads((run_dir / "run.json").read_text())["run"])
     if tag is not None and any(netns.leftovers(tag).values()):
         heal = subprocess.run(
             [opus_runs.testbed_binary(), "heal", str(run_dir)], capture_output=True, text=True, timeout=300
@@ -604,6 +508,7 @@ def cli_run(playbook: Path, results: Path, trials: int, timeout_s: float) -> dic
                 os.kill(pid, 9)
                 stray.append(seen["command"])
     tail = out_path.read_text()[-1500:]
+    why = [ln.strip() for ln in tail.splitlines() if re.search(r"Error|error|cannot", ln)] or tail.strip().splitlines()
     return {
         "command": "testbed " + " ".join(str(c).replace(str(REPO) + "/", "") for c in command[1:-2]),
         "wall_s": wall,
@@ -618,15 +523,9 @@ def cli_run(playbook: Path, results: Path, trials: int, timeout_s: float) -> dic
         "healed": healed,
         "stray_processes_ended": stray,
         "output_tail": None if code == 0 else tail,
-        # the line that says why, for the table: the last that names an error
-        "error": None
-        if code == 0
-        else next(
-            (ln.strip() for ln in reversed(tail.splitlines()) if re.search(r"Error|error|cannot", ln)),
-            tail.strip().splitlines()[-1] if tail.strip() else "",
-        )[:300],
+        "error": None if code == 0 else (why or [""])[-1][:300],  # the last line that names an error, for the table
         "memory": memory.summary(),
-        "mem_available_drop_mib": avail.drop_mib,
+        "mem_available_drop_mib": drop["mib"],
     }
 
 
@@ -700,26 +599,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mbytes", type=int, default=200, help="MB per TCP connection")
     parser.add_argument("--rounds", type=int, default=5, help="throughput rounds (a connection each way)")
-    parser.add_argument("--repeats", type=int, default=20, help="circuit -> flow repeats (each way)")
+    parser.add_argument("--repeats", type=int, default=20, help="circuit -> flow repeats")
     parser.add_argument("--startup-hosts", type=int, default=64)
     parser.add_argument("--startup-rounds", type=int, default=3)
     parser.add_argument("--opus-trials", type=int, default=3, help="failovers in the opus-failover run")
     parser.add_argument("--no-opus", action="store_true", help="leave out the 256-host CLI runs")
-    args = parser.parse_args()
+    args = vars(parser.parse_args())
+    with_opus = not args.pop("no_opus")
     compile_project()
-    figures = measure(
-        args.mbytes,
-        args.rounds,
-        args.repeats,
-        args.startup_hosts,
-        args.startup_rounds,
-        args.opus_trials,
-        not args.no_opus,
-    )
-    print(json.dumps({k: v for k, v in figures.items() if k != "to_flow"}, indent=2, default=str)[:6000])
-    if "to_flow" in figures:
-        f = figures["to_flow"]
-        print(json.dumps({k: f[k] for k in ("static", "arp")}, indent=2))
+    figures = measure(**args, opus_runs=with_opus)
+    shown = {k: {**v, "samples": len(v["samples"])} if k == "to_flow" else v for k, v in figures.items()}
+    print(json.dumps(shown, indent=2, default=str)[:8000])
     write_out("netns_plane", figures)
     return 0
 

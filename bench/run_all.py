@@ -49,7 +49,7 @@ FULL = {
     # A real 100-trial run (~18 s), 1,000 copies indexed (~60 s), three rounds of three queries (~2 min in all).
     "catalog_scale": {"runs": 1000, "rounds": 3},
     # --netns (root): throughput and circuit -> flow on the emulated rack (~1 min), 64-host start-ups, then the two
-    # 256-host opus-2048 CLI runs (which fail fast while the twin cannot start 256 hosts in namespaces: see README).
+    # 256-host opus-2048 CLI runs with --netns.
     "netns_plane": {
         "mbytes": 200,
         "rounds": 5,
@@ -736,7 +736,6 @@ def _netns_rows(f: dict) -> list[tuple[str, str, str, str, str, str]]:
     if "skipped" in f:
         return [("--netns kernel data plane", f"not measured: {f['skipped']}", "", "", "(report)", "n/a")]
     t, flow, s = f["throughput"], f["to_flow"], f["startup"]
-    st, arp = flow["static"], flow["arp"]
 
     def ms(d: dict, digits: int = 1) -> str:
         return f"p50 {_ms(d['p50'], digits)}, p90 {_ms(d['p90'], digits)}"
@@ -752,28 +751,19 @@ def _netns_rows(f: dict) -> list[tuple[str, str, str, str, str, str]]:
             "n/a",
         ),
         (
-            f"--netns: circuit ADD sent -> first echo back (UDP every {flow['send_every_ms']:g} ms, neighbours set; "
+            f"--netns: circuit ADD sent -> first echo back (UDP every {flow['send_every_ms']:g} ms; "
             f"{flow['switching_ms']:g} ms switching)",
-            f"{ms(st['flow_ms'])} (n={st['flow_ms']['n']}); after `*OPC?` {ms(st['after_opc_ms'])}",
-            f"`*OPC?` answered {ms(st['opc_ms'])}",
+            f"{ms(flow['flow_ms'])} (n={flow['flow_ms']['n']}); after `*OPC?` {ms(flow['after_opc_ms'])}",
+            f"`*OPC?` answered {ms(flow['opc_ms'])}",
             "",
             "(report)",
             "n/a",
         ),
         (
             "  the kernel's own events: the twin's tick saw the light -> the tc filter applied; `*OPC?` -> seen",
-            f"seen -> applied {ms(st['seen_to_applied_ms'], 2)} (n={st['seen_to_applied_ms']['n']} directions); "
-            f"`*OPC?` -> seen {ms(st['opc_to_seen_ms'], 2)} (tick {flow['tick_ms']:g} ms)",
+            f"seen -> applied {ms(flow['seen_to_applied_ms'], 2)} (n={flow['seen_to_applied_ms']['n']} directions); "
+            f"`*OPC?` -> seen {ms(flow['opc_to_seen_ms'], 2)} (tick {flow['tick_ms']:g} ms)",
             "",
-            "",
-            "(diagnosis)",
-            "n/a",
-        ),
-        (
-            "  the same with ARP as the kernel does it (no neighbour entry: the first packet waits for the next "
-            "probe, 1 s apart)",
-            f"{ms(arp['flow_ms'], 0)} (n={arp['flow_ms']['n']})",
-            f"neighbours set: p50 {_ms(st['flow_ms']['p50'])}",
             "",
             "(diagnosis)",
             "n/a",
@@ -944,19 +934,19 @@ in a notebook. The copies were just written, so both read from the page cache. S
 share: `index_run` of one copy (what a run's end does, into the catalog of all the copies; the median of 5) over the
 wall time of the 100-trial command.""",
     "netns_plane": """**--netns kernel data plane** (`bench/netns_plane.py`, root and pyroute2; skipped with the reason
-otherwise). A twin of `emulated-rack.yaml` with `--netns`, ocs1 driven over SCPI, the routes of the link gpu01:p0 -
-gpu02:p1 installed (`dataplane.routes`). Throughput: one TCP connection from a process in gpu01's namespace to a sink
-in gpu02's at the hosts' data addresses, timed in the client from its first byte to the sink's count, against the same
-two programs in two namespaces made by the benchmark and joined by one bare veth pair, alternating by round; the
-circuit's path is two veth pairs and a tc u32 + mirred redirect. Circuit -> flow: gpu01 sends a UDP datagram every 0.5
-ms to an echo in gpu02's namespace while no circuit exists; the ADD of both directions goes with `*OPC?` on one line
-(switching time 25 ms, no jitter); from sending it to the first echo back, with the two hosts' neighbour entries set
-(the plane's own delay) and, alternating, with the entries removed (ARP as the kernel does it); the circuits removed
-and the kernel seen dark between repeats. The kernel's events give seen (the twin's light tick) -> applied (netlink
-done). Start-up: TwinProcess start to endpoints announced for the Opus lab cut to N hosts (8 ports each), --netns and
-loopback alternating. Opus: the two opus-2048 playbooks through the CLI with `--emulate --netns`, memory as for
-**Opus runs** (process tree PSS / RSS sums every 0.5 s) and the drop of /proc/meminfo MemAvailable (kernel objects
-included, but also anything else running on the machine); a run that leaves namespaces is healed.""",
+otherwise). A twin of `emulated-rack.yaml` with `--netns`, ocs1 driven over SCPI, the routes of the duplex link between
+gpu01:p0 and gpu02:p1 installed (`dataplane.routes`, one directed link each way; each route with its next hop's
+permanent neighbour entry, so no ARP). Throughput: one TCP connection from a process in gpu01's namespace to a sink in
+gpu02's at the hosts' data addresses, timed in the client from its first byte to the sink's count, against the same two
+programs in two namespaces made by the benchmark and joined by one bare veth pair, alternating by round; the circuit's
+path is two veth pairs and a tc u32 + mirred redirect. Circuit -> flow: gpu01 sends a UDP datagram every 0.5 ms to an
+echo in gpu02's namespace while no circuit exists; the ADD of both directions goes with `*OPC?` on one line (switching
+time 25 ms, no jitter); from sending it to the first echo back (the plane's own delay); the circuits removed and the
+kernel seen dark between repeats. The kernel's events give seen (the twin's light tick) -> applied (netlink done).
+Start-up: TwinProcess start to endpoints announced for the Opus lab cut to N hosts (8 ports each), --netns and loopback
+alternating. Opus: the two opus-2048 playbooks through the CLI with `--emulate --netns`, memory as for **Opus runs**
+(process tree PSS / RSS sums every 0.5 s) and the drop of /proc/meminfo MemAvailable (kernel objects included, but also
+anything else running on the machine); a run that leaves namespaces is healed.""",
 }
 
 

@@ -111,7 +111,7 @@ class KernelPlane:
         netns.create(self.namespace)
         fabric = self._socket(self.namespace)
         _sysctl(self.namespace, {"ipv6/conf/all/disable_ipv6": 1, "ipv6/conf/default/disable_ipv6": 1})
-        for host, namespace in self.namespaces.items():
+        for namespace in self.namespaces.values():
             _sysctl(
                 namespace,
                 {
@@ -122,12 +122,7 @@ class KernelPlane:
                     "ipv6/conf/default/disable_ipv6": 1,  # the ports and data0 carry IPv4 only
                 },
             )
-            with _socket(namespace) as inner:
-                inner.link("add", ifname=DATA_IFNAME, kind="bridge")
-                data = inner.link_lookup(ifname=DATA_IFNAME)[0]
-                inner.addr("add", index=data, address=self.addresses[host], prefixlen=32)
-                inner.link("set", index=data, state="up")
-        for i, end in enumerate(self.ends):
+        for i, end in enumerate(self.ends):  # after the hosts' sysctls: a port is made with IPv6 off
             name = f"f{i}"
             fabric.link(
                 "add", ifname=name, kind="veth", peer={"ifname": end.port, "net_ns_fd": self.namespaces[end.host]}
@@ -139,6 +134,10 @@ class KernelPlane:
             self.applied[(end.host, end.port)] = None
         for host, namespace in self.namespaces.items():
             with _socket(namespace) as inner:
+                inner.link("add", ifname=DATA_IFNAME, kind="bridge")
+                data = inner.link_lookup(ifname=DATA_IFNAME)[0]
+                inner.addr("add", index=data, address=self.addresses[host], prefixlen=32)
+                inner.link("set", index=data, state="up")
                 for end in self.ends:
                     if end.host == host:
                         port = inner.link_lookup(ifname=end.port)[0]
