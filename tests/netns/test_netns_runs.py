@@ -353,3 +353,33 @@ def test_a_torch_failover_rewired_to_the_wrong_ports_breaks_the_job(repo, tmp_pa
     ops = {json.loads(line)["op"] for line in (run_dir / "events.jsonl").read_text().splitlines()}
     assert "job_relaunched" in ops and "failover.total" not in ops
     assert "received: 'error: rank" in err and "gloo" in err.lower(), err  # its own words, in the run's error
+
+
+PROXIED = """\
+name: proxied-host
+trials: 1
+steps:
+  - action: parallel
+    steps:
+      - {action: fault.inject, fault: {kind: transport.latency, device: gpu01, attributes: {latency: 100}},
+         duration_ms: 2000}
+      - {action: hosts.health, name: health through the fault}
+"""
+
+
+def test_a_fault_proxy_in_front_of_a_host_reaches_it_in_its_namespace(repo, tmp_path):
+    """A transport fault on a host puts Toxiproxy's stand-in in front of its SSH: a box of the control side
+    (127.0.0.1), forwarding to the host's management address, which it reaches; the health check goes through it.
+    """
+    playbook = tmp_path / "proxied.yaml"
+    playbook.write_text(PROXIED)
+    inventory = str(repo / "playbooks/inventory/emulated-rack.yaml")
+    run_dir = run_netns(repo, tmp_path / "r", str(playbook), "--inventory", inventory)
+    network = network_of(run_dir)
+    gpu01 = json.loads((run_dir / "run.json").read_text())["twin"]["devices"]["gpu01"]
+    assert gpu01["ssh"].startswith("127.0.0.1:")
+    assert gpu01["ssh_direct"].startswith(f"{network['hosts']['gpu01']['address']}:")
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert any(e["op"] == "gpu.health" and e["type"] == "ok" and e.get("device") == "gpu01" for e in events)
+    check(repo, run_dir)
+    assert_nothing_left(network["tag"])
