@@ -41,7 +41,8 @@ as emulators/realtime.py says, at real-time priority where the machine allows it
 "trigger" event with "realtime": true or false for every timed op.
 
 Data plane (TwinSpec.fibres, emulators/dataplane): loopback TCP relays between job ranks that pass
-bytes only while the emulated switches hold a light path between the two host ports, both ways.
+bytes only while the emulated switches hold a light path between the two host ports, both ways; with
+--netns, the kernel instead (emulators/dataplane/kernel.py, docs/netns.md).
 Twin-wide control ops ("device": null):
 
     dataplane.link   src_host, src_port, dst_host, dst_port, target_port -> "127.0.0.1:P", the relay
