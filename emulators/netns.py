@@ -72,6 +72,13 @@ def veth_name(tag: str, index: int) -> str:
     return f"{LINK_PREFIX}{tag}h{index}"
 
 
+def if_index(ipr, name: str) -> int:
+    """An interface's index, asked for by name (pyroute2's link_lookup dumps every link: quadratic over a run's
+    hundreds of veths).
+    """
+    return ipr.link("get", ifname=name)[0]["index"]
+
+
 def missing_privilege() -> str | None:
     """Why this process cannot make namespaces and links, or None if it can (root, or CAP_NET_ADMIN and
     CAP_SYS_ADMIN, which mounting /run/netns needs).
@@ -162,7 +169,7 @@ class ManagementNetwork:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a subnet chosen and taken before another run looks
             self.subnet = self.subnet or free_subnet(self.tag, ipr)
             ipr.link("add", ifname=self.bridge, kind="bridge")
-            index = ipr.link_lookup(ifname=self.bridge)[0]
+            index = if_index(ipr, self.bridge)
             ipr.addr("add", index=index, address=self.gateway, prefixlen=self.subnet.prefixlen)
             ipr.link("set", index=index, state="up")
             # Data addresses live only inside the hosts' namespaces; the subnet differs from the management one
@@ -177,12 +184,12 @@ class ManagementNetwork:
         self._made.append(name)
         outside = veth_name(self.tag, index)
         ipr.link("add", ifname=outside, kind="veth", peer={"ifname": HOST_IFNAME, "net_ns_fd": name})
-        link = ipr.link_lookup(ifname=outside)[0]
-        ipr.link("set", index=link, master=ipr.link_lookup(ifname=self.bridge)[0], state="up")
+        link = if_index(ipr, outside)
+        ipr.link("set", index=link, master=if_index(ipr, self.bridge), state="up")
         address = str(self.subnet.network_address + 2 + index)
         with entered(name), IPRoute() as inner:  # a netlink socket made in the host's namespace
-            inner.link("set", index=inner.link_lookup(ifname="lo")[0], state="up")
-            mgmt = inner.link_lookup(ifname=HOST_IFNAME)[0]
+            inner.link("set", index=if_index(inner, "lo"), state="up")
+            mgmt = if_index(inner, HOST_IFNAME)
             inner.addr("add", index=mgmt, address=address, prefixlen=self.subnet.prefixlen)
             inner.link("set", index=mgmt, state="up")
         self.addresses[host] = address

@@ -497,6 +497,11 @@ def _wait_for_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
         pass
 
 
+START_TIMEOUT_S = 20.0
+# With --netns, about 70 ms a host on a quiet 2-core machine (bench/netns_plane.py: 64 hosts in 4.5 s); thrice that.
+NETNS_START_S_PER_DEVICE = 0.2
+
+
 class TwinStartError(RuntimeError):
     """The twin process died or stayed silent before announcing its endpoints."""
 
@@ -504,8 +509,10 @@ class TwinStartError(RuntimeError):
 class TwinProcess:
     """Spawns and owns one twin process. Use as a context manager, or start()/stop()."""
 
-    def __init__(self, spec: TwinSpec, *, start_timeout: float = 20.0, stop_timeout: float = 5.0):
+    def __init__(self, spec: TwinSpec, *, start_timeout: float | None = None, stop_timeout: float = 5.0):
         self.spec = spec
+        if start_timeout is None:  # with --netns every host's namespace, veths and ports come first
+            start_timeout = START_TIMEOUT_S + (NETNS_START_S_PER_DEVICE * len(spec.devices) if spec.netns else 0.0)
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.process: subprocess.Popen[bytes] | None = None

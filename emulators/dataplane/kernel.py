@@ -122,28 +122,26 @@ class KernelPlane:
                     "ipv6/conf/default/disable_ipv6": 1,  # the ports and data0 carry IPv4 only
                 },
             )
+        # Few requests: pyroute2 takes about a millisecond for each, and a 256-host fabric has 512 ports.
         for i, end in enumerate(self.ends):  # after the hosts' sysctls: a port is made with IPv6 off
-            name = f"f{i}"
-            fabric.link(
-                "add", ifname=name, kind="veth", peer={"ifname": end.port, "net_ns_fd": self.namespaces[end.host]}
-            )
-            index = fabric.link_lookup(ifname=name)[0]
-            fabric.link("set", index=index, state="up")
-            fabric.tc("add", "ingress", index, "ffff:")
-            self.fabric_if[(end.host, end.port)] = index
+            peer = {"ifname": end.port, "net_ns_fd": self.namespaces[end.host]}
+            fabric.link("add", ifname=f"f{i}", kind="veth", peer=peer, state="up")
+        index = {msg.get_attr("IFLA_IFNAME"): msg["index"] for msg in fabric.get_links()}
+        for i, end in enumerate(self.ends):
+            fabric.tc("add", "ingress", index[f"f{i}"], "ffff:")
+            self.fabric_if[(end.host, end.port)] = index[f"f{i}"]
             self.applied[(end.host, end.port)] = None
         for host, namespace in self.namespaces.items():
             with _socket(namespace) as inner:
-                inner.link("add", ifname=DATA_IFNAME, kind="bridge")
-                data = inner.link_lookup(ifname=DATA_IFNAME)[0]
-                inner.addr("add", index=data, address=self.addresses[host], prefixlen=32)
-                inner.link("set", index=data, state="up")
+                inner.link("add", ifname=DATA_IFNAME, kind="bridge", state="up")
+                links = {msg.get_attr("IFLA_IFNAME"): msg for msg in inner.get_links()}
+                inner.addr("add", index=links[DATA_IFNAME]["index"], address=self.addresses[host], prefixlen=32)
                 for end in self.ends:
                     if end.host == host:
-                        port = inner.link_lookup(ifname=end.port)[0]
-                        inner.link("set", index=port, state="up")
-                        self.port_if[(end.host, end.port)] = port
-                        self.port_mac[(end.host, end.port)] = inner.get_links(port)[0].get_attr("IFLA_ADDRESS")
+                        port = links[end.port]
+                        inner.link("set", index=port["index"], state="up")
+                        self.port_if[(end.host, end.port)] = port["index"]
+                        self.port_mac[(end.host, end.port)] = port.get_attr("IFLA_ADDRESS")
 
     def _socket(self, namespace: str):
         """The fabric namespace's netlink socket, kept (a host's is opened when needed: 256 hosts' sockets, four
