@@ -10,12 +10,12 @@ switches' power readings. A dark direction has no filter. The filters follow the
 
 Each host also has a data address on `data0` (a bridge with no ports: an interface to name, GLOO_SOCKET_IFNAME,
 that holds one address) and forwards (ip_forward, in its namespace only). A launch's routes (`routes`) give every
-host of the job a /32 to each other's data address over the job's links, through other hosts where the
-topology needs it: the host routing a lab sets up for a job's topology.
+host of the job a /32 to each other's data address over the job's directed links, through other hosts where the
+topology needs it, with the next hop's MAC set: the host routing a lab sets up for a job's topology.
 
 Netlink runs on a thread of the plane's own (pyroute2's synchronous API cannot run on the twin's loop), which
-owns one netlink socket per namespace, made inside it; the loop computes the light and hands the thread
-the changes.
+keeps the fabric namespace's socket and opens a host's when it needs one (each socket is made inside its
+namespace); the loop computes the light and hands the thread the changes.
 """
 
 from __future__ import annotations
