@@ -72,13 +72,6 @@ def veth_name(tag: str, index: int) -> str:
     return f"{LINK_PREFIX}{tag}h{index}"
 
 
-def if_index(ipr, name: str) -> int:
-    """An interface's index, asked for by name (pyroute2's link_lookup dumps every link: quadratic over a run's
-    hundreds of veths).
-    """
-    return ipr.link("get", ifname=name)[0]["index"]
-
-
 def missing_privilege() -> str | None:
     """Why this process cannot make namespaces and links, or None if it can (root, or CAP_NET_ADMIN and
     CAP_SYS_ADMIN, which mounting /run/netns needs).
@@ -169,7 +162,7 @@ class ManagementNetwork:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a subnet chosen and taken before another run looks
             self.subnet = self.subnet or free_subnet(self.tag, ipr)
             ipr.link("add", ifname=self.bridge, kind="bridge")
-            index = if_index(ipr, self.bridge)
+            index = ipr.link_lookup(ifname=self.bridge)[0]
             ipr.addr("add", index=index, address=self.gateway, prefixlen=self.subnet.prefixlen)
             ipr.link("set", index=index, state="up")
             # Data addresses live only inside the hosts' namespaces; the subnet differs from the management one
@@ -184,12 +177,12 @@ class ManagementNetwork:
         self._made.append(name)
         outside = veth_name(self.tag, index)
         ipr.link("add", ifname=outside, kind="veth", peer={"ifname": HOST_IFNAME, "net_ns_fd": name})
-        link = if_index(ipr, outside)
-        ipr.link("set", index=link, master=if_index(ipr, self.bridge), state="up")
-        address = str(self.subnet.network_address + 2 + index)
+        link = ipr.link_lookup(ifname=outside)[0]
+        ipr.link("set", index=link, master=ipr.link_lookup(ifname=self.bridge)[0], state="up")
+        address = _nth_host(self.subnet, index)
         with entered(name), IPRoute() as inner:  # a netlink socket made in the host's namespace
-            inner.link("set", index=if_index(inner, "lo"), state="up")
-            mgmt = if_index(inner, HOST_IFNAME)
+            inner.link("set", index=inner.link_lookup(ifname="lo")[0], state="up")
+            mgmt = inner.link_lookup(ifname=HOST_IFNAME)[0]
             inner.addr("add", index=mgmt, address=address, prefixlen=self.subnet.prefixlen)
             inner.link("set", index=mgmt, state="up")
         self.addresses[host] = address
@@ -198,6 +191,12 @@ class ManagementNetwork:
     def down(self) -> list[str]:
         """Everything the network holds gone: the processes in its namespaces, the namespaces, its links."""
         return remove(self.tag)
+
+    @property
+    def data_addresses(self) -> dict[str, str]:
+        """Host -> its address on the kernel data plane (emulators/dataplane/kernel.py): numbered as on this network."""
+        assert self.data_subnet is not None
+        return {host: _nth_host(self.data_subnet, i) for i, host in enumerate(self.hosts)}
 
     def describe(self) -> dict:
         """What the twin announces (and run.json records, for heal)."""
@@ -208,6 +207,7 @@ class ManagementNetwork:
             "bridge": self.bridge,
             "data_subnet": str(self.data_subnet),
             "hosts": {h: {"netns": self.namespaces[h], "address": self.addresses[h]} for h in self.hosts},
+            "data": self.data_addresses,
         }
 
 
@@ -228,6 +228,11 @@ def free_subnet(tag: str, ipr) -> ipaddress.IPv4Network:
         if not any(candidate.overlaps(t) for t in taken):
             return candidate
     raise NetnsError(f"--netns: no /{PREFIX} of {POOL} is free of this machine's routes and addresses")
+
+
+def _nth_host(subnet: ipaddress.IPv4Network, index: int) -> str:
+    """Host `index`'s address in a subnet: the first goes to the control side (the bridge), then one per host."""
+    return str(subnet.network_address + 2 + index)
 
 
 def _nth(pool: ipaddress.IPv4Network, prefix: int, n: int) -> ipaddress.IPv4Network:

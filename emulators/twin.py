@@ -89,7 +89,7 @@ from typing import IO, Any
 
 from emulators.control import TwinControl
 from emulators.dataplane import DataPlane
-from emulators.dataplane.kernel import DATA_IFNAME, KernelPlane, data_subnet_addresses
+from emulators.dataplane.kernel import DATA_IFNAME, KernelPlane
 from emulators.devices import EmulatedDevice, build_device
 from emulators.endpoints import precise_event_loop
 from emulators.proxy import FaultProxy, ProxyServer
@@ -161,12 +161,8 @@ class TwinServer:
         self.endpoints = Endpoints(control=f"127.0.0.1:{port}")
         if self.network is not None:
             _off_the_loop(self.network.up)  # first: every host's namespace exists before anything listens in it
-            self.kernel = KernelPlane(
-                self.dataplane.paths,
-                self.network.tag,
-                self.network.namespaces,
-                data_subnet_addresses(self.network.data_subnet, self.network.hosts),
-            )
+            network = self.network
+            self.kernel = KernelPlane(self.dataplane.paths, network.tag, network.namespaces, network.data_addresses)
             self.kernel.up()
             for host in self.network.hosts:
                 # A lab host's profile names the interface that holds its data address, for PyTorch's gloo
@@ -179,11 +175,7 @@ class TwinServer:
             self.dataplane.addresses = dict(self.network.addresses)
             self.dataplane.kernel = self.kernel
             self.kernel.watch(loop)
-            self.endpoints.netns = {
-                **self.network.describe(),
-                "fabric": self.kernel.namespace,
-                "data": dict(self.kernel.addresses),
-            }
+            self.endpoints.netns = {**self.network.describe(), "fabric": self.kernel.namespace}
         for name, device in self.devices.items():
             endpoints = {"kind": device.kind, **await device.start(loop)}
             if self.fault_proxy and "tcp" in endpoints:
@@ -498,7 +490,8 @@ def _wait_for_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
 
 
 START_TIMEOUT_S = 20.0
-# With --netns, about 70 ms a host on a quiet 2-core machine (bench/netns_plane.py: 64 hosts in 4.5 s); thrice that.
+# With --netns each host's namespace, veths and ports are made first: a margin of a few times bench/RESULTS.md's
+# "--netns: twin start-up" row, per device.
 NETNS_START_S_PER_DEVICE = 0.2
 
 

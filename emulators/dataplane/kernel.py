@@ -13,21 +13,19 @@ that holds one address) and forwards (ip_forward, in its namespace only). A laun
 host of the job a /32 to each other's data address over the job's directed links, through other hosts where the
 topology needs it, with the next hop's MAC set: the host routing a lab sets up for a job's topology.
 
-Netlink runs on a thread of the plane's own (pyroute2's synchronous API cannot run on the twin's loop), which
-keeps the fabric namespace's socket and opens a host's when it needs one (each socket is made inside its
-namespace); the loop computes the light and hands the thread the changes.
+Netlink runs on a thread of the plane's own, one worker of an executor (pyroute2's synchronous API cannot run on
+the twin's loop), which keeps the fabric namespace's socket and opens a host's when it needs one (each socket is
+made inside its namespace); the loop computes the light and hands the thread the changes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ipaddress
-import queue
 import re
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from emulators.dataplane.paths import FibreEnd, LightPaths
@@ -82,34 +80,37 @@ class KernelPlane:
         self.events: deque[dict[str, Any]] = deque(maxlen=HISTORY)
         self.changes = 0
         self.tick_s = TICK_S
-        self._sockets: dict[str, Any] = {}  # namespace -> its IPRoute, on the thread
-        self._work: queue.Queue[tuple[Callable[[], Any], Any] | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
+        self._fabric: Any = None  # the fabric namespace's IPRoute, used on the thread only
+        self._netlink: ThreadPoolExecutor | None = None  # the thread
         self._timer = None
 
     # ---- set-up and tear-down -----------------------------------------------------------------------------
 
     def up(self) -> None:
         """Make the fabric namespace, each host port's veth pair, the data addresses; start the netlink thread."""
-        self._thread = threading.Thread(target=self._serve, name="kernel-plane", daemon=True)
-        self._thread.start()
-        self._call(self._build)
+        self._netlink = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernel-plane")
+        self._netlink.submit(self._build).result()
 
     def close(self) -> None:
         """Stop following the light and end the thread (the namespaces go with the management network)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._thread is not None:
-            self._work.put(None)
-            self._thread.join()
-            self._thread = None
+        if self._netlink is not None:
+            self._netlink.submit(self._close_fabric).result()
+            self._netlink.shutdown()
+            self._netlink = None
+
+    def _close_fabric(self) -> None:
+        if self._fabric is not None:
+            self._fabric.close()  # it holds the fabric namespace
+            self._fabric = None
 
     def _build(self) -> None:
         from pyroute2 import netns
 
         netns.create(self.namespace)
-        fabric = self._socket(self.namespace)
+        fabric = self._fabric = _socket(self.namespace)
         _sysctl(self.namespace, {"ipv6/conf/all/disable_ipv6": 1, "ipv6/conf/default/disable_ipv6": 1})
         for namespace in self.namespaces.values():
             _sysctl(
@@ -130,7 +131,7 @@ class KernelPlane:
         for i, end in enumerate(self.ends):
             fabric.tc("add", "ingress", index[f"f{i}"], "ffff:")
             self.fabric_if[(end.host, end.port)] = index[f"f{i}"]
-            self.applied[(end.host, end.port)] = None
+            self.applied[(end.host, end.port)] = self.wanted[(end.host, end.port)] = None  # dark: no filter
         for host, namespace in self.namespaces.items():
             with _socket(namespace) as inner:
                 inner.link("add", ifname=DATA_IFNAME, kind="bridge", state="up")
@@ -143,13 +144,6 @@ class KernelPlane:
                         self.port_if[(end.host, end.port)] = port["index"]
                         self.port_mac[(end.host, end.port)] = port.get_attr("IFLA_ADDRESS")
 
-    def _socket(self, namespace: str):
-        """The fabric namespace's netlink socket, kept (a host's is opened when needed: 256 hosts' sockets, four
-        descriptors each, would take the twin's loop past select()'s 1024).
-        """
-        ipr = self._sockets[namespace] = _socket(namespace)
-        return ipr
-
     # ---- following the light (on the twin's loop) ----------------------------------------------------------
 
     def watch(self, loop) -> None:
@@ -160,8 +154,8 @@ class KernelPlane:
         started = time.monotonic()
         changed = self._read_light(started)
         if changed:
-            self._work.put((self._apply_light, (changed, started)))
-        # Reading a 512-port fabric takes milliseconds: the tick stretches so the loop keeps most of its time.
+            self._netlink.submit(self._apply_light, changed, started).add_done_callback(self._keep_error)
+        # Reading a large fabric takes milliseconds: the tick stretches so the loop keeps most of its time.
         took = time.monotonic() - started
         self.tick_s = max(TICK_S, took / TICK_SHARE)
         self._timer = loop.call_later(self.tick_s, self._tick, loop)
@@ -174,13 +168,19 @@ class KernelPlane:
             key = (end.host, end.port)
             reached, why = self.paths.landing(end, now, cache)
             target = None if reached is None else (reached.host, reached.port)
-            if target != self.wanted.get(key, "unset"):
+            if target != self.wanted[key]:
                 self.wanted[key] = target
                 changed[key] = (target, why)
         return changed
 
+    def _keep_error(self, done: Future) -> None:
+        """A change of the light has no caller to tell of its failure: the plane's events keep it."""
+        exc = done.exception()
+        if exc is not None:
+            self.events.append({"t": time.monotonic(), "error": f"{type(exc).__name__}: {exc}"})
+
     def _apply_light(self, changed: dict, seen: float) -> None:
-        fabric = self._sockets[self.namespace]
+        fabric = self._fabric
         for key, (target, why) in changed.items():
             index = self.fabric_if[key]
             if self.applied.get(key) is not None:
@@ -240,8 +240,8 @@ class KernelPlane:
         # The light as it is now, in the kernel before the launch's ranks start: a frame (a SYN, an ARP request)
         # sent in the tick after a rewiring would be lost and retried only a second later.
         now = time.monotonic()
-        self._call(self._apply_light, self._read_light(now), now)
-        self._call(self._apply_routes, wanted)
+        self._netlink.submit(self._apply_light, self._read_light(now), now).result()
+        self._netlink.submit(self._apply_routes, wanted).result()
         return {h: len(r) for h, r in wanted.items() if r}
 
     def _apply_routes(self, wanted: dict[str, dict[str, tuple[str, str, str]]]) -> None:
@@ -278,7 +278,7 @@ class KernelPlane:
     # ---- state ------------------------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        counters = self._call(self._counters)
+        counters = self._netlink.submit(self._counters).result()
         return {
             "namespace": self.namespace,
             "tick_ms": round(self.tick_s * 1000, 3),
@@ -297,38 +297,13 @@ class KernelPlane:
     def _counters(self) -> dict[tuple[str, str], dict[str, int]]:
         """Per host port, what its transmitter sent into the fabric (the fabric side's received counters)."""
         by_index = {}
-        for msg in self._sockets[self.namespace].get_links():
+        for msg in self._fabric.get_links():
             stats = msg.get_attr("IFLA_STATS64") or {}
             by_index[msg["index"]] = {
                 "bytes": int(stats.get("rx_bytes", 0)),
                 "packets": int(stats.get("rx_packets", 0)),
             }
         return {key: by_index.get(index, {"bytes": 0, "packets": 0}) for key, index in self.fabric_if.items()}
-
-    # ---- the netlink thread -----------------------------------------------------------------------------------
-
-    def _call(self, fn: Callable, *args: Any) -> Any:
-        """Run fn(*args) on the netlink thread and wait for its result (its exception is raised here)."""
-        done: queue.Queue = queue.Queue(maxsize=1)
-        self._work.put((lambda: _result(fn, args, done), None))
-        ok, value = done.get()
-        if not ok:
-            raise value
-        return value
-
-    def _serve(self) -> None:
-        try:
-            while (item := self._work.get()) is not None:
-                fn, args = item
-                try:
-                    fn(*args) if args is not None else fn()
-                except Exception as exc:  # the light's own changes have no caller to tell: keep the evidence
-                    self.events.append({"t": time.monotonic(), "error": f"{type(exc).__name__}: {exc}"})
-        finally:
-            for ipr in self._sockets.values():
-                with contextlib.suppress(Exception):
-                    ipr.close()
-            self._sockets.clear()
 
 
 def _socket(namespace: str):
@@ -337,13 +312,6 @@ def _socket(namespace: str):
 
     with entered(namespace):
         return IPRoute()
-
-
-def _result(fn: Callable, args: tuple, done: queue.Queue) -> None:
-    try:
-        done.put((True, fn(*args)))
-    except Exception as exc:
-        done.put((False, exc))
 
 
 def _first_hops(graph: Mapping[str, list[tuple[str, str]]], source: str) -> dict[str, tuple[str, str]]:
@@ -372,8 +340,3 @@ def _sysctl(namespace: str, values: Mapping[str, int]) -> None:
         for key, value in values.items():
             with open(f"/proc/sys/net/{key}", "w") as fh:
                 fh.write(f"{value}\n")
-
-
-def data_subnet_addresses(subnet: ipaddress.IPv4Network, hosts: list[str]) -> dict[str, str]:
-    """Host i's data address: the subnet's (i + 2)th, as on the management network."""
-    return {host: str(subnet.network_address + 2 + i) for i, host in enumerate(hosts)}

@@ -301,21 +301,20 @@ def _job_controller(plan: Plan, inv: Inventory, coordinator: Coordinator, twin, 
     job = plan.playbook.job
     over_fabric = job is not None and (job.fabric is not None or job.fabric_service is not None)
 
-    def address_of(host: str) -> str:
-        # Emulated ranks run on this machine, on loopback or (--netns) in their host's namespace: at its data address
-        # when the job's traffic crosses the optical fabric, else at its management address, the twin's stand-in for
-        # a lab's Ethernet (docs/netns.md); on a lab, ranks reach each other at the host's address.
-        if emulate:
-            if twin is None:
-                return "127.0.0.1"
-            return twin.rank_address(host) if over_fabric else twin.host_address(host)
-        return getattr(inv.devices[host].transport, "host", host)
-
     def management_of(host: str) -> str:
-        # Where the control side reaches the host (the fabric service looks up its route there)
+        # Where the control side reaches the host (the fabric service looks up its route there): on a lab the host's
+        # address; emulated, loopback or (--netns) its management address in its namespace (docs/netns.md).
         if emulate:
             return twin.host_address(host) if twin is not None else "127.0.0.1"
         return getattr(inv.devices[host].transport, "host", host)
+
+    def address_of(host: str) -> str:
+        # Where the ranks reach each other: with --netns the host's data address when the job's traffic crosses the
+        # optical fabric; else where the host is reached (in the twin, the management network stands in for a lab's
+        # Ethernet).
+        if emulate and twin is not None and over_fabric:
+            return twin.rank_address(host)
+        return management_of(host)
 
     return JobController(
         coordinator,

@@ -146,14 +146,16 @@ class TwinHandle:
             return network["hosts"][host]["address"]
         return "127.0.0.1"
 
+    @property
+    def kernel_plane(self) -> bool:
+        """Whether the job's traffic crosses the kernel (--netns, emulators/dataplane/kernel.py), not relays."""
+        return self.netns is not None
+
     def rank_address(self, host: str) -> str:
         """Where `host`'s ranks listen and are reached by the other ranks: its data address on the kernel data
         plane with --netns (docs/netns.md), else loopback.
         """
-        network = self.netns
-        if network is not None and host in network.get("data", {}):
-            return network["data"][host]
-        return "127.0.0.1"
+        return self.netns["data"][host] if self.kernel_plane and host in self.netns["data"] else "127.0.0.1"
 
     def call(self, device: str | None, op: str, **args: Any) -> Any:
         return self.control.call(device, op, **args)
@@ -178,7 +180,7 @@ class TwinHandle:
         plane's relay; with --netns the rank's own address on the kernel data plane, the link kept for the
         launch's routes (`dataplane_commit`).
         """
-        if self.netns is not None and "data" in self.netns:  # a duplex link: both ways
+        if self.kernel_plane:  # a duplex link: both ways
             self._links += [[src_host, src_port, dst_host, dst_port], [dst_host, dst_port, src_host, src_port]]
             return f"{self.rank_address(dst_host)}:{target_port}"
         args = dict(src_host=src_host, src_port=src_port, dst_host=dst_host, dst_port=dst_port)
@@ -190,7 +192,7 @@ class TwinHandle:
         on loopback, where each link is a relay already.
         """
         links, self._links = self._links, []
-        if self.netns is not None and "data" in self.netns:
+        if self.kernel_plane:
             links += [[a, pa, b, pb] for (a, pa), (b, pb) in fabric]
             self.control.call(None, "dataplane.routes", links=links)
 

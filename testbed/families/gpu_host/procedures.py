@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
+from collections import deque
+from collections.abc import Sequence
 
 from drivers.capabilities import GpuHost, JobHandle
 from drivers.errors import DeviceCommandError, DeviceTimeout
@@ -205,7 +207,7 @@ LAST_WORDS = 60  # lines of a job's output kept for its own error when it exits 
 _WHY = (re.compile(r"^\s*error: "), re.compile(r"^\s*[\w.]*(Error|Exception): "))
 
 
-def last_words(lines: list[str]) -> str | None:
+def last_words(lines: Sequence[str]) -> str | None:
     """What a job that ended said of why: its last line that says so (a launcher such as torchrun prints its
     worker's error and then a summary of its own), else its last line.
     """
@@ -251,7 +253,7 @@ def wait_step(
     # A name: a job this actor started earlier in the same program (its handle is in the cache).
     handle = ctx.cache["jobs"][job] if isinstance(job, str) else _job(job)
     start = time.monotonic_ns()
-    recent: list[str] = []
+    recent: deque[str] = deque(maxlen=LAST_WORDS)
     ready_rx = re.compile(ready) if ready else None
     resumed: int | None = None
     for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=progress, lines=None):
@@ -266,7 +268,7 @@ def wait_step(
             ns = ctx.mark_at(mark, ev.monotonic_ns)
             return {"step": ev.step, "line": ev.line, "first_step_ns": ns, "resumed": resumed}
         if ev.line:
-            recent = [*recent[-(LAST_WORDS - 1) :], ev.line]
+            recent.append(ev.line)
         if ev.kind == "exited":
             raise DeviceCommandError(
                 f"job {handle.name!r} (pid {handle.pid}) exited before step {min_step}",
@@ -302,14 +304,14 @@ def step_times(
     handle = _job(job)
     start = time.monotonic_ns()
     steps: list[tuple[int, int]] = []
-    recent: list[str] = []
+    recent: deque[str] = deque(maxlen=LAST_WORDS)
     for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=progress, lines=0):
         if ev.kind == "progress" and ev.step is not None:
             steps.append((ev.step, ev.monotonic_ns))
             if len(steps) >= count:
                 break
         elif ev.line:
-            recent = [*recent[-(LAST_WORDS - 1) :], ev.line]
+            recent.append(ev.line)
         if ev.kind == "exited":
             raise DeviceCommandError(
                 f"job {handle.name!r} (pid {handle.pid}) exited while its steps were timed",
