@@ -95,6 +95,36 @@ def test_the_instance_ends_when_the_session_is_killed(tmp_path):
     assert wait_until(lambda: not alive(int(head_pid)) and not session_processes(session)), session_processes(session)
 
 
+ORPHAN = """
+import subprocess, time
+from testbed.engine.ray_session import RayStart
+start = RayStart(None, background=False)
+ray = start.get()
+
+@ray.remote(num_cpus=0)
+def orphan() -> int:  # a process the instance started that no shutdown of Ray's ends: a session of its own
+    return subprocess.Popen(["sleep", "600"], start_new_session=True).pid
+
+print(start.session_dir, start._head.process.pid, ray.get(orphan.remote(), timeout=60), flush=True)
+time.sleep(600)
+"""
+
+
+def test_nothing_the_instance_started_outlives_a_killed_session(tmp_path):
+    """What the instance's processes started and Ray's own shutdown leaves (a raylet's agent still waiting for the
+    GCS, a task's child in a session of its own) ends with the instance: the head ends every process below it.
+    """
+    proc = subprocess.Popen([sys.executable, "-c", ORPHAN], stdout=subprocess.PIPE, text=True)
+    try:
+        session, head_pid, orphan_pid = proc.stdout.readline().split()
+        assert alive(int(orphan_pid))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert wait_until(lambda: not alive(int(head_pid)) and not alive(int(orphan_pid))), session_processes(session)
+    assert not session_processes(session)
+
+
 ABANDONED = """
 from testbed.engine.ray_session import RayStart
 start = RayStart(None)

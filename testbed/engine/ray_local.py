@@ -6,11 +6,11 @@ the measurements behind each choice: docs/tuning.md, "A local Ray's start").
 starts the head (GCS, raylet and the raylet's agents) on the other core while the command imports its own modules
 and loads its files; the command then joins it as a driver, as it would join a lab's cluster. It prints one JSON
 line, `{"address": ..., "session_dir": ...}` (or `{"error": ...}`), then holds the instance until its standard
-input closes: the session's end, or its process dying, whatever killed it. Then it stops the instance as Ray's
-own shutdown does. It ignores Ctrl-C, which reaches the whole foreground process group, as Ray's own processes
-do: the command handles it and ends the run cleanly on an instance that is still up, then lets the head go. The
-head's processes share its fate (Linux delivers SIGKILL to them when it dies): `testbed heal` ends what a
-SIGKILLed one leaves.
+input closes: the session's end, or its process dying, whatever killed it. Then it stops the instance as Ray's own
+shutdown does, and ends every process still running below it. It ignores Ctrl-C, which reaches the whole
+foreground process group, as Ray's own processes do: the command handles it and ends the run cleanly on an
+instance that is still up, then lets the head go. The head's processes share its fate (Linux delivers SIGKILL to
+them when it dies): `testbed heal` ends what a SIGKILLed one leaves.
 
 **Not started**, each a Python process that imports Ray on cores that are also starting the raylet's agents and
 the run itself:
@@ -205,9 +205,55 @@ def main() -> int:
     with contextlib.suppress(OSError):
         while sys.stdin.buffer.read(4096):
             pass  # nothing is sent on it: it closes when the session ends or dies
-    # As ray.shutdown() stops the instance ray.init() started.
+    # As ray.shutdown() stops the instance ray.init() started; then what it leaves. The raylet's agents are its
+    # children, not the node's: each stops on its own once it sees the raylet gone, but one still starting waits
+    # a minute for the GCS before it gives up (seen in CI after a session was SIGKILLed right after the start).
+    instance = _descendants(os.getpid())
     node.kill_all_processes(check_alive=False, allow_graceful=True, wait=True)
+    _kill_survivors(instance)
     return 0
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Every process below `root` (pid: its start time, which tells it from a later process given the same pid)."""
+    children: dict[int, list[int]] = {}
+    started: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))):
+            children.setdefault(int(stat[1]), []).append(int(entry))
+            started[int(entry)] = stat[19]
+    found, todo = {}, list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found[pid] = started[pid]
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state, ppid, ...; start time at index 19), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
+def _kill_survivors(processes: dict[int, str]) -> None:
+    """SIGKILL those of `processes` still running, and wait (a few seconds at most) until they are gone."""
+
+    def running(pid: int, started: str) -> bool:
+        stat = _stat(pid)
+        return stat is not None and stat[19] == started and stat[0] != "Z"
+
+    left = {pid: started for pid, started in processes.items() if running(pid, started)}
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + STOP_TIMEOUT_S / 3
+    while left and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        left = {pid: started for pid, started in left.items() if running(pid, started)}
 
 
 # The Ray versions this start is tested with (CI runs the lowest and the highest); pyproject's pin says the same.
