@@ -254,6 +254,11 @@ def command_line(pid: int) -> str:
         return ""
 
 
+def mem_available_kib() -> int:
+    """The machine's MemAvailable (/proc/meminfo): what can still be given to processes without swapping."""
+    return int(re.search(r"MemAvailable:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+
+
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU time the process has used so far."""
     fields = _stat_fields(pid)
@@ -270,7 +275,9 @@ class TreeMemory:
     the twin). Kept: the sample with the largest total PSS (its groups' sums), the largest total RSS, each
     group's largest PSS and RSS sums, each process's largest reading with its group and command line, and
     each process's last CPU time (user + system; a process that ends between two samples loses what it used
-    after the last one). Use as a context manager around the wait for the command.
+    after the last one), and the machine's /proc/meminfo MemAvailable: how far it fell below its value at the
+    start (`mem_available_drop_mib`: the tree's share and the kernel's for it, but also anything else running).
+    Use as a context manager around the wait for the command.
     """
 
     def __init__(self, root: int, classify, inherit: tuple[str, ...] = (), every_s: float = 0.5) -> None:
@@ -283,6 +290,7 @@ class TreeMemory:
         self.peak_rss: dict = {"rss_kib": 0}
         self.group_peaks: dict[str, dict] = {}
         self.procs: dict[int, dict] = {}
+        self.mem_available_start_kib = self.mem_available_low_kib = mem_available_kib()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tree-memory", daemon=True)
 
@@ -311,6 +319,7 @@ class TreeMemory:
             if cpu is not None:
                 proc["cpu_s"] = cpu
         self.samples += 1
+        self.mem_available_low_kib = min(self.mem_available_low_kib, mem_available_kib())
         if total["pss_kib"] > self.peak_pss["pss_kib"]:
             self.peak_pss = total
         if total["rss_kib"] > self.peak_rss["rss_kib"]:
@@ -333,6 +342,10 @@ class TreeMemory:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+
+    @property
+    def mem_available_drop_mib(self) -> float:
+        return (self.mem_available_start_kib - self.mem_available_low_kib) / 1024
 
     def cpu_by_group(self) -> dict[str, float]:
         out: dict[str, float] = {}

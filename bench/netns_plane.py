@@ -24,7 +24,7 @@ Needs root (network namespaces) and pyroute2; without them it says why and measu
     --emulate --netns --trials 1`, then playbooks/opus-failover.yaml with --trials T, cold, as a user types them:
     wall time to exit, exit status, the run's status (summary.json), the process tree's memory every 0.5 s
     (benchlib.TreeMemory, split as bench/opus_runs.py; the processes in the hosts' namespaces descend from the twin)
-    and the drop of /proc/meminfo MemAvailable during the run (the kernel's share, but also anything else running).
+    and the drop of /proc/meminfo MemAvailable during the run (TreeMemory keeps it too).
     A run that leaves namespaces behind is healed (`testbed heal RUN`) and says so.
 
 Everything made here is gone when it returns: each twin's tag is checked with testbed.twin.netns.leftovers.
@@ -44,7 +44,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -439,29 +438,6 @@ def startup(hosts: int, rounds: int, made: list[str], console: Console) -> dict:
 # --- (4) Opus through the CLI with --netns -----------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def mem_available_drop(every_s: float = SAMPLE_EVERY_S):
-    """Yields a dict; after the block its "mib": /proc/meminfo MemAvailable before it less its lowest during it."""
-
-    def kib() -> int:
-        return int(re.search(r"MemAvailable:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
-
-    before, lowest, stop, drop = kib(), [kib()], threading.Event(), {}
-
-    def loop() -> None:
-        while not stop.wait(every_s):
-            lowest[0] = min(lowest[0], kib())
-
-    thread = threading.Thread(target=loop, name="mem-available", daemon=True)
-    thread.start()
-    try:
-        yield drop
-    finally:
-        stop.set()
-        thread.join()
-        drop["mib"] = (before - lowest[0]) / 1024
-
-
 def cli_run(playbook: Path, results: Path, trials: int, timeout_s: float) -> dict:
     """`testbed run PLAYBOOK --inventory opus-2048.yaml --emulate --netns --trials T`, cold, as a user types it."""
     import opus_runs
@@ -472,7 +448,7 @@ def cli_run(playbook: Path, results: Path, trials: int, timeout_s: float) -> dic
     command = [opus_runs.testbed_binary(), "run", str(playbook), "--inventory", str(OPUS), "--emulate", "--netns"]
     command += ["--trials", str(trials), "--results", str(results)]
     out_path = results / "stdout.txt"
-    with open(out_path, "w") as out, mem_available_drop() as drop:
+    with open(out_path, "w") as out:
         start = time.monotonic()
         proc = subprocess.Popen(
             command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "160"}
@@ -525,7 +501,7 @@ def cli_run(playbook: Path, results: Path, trials: int, timeout_s: float) -> dic
         "output_tail": None if code == 0 else tail,
         "error": None if code == 0 else (why or [""])[-1][:300],  # the last line that names an error, for the table
         "memory": memory.summary(),
-        "mem_available_drop_mib": drop["mib"],
+        "mem_available_drop_mib": memory.mem_available_drop_mib,
     }
 
 

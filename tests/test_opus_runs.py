@@ -74,3 +74,22 @@ def test_tree_memory_sums_a_process_tree_by_group_and_children_inherit_the_twins
     assert summary["peak_pss"]["pss_mib"] == sum(g["pss_mib"] for g in groups.values()) > 0
     assert summary["peak_rss"]["rss_mib"] >= summary["peak_pss"]["pss_mib"]
     assert {p["group"] for p in memory.processes()} == {"controller", "twin"}
+
+
+def test_tree_memory_sees_the_machines_available_memory_fall_while_the_tree_holds_memory():
+    held = 256 * 1024 * 1024
+    code = f"import sys; sys.stdin.readline(); b = b'x' * {held}; print('held', flush=True); sys.stdin.readline()"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        with TreeMemory(proc.pid, lambda pid, command: "tree", every_s=0.05) as memory:
+            proc.stdin.write("allocate\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline() == "held\n"
+            seen = memory.samples
+            deadline = time.monotonic() + 20
+            while memory.samples < seen + 2 and time.monotonic() < deadline:  # a sample taken while it is held
+                time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert memory.mem_available_drop_mib >= 0.75 * held / 2**20  # all of it, less what the machine freed meanwhile

@@ -123,7 +123,7 @@ class KernelPlane:
                     "ipv6/conf/default/disable_ipv6": 1,  # the ports and data0 carry IPv4 only
                 },
             )
-        # Few requests: pyroute2 takes about a millisecond for each, and a 256-host fabric has 512 ports.
+        # Few requests: each is a netlink round trip, and a 256-host fabric has 512 ports (docs/netns.md, start-up).
         for i, end in enumerate(self.ends):  # after the hosts' sysctls: a port is made with IPv6 off
             peer = {"ifname": end.port, "net_ns_fd": self.namespaces[end.host]}
             fabric.link("add", ifname=f"f{i}", kind="veth", peer=peer, state="up")
@@ -155,7 +155,7 @@ class KernelPlane:
         changed = self._read_light(started)
         if changed:
             self._netlink.submit(self._apply_light, changed, started).add_done_callback(self._keep_error)
-        # Reading a large fabric takes milliseconds: the tick stretches so the loop keeps most of its time.
+        # Reading a large fabric takes a while: the tick stretches so the loop keeps most of its time.
         took = time.monotonic() - started
         self.tick_s = max(TICK_S, took / TICK_SHARE)
         self._timer = loop.call_later(self.tick_s, self._tick, loop)

@@ -55,6 +55,8 @@ import tempfile
 import threading
 import time
 
+from testbed.engine.processes import descendants, kill_survivors
+
 log = logging.getLogger(__name__)
 
 LOCAL_CPUS = 2
@@ -207,53 +209,11 @@ def main() -> int:
             pass  # nothing is sent on it: it closes when the session ends or dies
     # As ray.shutdown() stops the instance ray.init() started; then what it leaves. The raylet's agents are its
     # children, not the node's: each stops on its own once it sees the raylet gone, but one still starting waits
-    # a minute for the GCS before it gives up (seen in CI after a session was SIGKILLed right after the start).
-    instance = _descendants(os.getpid())
+    # a minute for the GCS before it gives up.
+    instance = descendants(os.getpid())
     node.kill_all_processes(check_alive=False, allow_graceful=True, wait=True)
-    _kill_survivors(instance)
+    kill_survivors(instance, timeout_s=STOP_TIMEOUT_S / 3)
     return 0
-
-
-def _descendants(root: int) -> dict[int, str]:
-    """Every process below `root` (pid: its start time, which tells it from a later process given the same pid)."""
-    children: dict[int, list[int]] = {}
-    started: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stat := _stat(int(entry))):
-            children.setdefault(int(stat[1]), []).append(int(entry))
-            started[int(entry)] = stat[19]
-    found, todo = {}, list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        found[pid] = started[pid]
-        todo.extend(children.get(pid, []))
-    return found
-
-
-def _stat(pid: int) -> list[str] | None:
-    """/proc/PID/stat's fields after the command name (state, ppid, ...; start time at index 19), or None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()
-    except OSError:
-        return None
-
-
-def _kill_survivors(processes: dict[int, str]) -> None:
-    """SIGKILL those of `processes` still running, and wait (a few seconds at most) until they are gone."""
-
-    def running(pid: int, started: str) -> bool:
-        stat = _stat(pid)
-        return stat is not None and stat[19] == started and stat[0] != "Z"
-
-    left = {pid: started for pid, started in processes.items() if running(pid, started)}
-    for pid in left:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + STOP_TIMEOUT_S / 3
-    while left and time.monotonic() < deadline:
-        time.sleep(POLL_S)
-        left = {pid: started for pid, started in left.items() if running(pid, started)}
 
 
 # The Ray versions this start is tested with (CI runs the lowest and the highest); pyproject's pin says the same.

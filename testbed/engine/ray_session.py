@@ -26,6 +26,7 @@ import sys
 import threading
 from pathlib import Path
 
+from testbed.engine.processes import start_ticks
 from testbed.engine.ray_local import LOCAL_CPUS, LOCAL_OBJECT_STORE_BYTES, PrivateStartUnavailable
 
 
@@ -210,23 +211,14 @@ def _quiet_logger(name: str):
 
 def runner_identity() -> dict:
     """Enough to tell later whether this very process is still alive (a pid can be reused)."""
-    return {"pid": os.getpid(), "start_ticks": process_start_ticks(os.getpid()), "hostname": socket.gethostname()}
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """When the process started (clock ticks since boot, /proc/PID/stat field 22); None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rpartition(")")[2].split()[19])
+    return {"pid": os.getpid(), "start_ticks": start_ticks(os.getpid()), "hostname": socket.gethostname()}
 
 
 def runner_alive(runner: dict) -> bool:
     """Whether the process `runner_identity()` described still runs (on this machine)."""
     if runner.get("hostname") not in (None, socket.gethostname()):
         return False  # another machine: heal cannot look (and says so)
-    ticks = process_start_ticks(int(runner["pid"]))
+    ticks = start_ticks(int(runner["pid"]))
     return ticks is not None and ticks == runner.get("start_ticks")
 
 

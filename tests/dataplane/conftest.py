@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
 from dataplane_harness import SPEC, Rank
+from raw_scpi import ask
 
 from emulators.control import TwinControl
 from emulators.twin import TwinProcess
@@ -38,16 +38,7 @@ def scpi(twin: TwinProcess):
     """scpi(device, *lines) -> the answers to the query lines, on a fresh connection to the device."""
 
     def run(device: str, *lines: str) -> list[str]:
-        host, port = twin.endpoints.devices[device]["tcp"].rsplit(":", 1)
-        with socket.create_connection((host, int(port)), timeout=10) as sock:
-            sock.sendall("".join(line + "\n" for line in lines).encode())
-            expected = sum(line.count("?") for line in lines)
-            buf = b""
-            while buf.count(b"\r\n") < expected:
-                chunk = sock.recv(4096)
-                assert chunk, "connection closed early"
-                buf += chunk
-        return buf.decode().split("\r\n")[:expected]
+        return ask(twin.endpoints.devices[device]["tcp"], *lines)
 
     return run
 

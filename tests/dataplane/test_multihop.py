@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 from dataplane_harness import address, recv_exact, refused, wait_reset
+from raw_scpi import ask
 
 from emulators.control import TwinControl
 from emulators.dataplane import LightPaths
@@ -196,15 +197,7 @@ def ctl(twin: TwinProcess) -> Iterator[TwinControl]:
 
 def scpi(twin: TwinProcess, device: str, line: str) -> str:
     """One line sent to the switch over its TCP endpoint, ending in a query; its answer."""
-    host, port = twin.endpoints.devices[device]["tcp"].rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(line.encode() + b"\n")
-        buf = b""
-        while not buf.endswith(b"\r\n"):
-            chunk = sock.recv(4096)
-            assert chunk, "connection closed early"
-            buf += chunk
-    return buf.decode().strip()
+    return ask(twin.endpoints.devices[device]["tcp"], line)[0]
 
 
 def test_a_connection_crosses_two_switches_and_is_cut_when_either_circuit_goes(twin, ctl, rank):

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from raw_scpi import ask
 
 from emulators.control import TwinControl, TwinControlError
 from emulators.spec import OcsSpec, TwinSpec
@@ -24,20 +25,6 @@ SPEC = TwinSpec(
 )
 
 
-def scpi(address: str, *lines: str) -> list[str]:
-    """Send lines on a fresh TCP connection; return one answer per query line."""
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall("".join(line + "\n" for line in lines).encode())
-        expected = sum(line.count("?") for line in lines)
-        buf = b""
-        while buf.count(b"\r\n") < expected:
-            chunk = sock.recv(4096)
-            assert chunk, "connection closed early"
-            buf += chunk
-    return buf.decode().split("\r\n")[:expected]
-
-
 def test_twin_serves_every_device_and_the_control_api():
     with TwinProcess(SPEC) as twin:
         ep = twin.endpoints
@@ -47,23 +34,23 @@ def test_twin_serves_every_device_and_the_control_api():
             host, port = dev["tcp"].rsplit(":", 1)
             assert host == "127.0.0.1" and dev["visa"] == f"TCPIP0::127.0.0.1::{port}::SOCKET"
             assert dev["kind"] == "ocs" and dev["serial"].startswith("/dev/pts/")
-        assert scpi(ep.devices["ocs2"]["tcp"], "*IDN?", ":OXC:SWIT:SIZE?") == [SPEC.devices[1].idn, "8,8"]
+        assert ask(ep.devices["ocs2"]["tcp"], "*IDN?", ":OXC:SWIT:SIZE?") == [SPEC.devices[1].idn, "8,8"]
 
         ctl = twin.control
         assert ctl.ping()
         assert ctl.call(None, "endpoints") == ep.to_json()
         ocs1 = ep.devices["ocs1"]["tcp"]
-        assert scpi(ocs1, ":OXC:SWIT:CONN:ADD (@3),(@20);*OPC?", ":PMON:POW? (@3,20)") == ["1", "-2.00,-3.00"]
+        assert ask(ocs1, ":OXC:SWIT:CONN:ADD (@3),(@20);*OPC?", ":PMON:POW? (@3,20)") == ["1", "-2.00,-3.00"]
 
         ctl.call("ocs1", "fail_port", port=20)
-        assert scpi(ocs1, ":PMON:POW? (@3,20)", ":OXC:SWIT:PORT:STAT? (@3,20)") == ["-2.00,-99.99", "(E,F)"]
+        assert ask(ocs1, ":PMON:POW? (@3,20)", ":OXC:SWIT:PORT:STAT? (@3,20)") == ["-2.00,-99.99", "(E,F)"]
         state = ctl.call("ocs1", "state")
         assert state["connections"] == [[3, 20]] and state["port_states"]["20"] == "F"
         ctl.call("ocs1", "restore_port", port=20)
         ctl.call("ocs1", "set_input_power", port=3, dbm=-6.5)
-        assert scpi(ocs1, ":PMON:POW? (@20)") == ["-7.50"]
+        assert ask(ocs1, ":PMON:POW? (@20)") == ["-7.50"]
         ctl.call("ocs1", "reset")
-        assert scpi(ocs1, ":OXC:SWIT:CONN:STAT?") == ["(@),(@)"]
+        assert ask(ocs1, ":OXC:SWIT:CONN:STAT?") == ["(@),(@)"]
         assert ctl.call("ocs2", "state")["connections"] == []  # devices do not share state
 
         for device, op, args, message in [
@@ -126,7 +113,7 @@ def test_command_line_with_a_spec_file(tmp_path):
         assert set(announced) == {"control", "devices"}
         assert set(announced["devices"]["ocs1"]) == {"kind", "tcp", "visa", "serial", "interfaces"}
         assert announced["devices"]["ocs1"]["interfaces"] == "scpi"
-        assert scpi(announced["devices"]["ocs1"]["tcp"], "*IDN?") == [SPEC.devices[0].idn]
+        assert ask(announced["devices"]["ocs1"]["tcp"], "*IDN?") == [SPEC.devices[0].idn]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 0
         assert proc.stdout.read() == b""  # exactly one line on stdout

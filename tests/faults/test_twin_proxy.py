@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from fault_harness import OCS, SPEC
+from raw_scpi import ask
 
 from emulators.control import TwinControlError
 from emulators.spec import TwinSpec
@@ -13,15 +12,7 @@ from emulators.twin import TwinProcess
 
 
 def idn(address: str) -> str:
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(b"*IDN?\n")
-        buf = b""
-        while not buf.endswith(b"\r\n"):
-            chunk = sock.recv(4096)
-            assert chunk, "connection closed early"
-            buf += chunk
-    return buf.decode().strip()
+    return ask(address, "*IDN?", timeout=5)[0]
 
 
 def test_spec_field_round_trips_and_is_left_out_when_off():

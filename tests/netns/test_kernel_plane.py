@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from peers import require_peer
+from raw_scpi import ask
 
 from emulators.dataplane.kernel import KernelPlane, _first_hops
 from emulators.dataplane.paths import LightPaths
@@ -83,17 +83,8 @@ def twin():
 
 @pytest.fixture
 def ocs1(twin):
-    host, port = twin.endpoints.devices["ocs1"]["tcp"].rsplit(":", 1)
-
     def scpi(line: str) -> str:
-        with socket.create_connection((host, int(port)), timeout=10) as sock:
-            sock.sendall(f"{line};*OPC?\n".encode())
-            buf = b""
-            while not buf.endswith(b"\r\n"):
-                chunk = sock.recv(4096)
-                assert chunk, "ocs1 closed the connection"
-                buf += chunk
-        return buf.decode().strip()
+        return ask(twin.endpoints.devices["ocs1"]["tcp"], f"{line};*OPC?")[0]
 
     scpi(":OXC:SWIT:DISC:ALL")
     yield scpi
