@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import gc
 import os
 import re
 import sys
@@ -145,7 +146,7 @@ def train(torch, args: argparse.Namespace, say) -> int:
     except (RuntimeError, ValueError) as exc:  # DistNetworkError / DistStoreError are RuntimeErrors
         print(f"error: rank {rank}: gloo process group not set up: {_first_line(exc)}", file=sys.stderr, flush=True)
         return EXIT_COMM
-    step = 0
+    step, model = 0, None
     try:
         student, teacher = build(torch, args)
         optimizer = torch.optim.SGD(student.parameters(), lr=args.lr, momentum=0.9)
@@ -191,6 +192,11 @@ def train(torch, args: argparse.Namespace, say) -> int:
         )
         return EXIT_COMM
     finally:
+        # DDP holds the process group: dropped (and its reference cycles collected) first, so that destroying the
+        # group ends gloo's threads now; a group still alive at the interpreter's exit can abort the process there
+        # ("terminate called without an active exception") after the job has done its work.
+        model = None
+        gc.collect()
         with contextlib.suppress(Exception):  # the group may be broken already: nothing left to tear down
             dist.destroy_process_group()
     say(f"done rank {rank} steps {args.steps}")

@@ -250,6 +250,8 @@ class FileLeaseStore:
             st = os.fstat(f)
             if not stat.S_ISREG(st.st_mode):
                 raise _Unbelievable("not a regular file")
+            if st.st_nlink == 0:
+                return None  # unlinked while read: its holder withdrew it (a race lost, a release)
             if st.st_nlink != 1:
                 raise _Unbelievable(f"has {st.st_nlink} links (a lease file has one)")
             if st.st_mode & 0o022:

@@ -194,7 +194,10 @@ def test_two_takers_at_once_never_both_get_the_device(folder):
 
     def take(name: str, start: threading.Barrier, results: list) -> None:
         start.wait()
-        results.append(FileLeaseStore(folder).acquire({name: "tcp://10.0.0.15:5025"}, me(name), "run", 60))
+        try:
+            results.append(FileLeaseStore(folder).acquire({name: "tcp://10.0.0.15:5025"}, me(name), "run", 60))
+        except Exception as exc:  # e.g. the other taker's withdrawn file, unlinked while read, taken for damage
+            results.append(exc)
 
     for _ in range(20):
         start, results = threading.Barrier(2), []
@@ -203,6 +206,7 @@ def test_two_takers_at_once_never_both_get_the_device(folder):
             t.start()
         for t in threads:
             t.join()
+        assert not [r for r in results if isinstance(r, Exception)], results  # each is granted or refused
         granted = [r for r in results if not isinstance(r, Refused)]
         assert len(granted) <= 1
         store = FileLeaseStore(folder)
@@ -252,3 +256,24 @@ def test_a_lease_gone_from_the_store_is_lapsed_at_the_next_renewal(folder):
     leases.renew_once()
     with pytest.raises(LeaseLapsed, match="no longer held when renewed"):
         leases.check()
+
+
+def test_a_lease_file_withdrawn_while_another_taker_reads_it_is_gone_not_damaged(folder, monkeypatch):
+    """A taker that lost a race unlinks the file it wrote; another, reading that file at that moment, sees it with no
+    link left. That file is gone: the device is free, not refused as damaged.
+    """
+    _take(folder, "tcp://10.0.0.17:5025")
+    (path,) = folder.glob("testbed-lease-*.json")
+    real_fstat = os.fstat
+
+    def fstat_after_the_withdrawal(f):  # the holder unlinks its file between the reader's open and its fstat
+        if stat.S_ISREG(real_fstat(f).st_mode):  # the lease file's (not the folder's)
+            path.unlink(missing_ok=True)
+        return real_fstat(f)
+
+    reader = FileLeaseStore(folder)
+    monkeypatch.setattr(os, "fstat", fstat_after_the_withdrawal)
+    leases = reader.list()
+    monkeypatch.undo()
+    assert leases == [] and reader.damaged == []
+    assert _take(folder, "tcp://10.0.0.17:5025")  # the device is free
