@@ -29,7 +29,7 @@ from pathlib import Path
 from testbed.contracts.errors import ActorDied, ExperimentFailed, StepFailed, interruption, raise_failures
 from testbed.engine.device_actor import OpResult
 from testbed.engine.dispatch import ActorLost, CallTimeout, Dispatcher
-from testbed.events import Event, InvokeLedger, Op
+from testbed.events import Event, InvokeLedger, Op, orphan_outcome
 from testbed.families import family_of
 from testbed.faults.recording import FaultBudget
 from testbed.results.recorder import Recorder, count_lines
@@ -58,9 +58,8 @@ class OpenInvokes:
         with self._lock:
             orphans: list[Event] = self._ledger.still_open()
         for e in sorted(orphans, key=lambda e: e.seq):
-            recorder.emit(
-                "info", e.op, device=e.device, step=e.step, trial=e.trial, data={"error": reason, "audit_lost": True}
-            )
+            data = orphan_outcome(e.op, e.data, reason)
+            recorder.emit("info", e.op, device=e.device, step=e.step, trial=e.trial, data=data)
         return len(orphans)
 
 

@@ -4,7 +4,7 @@ It imports nothing of testbed but its errors (docs/architecture.md, "Layers").
 """
 
 from testbed.events.jsonl import JsonlError, JsonlFile, read_events, read_jsonl, set_aside_torn_line
-from testbed.events.ledger import InvokeLedger
+from testbed.events.ledger import InvokeLedger, orphan_outcome
 from testbed.events.record import Event, EventType, Observer, now
 from testbed.events.schema import FORMAT_VERSION, Op, SchemaError
 
@@ -19,6 +19,7 @@ __all__ = [
     "Op",
     "SchemaError",
     "now",
+    "orphan_outcome",
     "read_events",
     "read_jsonl",
     "set_aside_torn_line",

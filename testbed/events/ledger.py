@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from testbed.events.schema import SCHEMA
+
 
 class InvokeLedger:
     """Which invokes are still open. Each completion (ok / fail / info) closes the oldest open invoke of the
@@ -26,3 +28,15 @@ class InvokeLedger:
     def still_open(self) -> list:
         """The open invokes, operation by operation in the order each first appeared."""
         return [e for queue in self._open.values() for e in queue]
+
+
+def orphan_outcome(op: str, invoke_data: dict, error: str, **extra) -> dict:
+    """The payload of the `info` that closes an invoke nobody will close (its caller or the runner died).
+
+    An operation of the framework's own (fault.inject, fault.heal) keeps one payload from invoke to outcome:
+    its closing `info` repeats what the invoke said (which fault, of which kind), or heal could not tell what
+    may be left active. A device procedure's outcome carries no arguments, only what happened.
+    """
+    spec = SCHEMA.get(op)
+    carried = dict(invoke_data) if spec is not None and "invoke" in spec.types else {}
+    return {**carried, "error": error, "audit_lost": True, **extra}

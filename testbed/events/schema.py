@@ -169,6 +169,8 @@ class Fault(TypedDict):
     job: NotRequired[dict]
     how: NotRequired[str]
     error: NotRequired[str]
+    audit_lost: NotRequired[bool]  # an outcome recorded for an invoke whose caller died (events/ledger.py)
+    invoke_seq: NotRequired[int]
 
 
 class FailureReattributed(TypedDict):
@@ -411,7 +413,13 @@ SCHEMA: dict[str, EventSpec] = {
             "a fault is injected (ok: applied; info: outcome unknown; fail: certainly not applied)",
             True,
         ),
-        _spec(Op.FAULT_HEAL, "invoke ok fail", Fault, "a fault is healed (`how`: what heal did)", None),
+        _spec(
+            Op.FAULT_HEAL,
+            "invoke ok fail info",
+            Fault,
+            "a fault is healed (`how`: what heal did; info: outcome unknown, the fault counts as active)",
+            None,
+        ),
         _spec(
             Op.FAULT_INJECTED,
             "mark",

@@ -49,7 +49,7 @@ from rich.markup import escape
 from testbed.contracts.errors import EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
 from testbed.documents.inventory import Inventory
 from testbed.engine.ray_session import leftovers, runner_alive, session_folder_problem
-from testbed.events import Event, Op, read_events, read_jsonl, set_aside_torn_line
+from testbed.events import Event, Op, orphan_outcome, read_events, read_jsonl, set_aside_torn_line
 from testbed.fabric_service.history import windows as service_windows
 from testbed.families import family_of
 from testbed.faults import FAULT_KINDS
@@ -211,7 +211,7 @@ def _heal(
             device=e.get("device"),
             step=e.get("step"),
             trial=e.get("trial"),
-            data={"error": UNKNOWN, "audit_lost": True, "invoke_seq": e["seq"]},
+            data=orphan_outcome(e["op"], e.get("data") or {}, UNKNOWN, invoke_seq=e["seq"]),
         )
     if found.open_invokes:
         report.done.append(f"closed {len(found.open_invokes)} open operation(s) with info (outcome unknown)")

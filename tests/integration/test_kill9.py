@@ -168,7 +168,8 @@ def test_heal_never_drives_a_device_another_user_holds_by_then(repo, tmp_path, l
     assert FileLeaseStore(folder).list() == []  # heal's own leases given back at its end
 
 
-def test_kill9_of_an_emulated_run_heal_records_that_the_twin_went_with_it(repo, tmp_path):
+@pytest.mark.parametrize("mid_injection", [False, True], ids=["after-the-injection", "mid-injection"])
+def test_kill9_of_an_emulated_run_heal_records_that_the_twin_went_with_it(repo, tmp_path, mid_injection):
     playbook_file = tmp_path / "hang.yaml"
     playbook_file.write_text(PLAYBOOK)
     results = tmp_path / "results"
@@ -179,6 +180,10 @@ def test_kill9_of_an_emulated_run_heal_records_that_the_twin_went_with_it(repo, 
     proc.wait(timeout=30)
     info = json.loads((run_dir / "run.json").read_text())
     events = read_events(run_dir / "events.jsonl")
+    if mid_injection:  # the history as a kill during the injection leaves it: it ends at the fault's invoke
+        inject = next(e for e in events if e["op"] == "fault.inject" and e["type"] == "invoke")
+        lines = (run_dir / "events.jsonl").read_text().splitlines(keepends=True)
+        (run_dir / "events.jsonl").write_text("".join(lines[: inject["seq"]]))
     # A write the kill tore in half, as it could have: heal sets it aside and says so.
     with open(run_dir / "events.jsonl", "a") as f:
         f.write('{"seq": 999, "type": "invo')
@@ -187,6 +192,13 @@ def test_kill9_of_an_emulated_run_heal_records_that_the_twin_went_with_it(repo, 
     assert healed.returncode == 0, healed.stdout + healed.stderr
     assert "last line was torn" in healed.stdout
     assert f"twin (pid {info['twin_pid']}) is gone" in healed.stdout
+    assert "1 fault(s) went with it: process.hang@rank1" in healed.stdout
+    if mid_injection:  # closed as of unknown outcome, still naming the fault it may have left
+        closed = [e for e in read_events(run_dir / "events.jsonl") if e["op"] == "fault.inject" and e["seq"] > 1]
+        assert [(e["type"], e["data"]["fault"], e["data"]["kind"]) for e in closed[-1:]] == [
+            ("info", "process.hang@rank1", "process.hang")
+        ]
+        assert closed[-1]["data"]["invoke_seq"] == inject["seq"] and closed[-1]["data"]["audit_lost"]
     assert not running(info["twin_pid"])
     for job in rank_jobs(events).values():  # the twin's ranks went with it (heal ends any it left)
         assert not running(job["pid"])
