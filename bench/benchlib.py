@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from testbed.engine.processes import stat_fields
+
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
 PROJECT_PACKAGES = ("testbed", "drivers", "emulators", "hostside")
@@ -128,11 +130,8 @@ def memory_kib(pid: int) -> dict:
 
 
 def _parent(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rpartition(")")[2].split()[1])  # the field after the state; comm may hold spaces
+    fields = stat_fields(pid)
+    return None if fields is None else int(fields[1])
 
 
 def descends_from(pid: int, ancestor: int) -> bool:
@@ -215,16 +214,6 @@ class ActorMemory:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """/proc/PID/stat after the command name (which may hold spaces): field 3 (state) is [0], ppid [1],
-    utime [11], stime [12].
-    """
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
-
-
 def process_tree(root: int) -> dict[int, int]:
     """{pid: parent pid} of `root` and all its living descendants (zombies left out), from one pass over /proc;
     a parent comes before its children.
@@ -233,11 +222,11 @@ def process_tree(root: int) -> dict[int, int]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        fields = _stat_fields(int(entry.name))
+        fields = stat_fields(int(entry.name))
         if fields is None or fields[0] == "Z":
             continue
         children.setdefault(int(fields[1]), []).append(int(entry.name))
-    tree = {root: 0} if _stat_fields(root) is not None else {}
+    tree = {root: 0} if stat_fields(root) is not None else {}
     todo = [root] if tree else []
     while todo:
         pid = todo.pop()
@@ -261,7 +250,7 @@ def mem_available_kib() -> int:
 
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU time the process has used so far."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return None if fields is None else (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 

@@ -13,8 +13,8 @@ POLL_S = 0.02
 
 
 def stat_fields(pid: int) -> list[str] | None:
-    """/proc/PID/stat's fields after the command name (state, ppid, ...; the start time at index 19), or None if
-    the process is gone.
+    """/proc/PID/stat's fields after the command name (which may hold spaces): state [0], ppid [1], utime [11],
+    stime [12], start time [19]; None if the process is gone.
     """
     try:
         with open(f"/proc/{pid}/stat") as f:
