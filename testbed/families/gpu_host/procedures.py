@@ -202,14 +202,15 @@ def watch_job(
 
 
 LAST_WORDS = 60  # lines of a job's output kept for its own error when it exits (torchrun's summary after it: ~25)
-# Lines that say why a job ended, best first: "error: ..." (the hostside programs' form), then an exception's
-# "SomeError: ..." line.
+# Lines that say why a job ended, best first: "error: ..." (the hostside programs' form: the rank's own words), then
+# an exception's "SomeError: ..." line (a launcher's: torchrun's ChildFailedError comes after its worker's error).
 _WHY = (re.compile(r"^\s*error: "), re.compile(r"^\s*[\w.]*(Error|Exception): "))
 
 
 def last_words(lines: Sequence[str]) -> str | None:
-    """What a job that ended said of why: its last line that says so (a launcher such as torchrun prints its
-    worker's error and then a summary of its own), else its last line.
+    """What a job that ended said of why: its last "error: " line wherever it is (a launcher such as torchrun
+    prints its worker's error and then a traceback and a summary of its own), else its last exception line, else
+    its last line.
     """
     for why in _WHY:
         for line in reversed(lines):
@@ -218,8 +219,16 @@ def last_words(lines: Sequence[str]) -> str | None:
     return lines[-1] if lines else None
 
 
+def _reason_at_exit(host: GpuHost, handle: JobHandle, heartbeat_s: float) -> str | None:
+    """Why a job that has exited ended, from the end of its log read after the exit. Not from the lines a watch
+    saw: a watch that began while the job was dying has missed the rank's own error line (printed just before it
+    began) and seen only what torchrun printed after it.
+    """
+    return last_words(_log_tail(host, handle, heartbeat_s))
+
+
 def _log_tail(host: GpuHost, handle: JobHandle, heartbeat_s: float) -> list[str]:
-    """The last lines of the log of a job that has exited (it ended before the watch began)."""
+    """The last LAST_WORDS lines of the log of a job that has exited."""
     tail = []
     for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=None, lines=LAST_WORDS):
         if ev.line:
@@ -304,20 +313,17 @@ def step_times(
     handle = _job(job)
     start = time.monotonic_ns()
     steps: list[tuple[int, int]] = []
-    recent: deque[str] = deque(maxlen=LAST_WORDS)
     for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=progress, lines=0):
         if ev.kind == "progress" and ev.step is not None:
             steps.append((ev.step, ev.monotonic_ns))
             if len(steps) >= count:
                 break
-        elif ev.line:
-            recent.append(ev.line)
         if ev.kind == "exited":
             raise DeviceCommandError(
                 f"job {handle.name!r} (pid {handle.pid}) exited while its steps were timed",
                 device=ctx.device,
                 address=ctx.address,
-                received=last_words(recent or _log_tail(host, handle, heartbeat_s)),
+                received=_reason_at_exit(host, handle, heartbeat_s),
                 hint=f"read {handle.log} on the host",
             )
         if (ev.monotonic_ns - start) / 1e9 >= max_s:
