@@ -1,8 +1,9 @@
 """The Opus rail sweep with a real phased job (rail.train): four testbed-train ranks move real bytes over each
-phase's circuits on the twin and ask the fabric service for them. Provisioning hides a delay that fits in a
-phase's compute, on-demand pays for every change, a delay longer than the compute stalls both; the bytes the
-ranks delivered per phase are the bytes the twin's data plane carried. Lower bounds only (each follows from the
-switching time and the delays), so a busy machine cannot make the test pass wrongly.
+phase's circuits on the twin and ask the fabric service for them. What each mode does is read from what the run
+recorded, in the order it happened: on-demand, every rank asks at the boundary and is answered once the change is
+ready; provisioning, the change begins before the boundary and a rank waits only for what is left of it. No
+wall-clock comparison: how much provisioning hides is a figure, measured by bench/rail_hiding.py. The bytes the
+ranks delivered per phase are the bytes the twin's data plane carried.
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ sweep:
 steps:
   - {action: rail.train, workload: card, mode: "${mode}", delay_ms: "${delay_ms}", iterations: 3}
 """
-SWITCHING_MS = 25  # the emulated rack's OCS
-COMPUTE_MS = 60 + 40
 MESSAGE = 20  # hostside/phased.py's header
 
 
@@ -57,18 +56,97 @@ def rail_run(ray_cluster, repo, tmp_path_factory):
     return next((tmp / "r").iterdir())
 
 
-def test_provisioning_hides_small_delays_and_on_demand_pays_for_every_change(rail_run):
+def points(run_dir) -> dict[tuple[str, float], list[dict]]:
+    """Each sweep point's events, by (mode, delay_ms): a point is a trial of its own."""
+    evs = events(run_dir)
+    point = {e["trial"]: (e["data"]["mode"], e["data"]["delay_ms"]) for e in evs if e["op"] == "iteration.time"}
+    out: dict[tuple[str, float], list[dict]] = {}
+    for e in evs:
+        if e.get("trial") in point:
+            out.setdefault(point[e["trial"]], []).append(e)
+    return out
+
+
+def setups_by_rank(evs: list[dict]) -> dict[int, list[dict]]:
+    """Each rank's answered setups, in the order the service read them."""
+    out: dict[int, list[dict]] = {}
+    for e in evs:
+        if e["op"] == "fabric_service.answer" and e["data"]["op"] == "setup":
+            out.setdefault(e["data"]["rank"], []).append(e["data"])
+    return {rank: sorted(s, key=lambda a: a["t_received_ns"]) for rank, s in out.items()}
+
+
+def boundaries(evs: list[dict]) -> list[tuple[dict, dict[int, dict]]]:
+    """Each phase boundary that changed the fabric: its change and each rank's setup at it. A rank's first setup
+    is the first phase's, in place before the job; its k-th after that is the k-th change's.
+    """
+    changes = [e["data"] for e in evs if e["op"] == "fabric_service.change"]
+    setups = setups_by_rank(evs)
+    assert sorted(setups) == [0, 1, 2, 3]
+    assert all(len(s) == len(changes) + 1 for s in setups.values()), {r: len(s) for r, s in setups.items()}
+    out = [(c, {rank: s[k + 1] for rank, s in setups.items()}) for k, c in enumerate(changes)]
+    assert all(s["config"] == c["config"] for c, at in out for s in at.values())
+    return out
+
+
+def waited_for_a_change(setup: dict, changes: list[dict]) -> bool:
+    """Some change was under way (begun, not yet ready) while the service held this setup."""
+    received, answered = setup["t_received_ns"], setup["t_answered_ns"]
+    return any(c["t_received_ns"] < answered and received < c["t_ready_ns"] for c in changes)
+
+
+def test_static_ranks_never_ask_the_fabric_service(rail_run):
+    for (mode, _), evs in points(rail_run).items():
+        if mode == "static":
+            assert not [e for e in evs if e["op"].startswith("fabric_service.")]
+
+
+def test_on_demand_every_rank_asks_at_the_boundary_and_waits_for_the_whole_change(rail_run):
+    for (mode, delay), evs in points(rail_run).items():
+        if mode != "on-demand":
+            continue
+        for change, at in boundaries(evs):
+            assert change["trigger"] == "setup" and change["delay_ms"] == delay
+            for setup in at.values():
+                # the change began only once every rank had asked, at the boundary (the last request began it)
+                assert setup["t_received_ns"] <= change["t_received_ns"], (delay, change, setup)
+                # and each rank was answered only once the configuration was ready: it paid for all of it
+                assert setup["t_answered_ns"] >= change["t_ready_ns"], (delay, change, setup)
+
+
+def test_provisioning_prepares_each_change_before_the_boundary_and_waits_only_for_what_is_left(rail_run):
+    for (mode, delay), evs in points(rail_run).items():
+        if mode != "provisioning":
+            continue
+        all_changes = [e["data"] for e in evs if e["op"] == "fabric_service.change"]
+        for change, at in boundaries(evs):
+            # the last rank's prepare, sent as its traffic ended, began the change: behind the compute, before the
+            # boundary (that rank's setup at it was read after the change began)
+            assert change["trigger"] == "prepare" and change["delay_ms"] == delay
+            assert change["t_received_ns"] < at[change["rank"]]["t_received_ns"], (delay, change)
+            for setup in at.values():
+                assert setup["t_answered_ns"] >= change["t_ready_ns"], (delay, change, setup)  # never before ready
+                if setup["t_received_ns"] > change["t_ready_ns"]:
+                    # the change was over before the boundary: that setup waited for no switch at all
+                    assert not waited_for_a_change(setup, all_changes), (delay, change, setup)
+
+
+def test_each_iterations_stall_holds_the_time_the_service_held_its_setups(rail_run):
+    """The stall rank 0 records (its own clock, around its setup calls) contains the service's receive -> answer
+    of those setups (one machine's monotonic clock on the twin): the wait it reports is the service's doing.
+    """
     summary = json.loads((rail_run / "summary.json").read_text())
-    t = {(p["point"]["mode"], p["point"]["delay_ms"]): p["spans"]["iteration.time"]["p50_ms"] for p in summary["sweep"]}
-    assert len(t) == 9 and all(p["spans"]["iteration.time"]["n"] == 3 for p in summary["sweep"])
-    for delay in (0, 20, 200):
-        assert t[("static", delay)] >= COMPUTE_MS  # no controller: compute and traffic only
-        # on-demand waits for both changes of every iteration: switch time plus the delay, each
-        assert t[("on-demand", delay)] >= COMPUTE_MS + 2 * (SWITCHING_MS + delay)
-    # A 20 ms delay fits in the compute windows (60 and 40 ms): provisioning hides it, on-demand cannot.
-    assert t[("provisioning", 20)] < t[("on-demand", 20)] - 2 * SWITCHING_MS
-    # 200 ms does not fit: provisioning stalls for what each change overruns its window.
-    assert t[("provisioning", 200)] >= COMPUTE_MS + (SWITCHING_MS + 200 - 60) + (SWITCHING_MS + 200 - 40)
+    assert len(summary["sweep"]) == 9 and all(p["spans"]["iteration.stall"]["n"] == 3 for p in summary["sweep"])
+    for (mode, delay), evs in points(rail_run).items():
+        if mode == "static":
+            continue
+        setups = setups_by_rank(evs)[0]
+        stalls = [e["data"] for e in evs if e["op"] == "iteration.stall"]
+        assert len(stalls) == 3
+        for stall in stalls:
+            # measured iteration i is the job's iteration i + 2 (one warm-up), two phases: two setups each
+            held = sum(s["t_answered_ns"] - s["t_received_ns"] for s in setups[2 * stall["iteration"] + 2 :][:2])
+            assert stall["ms"] >= held / 1e6 - 0.001, (mode, delay, stall, held)  # the job prints 3 decimals
 
 
 def test_the_ranks_ask_and_the_service_changes_once_per_boundary(rail_run):
