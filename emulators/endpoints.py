@@ -2,8 +2,8 @@
 
 Each connection gets its own engine session (parser state, reply order) over the shared device state.
 Replies carry the earliest time they may leave (see emulators/scpi/engine.py); a per-connection queue sends
-them in order with loop.call_at, so a reply is never early and, on an idle machine, about 0.1-0.2 ms
-late (see precise_event_loop).
+them in order with loop.call_at, so a reply is never early and, on an idle machine, late by a fraction of a
+millisecond (see precise_event_loop).
 """
 
 from __future__ import annotations
