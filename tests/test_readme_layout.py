@@ -29,7 +29,7 @@ def layout_entries(text: str) -> list[tuple[str, str]]:
 
 def required(repo: Path) -> set[str]:
     """What the layout must list: the top-level Python packages and folders, every direct subpackage of testbed/,
-    and every module of testbed/ that the layer table places on its own (testbed.plan, testbed.lab, ...).
+    and every module at testbed/'s top (plan.py, lab.py, __init__.py, ...), each a row of the layer table.
     """
     need = {p.parent.name for p in repo.glob("*/__init__.py")} | {f for f in TOP_LEVEL if (repo / f).is_dir()}
     need |= {f"testbed/{p.parent.name}" for p in (repo / "testbed").glob("*/__init__.py")}
