@@ -2,8 +2,8 @@
 
 Each connection gets its own engine session (parser state, reply order) over the shared device state.
 Replies carry the earliest time they may leave (see emulators/scpi/engine.py); a per-connection queue sends
-them in order with loop.call_at, so a reply is never early and, on an idle machine, about 0.1-0.2 ms
-late (see precise_event_loop).
+them in order with loop.call_at, so a reply is never early and, on an idle machine, late by a fraction of a
+millisecond (see precise_event_loop).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ class LineEngine(Protocol):
 
 
 def precise_event_loop() -> asyncio.AbstractEventLoop:
-    """An event loop whose timers fire within ~0.2 ms instead of ~1 ms.
+    """An event loop whose timers fire closer to their time than the default loop's.
 
-    The default epoll selector rounds every timeout up to a whole millisecond, so loop.call_at fires
-    0-1 ms late (measured median 0.57 ms). select() takes a microsecond timeout (median 0.14 ms). Its
-    limit of 1024 file descriptors is far above what one twin process opens.
+    The default epoll selector rounds every timeout up to a whole millisecond, so loop.call_at fires up to
+    a millisecond late; select() takes a microsecond timeout (docs/tuning.md, "The twin's timing", has
+    both measured). Its limit of 1024 file descriptors is far above what one twin process opens.
     """
     return asyncio.SelectorEventLoop(selectors.SelectSelector())
 

@@ -5,8 +5,8 @@ A timed fault must land at its moment: its lateness counts in the failover error
 late on a busy machine, and each has its remedy here:
 
 - the CPU: a normal thread woken on 2 cores shared with the ranks, Ray and the twin waits for the running
-  thread's slice to end (150 faults: 13 more than 0.3 ms late, up to 1.8 ms). At SCHED_FIFO it runs as soon
-  as it wakes (150 faults: 1 more than 0.3 ms late, 0.48 ms). Only the trigger gets it, only while it waits
+  thread's slice to end; at SCHED_FIFO it runs as soon as it wakes, and far fewer faults land late
+  (docs/tuning.md, "The twin's timing"). Only the trigger gets it, only while it waits
   and fires: the framework's own threads, whose timing is what is measured, keep normal priority. A process
   may use SCHED_FIFO with CAP_SYS_NICE (root has it) or an RLIMIT_RTPRIO of 1 or more (`rtprio` in
   /etc/security/limits.conf); without either the trigger runs at normal priority, and the run says so next

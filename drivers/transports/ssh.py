@@ -74,9 +74,9 @@ _known_hosts_lock = threading.Lock()
 def _known_hosts(path: str) -> paramiko.HostKeys:
     """The known_hosts file `path`, parsed once per version of the file (inode, size, mtime) for every
     connection of this process. paramiko's load checks each line against every line before it (quadratic),
-    and each SSHClient parsed the file anew and kept it: 256 connections at once from one process to hosts
-    listed in one 256-line file (the Opus twin's) took 10 s of CPU, against 1.5 s with the file parsed once,
-    and the hub serving them held ~40 MiB more. Raises what reading or parsing the file raises.
+    and each SSHClient parsed the file anew and kept its copy: at the scale of the Opus twin's hosts, all
+    connecting from one hub, that was CPU and memory the hub could not spare (docs/tuning.md, "SSH"). Raises
+    what reading or parsing the file raises.
     """
     st = os.stat(path)
     version = (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -87,12 +87,12 @@ def _known_hosts(path: str) -> paramiko.HostKeys:
         return cached[1]
 
 
-# How many SSH handshakes one process runs at once. A handshake is a few milliseconds of CPU under the GIL (key
-# exchange, host key check, authentication) between a few round trips; a device hub that connects its 64 hosts
-# with all 64 in flight spends most of its time handing the GIL over, which the hub's 0.5 ms switch interval
+# How many SSH handshakes one process runs at once. A handshake is CPU under the GIL (key exchange, host key
+# check, authentication) between a few round trips; a device hub that connects its 64 hosts with all 64 in
+# flight spends most of its time handing the GIL over, which the hub's short switch interval
 # (testbed/engine/device_actor.py) multiplies, and every round trip waits behind the others. Hosts on the lab's
-# network answer in well under a millisecond, so four keep the core busy; hosts tens of milliseconds away would
-# want more (docs/tuning.md, "SSH").
+# network answer faster than a handshake computes, so four keep the core busy; hosts far away would want more
+# (docs/tuning.md, "SSH", has the measurements).
 HANDSHAKES_AT_ONCE = 4
 _handshakes = threading.BoundedSemaphore(HANDSHAKES_AT_ONCE)
 
