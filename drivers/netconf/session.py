@@ -48,6 +48,7 @@ class _AuditedRpc(RPC):
     """
 
     def request(self, op, on_sent, close: bool = False):
+        """Send `op` and wait for its reply (close=True: then close the session, as close-session does)."""
         self._on_sent = on_sent
         self._raise_mode = RaiseMode.NONE
         try:

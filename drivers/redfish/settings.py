@@ -21,5 +21,6 @@ class RedfishSettings:
 
     @classmethod
     def from_dict(cls, data: dict) -> RedfishSettings:
+        """The settings from a mapping (the inventory's bmc entry); keys it does not know are left out."""
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})

@@ -29,10 +29,12 @@ class NetconfOptions:
 
     @property
     def list_name(self) -> str:
+        """The cross-connect list's name at this revision: `pairs` before 2017-08-04, `pair` from then on."""
         return "pairs" if self.revision < PAIR_REVISION else "pair"
 
     @property
     def capabilities(self) -> list[str]:
+        """The capabilities the server's hello advertises."""
         caps = [BASE_10] + ([BASE_11] if self.base11 else [])
         caps += [
             "urn:ietf:params:netconf:capability:writable-running:1.0",
