@@ -2,8 +2,8 @@
 
 `testbed check` replays a run's audit log (each "tx" record: one <rpc> as sent) through this model, never
 through the emulator (docs/architecture.md, Decisions). tests/netconf/test_audit_model.py holds the model and the
-emulator's server (emulators/netconf/server.py), two independent readings of the same rules, to each other by
-differential fuzzing.
+emulator's server (emulators/netconf/server.py; its edit-config is emulators/netconf/writes.py), two independent
+readings of the same rules, to each other by differential fuzzing.
 
 Modelled is what decides the circuits (RFC 6241 §7.2 edit-config on `running`, the optical-switch YANG's
 cross-connects list): the operations merge / replace / create / delete / remove on the cross-connects container

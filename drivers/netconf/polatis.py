@@ -7,10 +7,10 @@ connect, delete to disconnect, replace of the whole list to clear it); power is 
 port state `port-config/port{port-id, status}`; enable/disable the RPC `port-set-state`; identity
 `product-information`, whose model name carries the port count (N-OST-32x32-...).
 
+The session (SSH, host keys, ncclient, the audit of every RPC) is drivers/netconf/session.py's; what to try after
+a refusal, drivers/netconf/hints.py's.
+
 Deliberate choices:
-- Host keys are checked against the known_hosts file with ncclient's own options: the key listed for
-  `[host]:port` is handed to `manager.connect(hostkey_b64=...)` with `hostkey_verify=True`, so the server must
-  present exactly that key; a host missing from the file is refused before any connection is made.
 - wait_settled: NETCONF has no *OPC?, and the Polatis YANG no "moving" leaf. A server that advertises the
   project's switch-motion module (the emulator does) is asked how long until its last move settles
   (`settle-remaining-us`), and the driver sleeps until the end it reports, then asks once more to confirm (0),
@@ -24,104 +24,32 @@ Deliberate choices:
   The switch applies it whole or not at all (RFC 6241 §7.2), so a refusal of either part changes nothing, and
   check_errors() reports it once. Any other call, check_errors(), wait_settled() and close() send the held
   deletes first, alone, so the switch always sees the calls in the order they were made.
-- Every RPC is audited as the exact <rpc> XML ncclient sends and the <rpc-reply> XML it receives; replies are
-  re-read with defusedxml (no DTDs, no entities), whatever ncclient's own parse made of them.
 """
 
 from __future__ import annotations
 
 import operator
-import os
 import re
 import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from urllib.parse import parse_qs
 
-import defusedxml.ElementTree as SafeET
-import paramiko
-from defusedxml import DefusedXmlException
-from ncclient import manager
-from ncclient.operations.errors import TimeoutExpiredError
-from ncclient.operations.rpc import RPC, RaiseMode
-from ncclient.transport import session as _nc_session
-from ncclient.transport.errors import AuthenticationError, SSHUnknownHostError, TransportError
-from ncclient.transport.errors import SessionError as NcSessionError
-from ncclient.xml_ import to_ele
-
-from drivers.audit import AuditSink, record
+from drivers.audit import AuditSink
 from drivers.capabilities import Identity
-from drivers.errors import (
-    DeviceCommandError,
-    DeviceConnectionError,
-    DeviceError,
-    DeviceProtocolError,
-    DeviceTimeout,
-    switch_ports_hint,
-)
+from drivers.errors import DeviceCommandError, DeviceError, DeviceProtocolError, DeviceTimeout
+from drivers.netconf.hints import port_hint, refusal_hint
+from drivers.netconf.session import NC_NS, NetconfSession, Reply, qname, text_of
 from drivers.netconf.settings import NetconfSettings
 
-NC_NS = "urn:ietf:params:xml:ns:netconf:base:1.0"
 OPSW_NS = "http://www.polatis.com/yang/optical-switch"
 MOTION_NS = "urn:testbed:yang:switch-motion"  # the project's module: how long until the mirrors settle [P]
 PAIR_REVISION = "2017-08-04"  # the list is `pair` from this optical-switch revision on, `pairs` before (ONOS)
 PORTS_PER_QUERY = 256  # ports named in one get, as the SCPI driver chunks :PMON:POW?
 DEFAULT_SETTLE_S = 0.05
 STATES = {"ENABLED": "E", "DISABLED": "D", "FAILED": "F", "UNSUPPORTED": "E"}  # no shutter: the light passes
-HOST_KEY_ORDER = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
 _SIZE = re.compile(r"(\d+)x(\d+)")
-CONNECTION_LOST = (TransportError, NcSessionError, OSError, EOFError, paramiko.SSHException)
-
-# ncclient's session thread looks at its queue of messages to send only between selects of TICK = 0.1 s, so every
-# RPC waits up to one TICK before it leaves, and a reconfiguration makes several in sequence. A shorter TICK costs
-# an idle session a little CPU (docs/tuning.md, "NETCONF: ncclient's TICK").
-# TICK is ncclient's module constant: it applies to every ncclient session of the process that imports this driver,
-# not to this driver's alone. Only ever lowered.
-_nc_session.TICK = min(_nc_session.TICK, 0.001)
-
-
-class _AuditedRpc(RPC):
-    """An RPC whose XML, exactly as ncclient puts it on the wire, is handed to `on_sent` first (Manager.execute
-    builds it; errors are judged by the driver, so ncclient raises none).
-    """
-
-    def request(self, op, on_sent, close: bool = False):
-        self._on_sent = on_sent
-        self._raise_mode = RaiseMode.NONE
-        try:
-            return self._request(op)
-        finally:
-            if close:
-                self._session.close()
-
-    def _wrap(self, subele) -> str:
-        xml = super()._wrap(subele)
-        self._on_sent(xml)
-        return xml
-
-
-@dataclass(frozen=True)
-class _Reply:
-    """One exchange: the <rpc> as sent, the <rpc-reply> as received, and the reply parsed."""
-
-    sent: str
-    raw: str
-    root: ET.Element
-
-    @property
-    def data(self) -> ET.Element:
-        found = self.root.find(_q(NC_NS, "data"))
-        return ET.Element(_q(NC_NS, "data")) if found is None else found
-
-
-def _q(ns: str, name: str) -> str:
-    return f"{{{ns}}}{name}"
-
-
-def _text(elem: ET.Element | None) -> str:
-    return "" if elem is None else (elem.text or "").strip()
 
 
 class PolatisNetconf:
@@ -144,9 +72,7 @@ class PolatisNetconf:
         self.audit = audit
         self.address = settings.address
         self.settle_s = settle_s
-        self.revision: str | None = None  # the optical-switch module revision the server announced
-        self.motion = False  # whether it serves the switch-motion module
-        self._m = None
+        self._session = NetconfSession(settings, device, audit)
         self._lock = threading.RLock()
         self._deferred: list[DeviceCommandError] = []
         self._size: tuple[int, int] | None = None
@@ -154,13 +80,23 @@ class PolatisNetconf:
         self._unsettled = False  # an edit went out since the switch last said its mirrors were still
         self._pending: list[list[int]] = []  # pairs of a disconnect(check=False) not sent yet (see connect)
 
+    @property
+    def revision(self) -> str | None:
+        """The optical-switch module revision the server announced (None before the first session)."""
+        return _revision(self._session.capabilities)
+
+    @property
+    def motion(self) -> bool:
+        """Whether the server serves the switch-motion module (False before the first session)."""
+        return any(c.startswith(MOTION_NS) for c in self._session.capabilities)
+
     # -- identity and geometry --------------------------------------------------------------------
 
     def identify(self) -> Identity:
         reply = self._get(f'<product-information xmlns="{OPSW_NS}"/>', "product-information")
-        node = reply.data.find(_q(OPSW_NS, "product-information"))
+        node = reply.data.find(qname(OPSW_NS, "product-information"))
         names = ("manufacturer", "model-name", "serial-number", "software-version")
-        values = [_text(None if node is None else node.find(_q(OPSW_NS, n))) for n in names]
+        values = [text_of(None if node is None else node.find(qname(OPSW_NS, n))) for n in names]
         if not all(values):
             missing = [n for n, v in zip(names, values, strict=True) if not v]
             raise self._protocol(reply, f"product-information with {', '.join(names)}; missing {missing}")
@@ -175,7 +111,7 @@ class PolatisNetconf:
                 self._size = (int(m.group(1)), int(m.group(2)))
             else:
                 reply = self._get(f'<port-config xmlns="{OPSW_NS}"><port><port-id/></port></port-config>', "ports")
-                ports = reply.data.findall(f"{_q(OPSW_NS, 'port-config')}/{_q(OPSW_NS, 'port')}")
+                ports = reply.data.findall(f"{qname(OPSW_NS, 'port-config')}/{qname(OPSW_NS, 'port')}")
                 if not ports or len(ports) % 2:
                     raise self._protocol(reply, f"a model name with NxM (got {model!r}), or 2N ports in port-config")
                 self._size = (len(ports) // 2, len(ports) // 2)
@@ -215,7 +151,7 @@ class PolatisNetconf:
         if not errors:
             return
         first = errors[0]
-        raise self._error(
+        raise self._session.error(
             DeviceCommandError,
             f"the switch refused {len(errors)} write(s) of {after}; the first: {first.message}",
             sent=first.sent,
@@ -226,7 +162,7 @@ class PolatisNetconf:
     def wait_settled(self) -> None:
         with self._lock:
             self._flush()
-            self._manager()
+            self._session.manager()
             if not self.motion:  # a server without the switch-motion module: wait the settle time
                 if self._last_change is not None:
                     time.sleep(max(0.0, self._last_change + self.settle_s - time.monotonic()))
@@ -239,8 +175,8 @@ class PolatisNetconf:
                 reply = self._get(
                     f'<switch-motion xmlns="{MOTION_NS}"><settle-remaining-us/></switch-motion>', "motion"
                 )
-                path = f"{_q(MOTION_NS, 'switch-motion')}/{_q(MOTION_NS, 'settle-remaining-us')}"
-                text = _text(reply.data.find(path))
+                path = f"{qname(MOTION_NS, 'switch-motion')}/{qname(MOTION_NS, 'settle-remaining-us')}"
+                text = text_of(reply.data.find(path))
                 if not text.isdigit():
                     raise self._protocol(reply, "switch-motion/settle-remaining-us, a whole number of microseconds")
                 remaining = int(text) / 1e6
@@ -249,7 +185,7 @@ class PolatisNetconf:
                     return
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise self._error(
+                    raise self._session.error(
                         DeviceTimeout,
                         f"the switch still reports moving mirrors after {self.settings.timeout_s:g} s",
                         sent=reply.sent,
@@ -265,10 +201,10 @@ class PolatisNetconf:
         )
         reply = self._rpc(op, "get-config cross-connects")
         pairs: dict[int, int] = {}
-        for entry in reply.data.iterfind(f"{_q(OPSW_NS, 'cross-connects')}/*"):
-            if entry.tag not in (_q(OPSW_NS, "pair"), _q(OPSW_NS, "pairs")):
+        for entry in reply.data.iterfind(f"{qname(OPSW_NS, 'cross-connects')}/*"):
+            if entry.tag not in (qname(OPSW_NS, "pair"), qname(OPSW_NS, "pairs")):
                 continue
-            i, e = _text(entry.find(_q(OPSW_NS, "ingress"))), _text(entry.find(_q(OPSW_NS, "egress")))
+            i, e = text_of(entry.find(qname(OPSW_NS, "ingress"))), text_of(entry.find(qname(OPSW_NS, "egress")))
             if not (i.isdigit() and e.isdigit()):
                 raise self._protocol(reply, "cross-connect pairs of whole-number ingress and egress ports")
             pairs[int(i)] = int(e)
@@ -309,12 +245,7 @@ class PolatisNetconf:
                 self._flush()  # a disconnect(check=False) still held goes out before the session ends
             except DeviceError:
                 pass  # closing anyway
-            m, self._m = self._m, None
-            if m is not None and m.connected:
-                try:
-                    self._execute(m, f'<close-session xmlns="{NC_NS}"/>', close=True)
-                except (DeviceError, *CONNECTION_LOST):
-                    pass  # closing anyway
+            self._session.close()
 
     def __enter__(self) -> PolatisNetconf:
         return self
@@ -349,299 +280,87 @@ class PolatisNetconf:
         op = f'<edit-config xmlns="{NC_NS}"><target><running/></target><config>{cross_connects}</config></edit-config>'
         with self._lock:
             self._unsettled = True  # from before it is sent: a timeout leaves unknown whether mirrors move
-            if self._rpc(op, what, check=check) is not None:
+            _, refusal = self._send(op, what)
+            if refusal is None:
                 self._last_change = time.monotonic()
+            elif check:
+                raise refusal
+            else:  # kept for check_errors
+                self._deferred.append(refusal)
 
     def _list_name(self) -> str:
         with self._lock:
-            self._manager()  # the revision comes with the server's hello
+            self._session.manager()  # the revision comes with the server's hello
             return "pairs" if self.revision is not None and self.revision < PAIR_REVISION else "pair"
 
-    def _get(self, subtree: str, what: str) -> _Reply:
+    def _get(self, subtree: str, what: str) -> Reply:
         return self._rpc(f'<get xmlns="{NC_NS}"><filter type="subtree">{subtree}</filter></get>', f"get {what}")
 
-    def _port_leaves(self, container: str, leaf: str, ports: list[int]) -> tuple[dict[int, str], _Reply]:
+    def _port_leaves(self, container: str, leaf: str, ports: list[int]) -> tuple[dict[int, str], Reply]:
         entries = "".join(f"<port><port-id>{p}</port-id><{leaf}/></port>" for p in ports)
         reply = self._get(f'<{container} xmlns="{OPSW_NS}">{entries}</{container}>', container)
         found: dict[int, str] = {}
-        for port in reply.data.iterfind(f"{_q(OPSW_NS, container)}/{_q(OPSW_NS, 'port')}"):
-            pid = _text(port.find(_q(OPSW_NS, "port-id")))
+        for port in reply.data.iterfind(f"{qname(OPSW_NS, container)}/{qname(OPSW_NS, 'port')}"):
+            pid = text_of(port.find(qname(OPSW_NS, "port-id")))
             if pid.isdigit():
-                found[int(pid)] = _text(port.find(_q(OPSW_NS, leaf)))
+                found[int(pid)] = text_of(port.find(qname(OPSW_NS, leaf)))
         missing = [p for p in ports if p not in found]
         if missing:
-            raise self._error(
+            raise self._session.error(
                 DeviceCommandError,
                 f"the switch reports no {container} for port(s) {missing[:8]}: it has no such port",
                 sent=reply.sent,
                 received=reply.raw,
-                hint=self._port_hint(),
+                hint=port_hint(self._size, self.size),
             )
         return {p: found[p] for p in ports}, reply
 
-    def _manager(self):
-        """The open NETCONF session, opened (again) if there is none."""
-        with self._lock:
-            if self._m is None or not self._m.connected:
-                self._m = None
-                self._m = self._connect()
-            return self._m
+    def _rpc(self, op: str, what: str) -> Reply:
+        """Send one RPC; its exchange, or DeviceCommandError for a refusal."""
+        reply, refusal = self._send(op, what)
+        if refusal is not None:
+            raise refusal
+        return reply
 
-    def _connect(self):
-        s = self.settings
-        known_hosts = os.path.expanduser(s.known_hosts or "~/.ssh/known_hosts")
-        name = s.host if s.port == 22 else f"[{s.host}]:{s.port}"
-        keyscan = f"ssh-keyscan -p {s.port} -t ed25519,ecdsa,rsa {s.host} >> {known_hosts}"
-        key = self._known_host_key(known_hosts, name, keyscan)
-        try:
-            m = manager.connect(
-                host=s.host,
-                port=s.port,
-                username=s.user,
-                password=s.password,
-                key_filename=s.key_file,
-                allow_agent=s.key_file is None and s.password is None,
-                look_for_keys=False,
-                hostkey_verify=True,
-                hostkey_b64=key.get_base64(),
-                timeout=s.timeout_s,
-                manager_params={"timeout": s.timeout_s},
-                device_params={"name": "default"},
-            )
-        except SSHUnknownHostError as exc:
-            raise self._connection_error(
-                f"the host key of {name} does not match the one in {known_hosts} (the switch presented "
-                f"{exc.fingerprint}, the file lists {key.get_name()} {key.fingerprint}): the switch was replaced or "
-                "reinstalled, or someone is in between",
-                f"find out which; if the change is expected, remove the old key with `ssh-keygen -f {known_hosts} "
-                f"-R '{name}'`, then verify and add the new one ({keyscan})",
-                exc,
-            ) from exc
-        except AuthenticationError as exc:
-            how = "the keys in the SSH agent"
-            if s.key_file:
-                how = f"the key {s.key_file}"
-            elif s.password is not None:
-                how = f"the password from ${s.password_env}" if s.password_env else "the password"
-            raise self._connection_error(
-                f"authentication as {s.user!r} failed with {how}: {exc}",
-                "check user, key_file or password_env in the inventory's netconf transport, and that the switch "
-                "has this user with that key or password",
-                exc,
-            ) from exc
-        except (*CONNECTION_LOST, ValueError) as exc:
-            raise self._connection_error(
-                f"cannot open a NETCONF session on {s.host}:{s.port}: {exc!r}",
-                "check that the switch is on and that host/port name its NETCONF server (SSH subsystem "
-                "'netconf', port 830 by default); raise timeout_ms if the network is slow",
-                exc,
-            ) from exc
-        caps = [str(c) for c in m.server_capabilities]
-        self.revision = _revision(caps)
-        self.motion = any(c.startswith(MOTION_NS) for c in caps)
-        framing = "1.1" if "urn:ietf:params:netconf:base:1.1" in caps else "1.0"
-        record(
-            self.audit,
-            self.device,
-            self.address,
-            "rx",
-            f"(NETCONF session {m.session_id} opened, base:{framing} framing; server capabilities: {' '.join(caps)})",
-        )
-        return m
-
-    def _known_host_key(self, known_hosts: str, name: str, keyscan: str) -> paramiko.PKey:
-        try:
-            keys = paramiko.HostKeys(known_hosts)
-        except FileNotFoundError:
-            keys = paramiko.HostKeys()
-        except (OSError, paramiko.SSHException) as exc:
-            raise self._connection_error(
-                f"cannot read the known_hosts file {known_hosts}: {exc}",
-                "set known_hosts in the inventory's netconf transport to a readable OpenSSH known_hosts file",
-                exc,
-            ) from exc
-        entry = keys.lookup(name) or {}
-        for kind in (*HOST_KEY_ORDER, *entry.keys()):
-            if kind in entry:
-                return entry[kind]
-        raise self._connection_error(
-            f"the host key of {name} is not in {known_hosts}; refusing to connect to an unknown host",
-            f"verify the switch's key fingerprint out of band, then add it: `{keyscan}` (or set known_hosts in the "
-            "inventory's netconf transport); keys are never accepted automatically",
-        )
-
-    def _connection_error(self, message: str, hint: str, exc: BaseException | None = None) -> DeviceConnectionError:
-        if exc is not None:
-            record(self.audit, self.device, self.address, "rx", f"(connection failed: {exc!r})")
-        return DeviceConnectionError(message, device=self.device, address=self.address, hint=hint)
-
-    def _rpc(self, op: str, what: str, *, check: bool = True) -> _Reply | None:
-        """Send one RPC; the exchange, or None for a refusal kept for check_errors (check=False). Held deletes
-        go first, so the switch sees the calls in the order they were made.
+    def _send(self, op: str, what: str) -> tuple[Reply, DeviceCommandError | None]:
+        """Send one RPC; the exchange, and the error that says why the switch refused it (None: it did not). Held
+        deletes go first, so the switch sees the calls in the order they were made.
         """
         with self._lock:
             self._flush()
-            reply = self._execute(self._manager(), op)
-            errors = reply.root.findall(_q(NC_NS, "rpc-error"))
-            if errors:
-                error = self._command_error(what, reply, errors)
-                if check:
-                    raise error
-                self._deferred.append(error)
-                return None
-            return reply
+            reply = self._session.execute(self._session.manager(), op)
+            errors = reply.root.findall(qname(NC_NS, "rpc-error"))
+            return reply, (self._command_error(what, reply, errors) if errors else None)
 
-    def _execute(self, m, op: str, *, close: bool = False) -> _Reply:
-        sent: list[str] = []
-
-        def on_sent(xml: str) -> None:
-            sent.append(xml)
-            record(self.audit, self.device, self.address, "tx", xml)
-
-        try:
-            reply = m.execute(_AuditedRpc, to_ele(op), on_sent, close)
-        except TimeoutExpiredError as exc:
-            record(self.audit, self.device, self.address, "rx", "(timeout)")
-            self._drop()
-            raise self._error(
-                DeviceTimeout,
-                f"no reply within {self.settings.timeout_s:g} s",
-                sent=sent[0] if sent else op,
-                hint="the switch may be busy or the network slow: raise timeout_ms; whether a change took effect "
-                "is unknown until connections() is read",
-            ) from exc
-        except CONNECTION_LOST as exc:
-            record(self.audit, self.device, self.address, "rx", f"(connection lost: {exc!r})")
-            self._drop()
-            raise self._error(
-                DeviceConnectionError,
-                f"the NETCONF session was lost: {exc!r}",
-                sent=sent[0] if sent else op,
-                hint="the switch restarted or the network dropped; the next call opens a new session",
-            ) from exc
-        raw = reply.xml
-        record(self.audit, self.device, self.address, "rx", raw)
-        try:
-            root = SafeET.fromstring(raw.encode(), forbid_dtd=True)
-        except (DefusedXmlException, ET.ParseError, ValueError) as exc:
-            raise self._error(
-                DeviceProtocolError,
-                f"unreadable reply: {exc}",
-                sent=sent[0] if sent else op,
-                received=raw,
-                hint="the reply is not plain XML (a DTD or entities are refused); is this a NETCONF server?",
-            ) from None
-        return _Reply(sent[0] if sent else op, raw, root)
-
-    def _drop(self) -> None:
-        m, self._m = self._m, None
-        if m is not None:
-            try:
-                m._session.close()  # ncclient has no public way to drop a session without sending an RPC
-            except Exception:  # already broken: only its thread and socket are freed here
-                pass
-
-    def _command_error(self, what: str, reply: _Reply, errors: list[ET.Element]) -> DeviceCommandError:
+    def _command_error(self, what: str, reply: Reply, errors: list[ET.Element]) -> DeviceCommandError:
         first = errors[0]
-        tag = _text(first.find(_q(NC_NS, "error-tag")))
-        message = _text(first.find(_q(NC_NS, "error-message")))
-        info = first.find(_q(NC_NS, "error-info"))
-        details = {c.tag.rpartition("}")[2]: _text(c) for c in ([] if info is None else info)}
-        path = _text(first.find(_q(NC_NS, "error-path")))
+        tag = text_of(first.find(qname(NC_NS, "error-tag")))
+        message = text_of(first.find(qname(NC_NS, "error-message")))
+        info = first.find(qname(NC_NS, "error-info"))
+        details = {c.tag.rpartition("}")[2]: text_of(c) for c in ([] if info is None else info)}
+        path = text_of(first.find(qname(NC_NS, "error-path")))
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        return self._error(
+        return self._session.error(
             DeviceCommandError,
             f"the switch refused {what}: {tag}: {message}{more}",
             sent=reply.sent,
             received=reply.raw,
-            hint=self._hint_for(tag, details, path),
+            hint=refusal_hint(
+                tag, details, path, revision=self.revision, ports=self._port_hint, lock_holder=self._session.lock_holder
+            ),
         )
-
-    def _hint_for(self, tag: str, info: dict[str, str], path: str = "") -> str:
-        if tag in ("invalid-value", "bad-element"):
-            return self._port_hint()
-        if tag == "in-use":
-            return self._in_use_hint(info, path)
-        if tag == "lock-denied":
-            return _lock_hint(info.get("session-id"))
-        if tag == "data-missing":
-            return "that circuit is not on the switch (read connections()); another client may have changed it"
-        if tag == "data-exists":
-            return "the circuit already exists; read connections()"
-        if tag in ("unknown-element", "unknown-namespace", "missing-element", "bad-attribute", "missing-attribute"):
-            return (
-                f"the switch's optical-switch YANG (revision {self.revision or 'unknown'}) does not take this request; "
-                "check its firmware against the driver (docs/protocols.md §7)"
-            )
-        if tag == "operation-not-supported":
-            return "the switch does not support this operation; check its firmware and NETCONF capabilities"
-        if tag == "too-big":
-            return "the request is too large for the switch: change fewer circuits per call"
-        return "see the switch's error message; nothing was changed by a refused edit-config"
-
-    def _in_use_hint(self, info: dict[str, str], path: str) -> str:
-        """in-use says a port carries a circuit, or that running is locked (RFC 6241 §7.5, Appendix A: then with
-        no error-info, so no session-id). Only an error that points at a pair or a port gets the circuit hint;
-        one that names no port is a lock unless the switch shows otherwise: docs/protocols.md §7.10.
-        """
-        if "session-id" in info:
-            return _lock_hint(info["session-id"])
-        if info.get("bad-element") in ("ingress", "egress", "pair", "pairs") or "cross-connects" in path:
-            return "an egress port carries one circuit at a time: disconnect the circuit that holds it first"
-        holder = self._lock_holder()
-        if holder is not None:
-            return _lock_hint(holder)
-        return (
-            "the switch says something is in use but names no port and no session, and running was not locked when "
-            "the driver checked (a lock may have ended since): read connections(), then retry"
-        )
-
-    def _lock_holder(self) -> str | None:
-        """Who holds the lock on running, asked the only way NETCONF's base offers: a <lock>, which is refused
-        with lock-denied naming the holder's session-id (RFC 6241 Appendix A; 0: not a NETCONF session). If it is
-        granted instead, running was not locked: it is released at once. None: not locked, or no answer.
-        """
-        try:
-            reply = self._execute(self._m, f'<lock xmlns="{NC_NS}"><target><running/></target></lock>')
-            error = reply.root.find(_q(NC_NS, "rpc-error"))
-            if error is None:
-                self._execute(self._m, f'<unlock xmlns="{NC_NS}"><target><running/></target></unlock>')
-                return None
-            if _text(error.find(_q(NC_NS, "error-tag"))) != "lock-denied":
-                return None
-            info = error.find(_q(NC_NS, "error-info"))
-            ids = [_text(c) for c in ([] if info is None else info) if c.tag.rpartition("}")[2] == "session-id"]
-            return ids[0] if ids and ids[0] else "?"
-        except (DeviceError, AttributeError):  # the session is gone (the error says so): no holder to name
-            return None
 
     def _port_hint(self) -> str:
-        return switch_ports_hint(self._size, self.size) or (
-            "a port number is outside the switch; its product-information gives its NxM size"
-        )
+        return port_hint(self._size, self.size)
 
-    def _error(self, cls: type[DeviceError], message: str, **kw) -> DeviceError:
-        """A device error of this switch: `kw` says what was sent and received, and what to try."""
-        return cls(message, device=self.device, address=self.address, **kw)
-
-    def _protocol(self, reply: _Reply, expected: str) -> DeviceProtocolError:
-        return self._error(
+    def _protocol(self, reply: Reply, expected: str) -> DeviceProtocolError:
+        return self._session.error(
             DeviceProtocolError,
             f"unexpected reply: expected {expected}",
             sent=reply.sent,
             received=reply.raw,
             hint="is this a Polatis switch with the optical-switch YANG module? (see its hello capabilities)",
         )
-
-
-def _lock_hint(session_id: str | None) -> str:
-    if session_id == "0":
-        holder = "someone outside NETCONF (the switch's CLI, TL1 or web interface)"
-    elif session_id and session_id != "?":
-        holder = f"NETCONF session {session_id}"
-    else:
-        holder = "another NETCONF session (the switch did not say which)"
-    return f"running is locked by {holder}: wait for it to unlock, or end that session, then retry"
 
 
 def _revision(capabilities: Sequence[str]) -> str | None:

@@ -1,9 +1,8 @@
-"""A TL1 session on a plain TCP socket: login, one unique CTAG per command, the response that carries it.
+"""A TL1 session on a plain TCP socket: connection, login, logging in again, one unique CTAG per command.
 
-The switch's output is a stream of blocks (drivers/transports/tl1_messages.py reads them). Autonomous
-messages may arrive between any two blocks, and a response to an earlier command that timed out may arrive
-late: the session matches responses by CTAG, keeps autonomous messages aside (`autonomous`, newest last) and
-drops the rest (after auditing it). A refused command raises `Tl1Denied` (drivers/transports/tl1_refusals.py).
+What the switch sends is matched to the commands by CTAG in drivers/transports/tl1_responses.py: responses go
+to their commands, autonomous messages are kept aside (`autonomous`, newest last), the rest is dropped (after
+auditing it). A refused command raises `Tl1Denied` (drivers/transports/tl1_refusals.py).
 Every byte sent and received is audited; the password of ACT-USER never is (the audit gets
 `ACT-USER::<user>:<ctag>::***;`, testbed/results/redact.py's form).
 """
@@ -13,30 +12,16 @@ from __future__ import annotations
 import re
 import socket
 import time
-from collections import deque
-from dataclasses import dataclass, field
 
 from drivers.audit import AuditSink, record
 from drivers.errors import DeviceConnectionError, DeviceError, DeviceProtocolError, DeviceTimeout
-from drivers.transports.tl1_messages import Tl1Message, Tl1Reader, joined
+from drivers.transports.tl1_messages import Tl1Message, joined
 from drivers.transports.tl1_refusals import HINTS, MEANINGS, Tl1Denied, accepted
+from drivers.transports.tl1_responses import Outstanding, Tl1Responses
 from drivers.transports.tl1_settings import Tl1Settings
 
-MAX_CTAG = 999_999  # CTAGs are 1 to 6 characters; this one counts 1..999999 and wraps
-KEPT = 256  # autonomous messages kept for the caller
 MAX_ACKS = 10  # each in-progress acknowledgment extends the wait by the timeout, this many times at most
 _UNSAFE = re.compile(r"[;:\r\n\"]")  # what a user name or password cannot carry in ACT-USER
-
-
-@dataclass
-class _Outstanding:
-    """A command sent and not answered yet: what it was (as audited), its response so far."""
-
-    shown: str  # the command as audited (the password masked)
-    parts: list[Tl1Message] = field(default_factory=list)  # blocks of its response, the last one ended by `>`
-    done: bool = False
-    acks: int = 0  # in-progress acknowledgments (`IP <ctag>`) received for it
-    acked_at: float = float("-inf")  # when the last one came
 
 
 class Tl1Transport:
@@ -54,14 +39,12 @@ class Tl1Transport:
         self.address = settings.address  # user@host:port, as the inventory and the device actor name it
         self._where = f"{settings.host}:{settings.port}"
         self.hints = {**HINTS, **(hints or {})}  # a driver's own words for some error codes
-        self.autonomous: deque[Tl1Message] = deque(maxlen=KEPT)
+        self._responses = Tl1Responses()
+        self.autonomous = self._responses.autonomous  # the switch's autonomous messages, newest last
         self.last_sent: str | None = None  # the last command, as audited: for the drivers' error messages
         self._audit = audit
         self._sock: socket.socket | None = None
-        self._reader = Tl1Reader()
-        self._ctag = 0
         self._logged_in = False
-        self._outstanding: dict[str, _Outstanding] = {}  # CTAG -> command, in the order sent
 
     # -- the interface the drivers use ------------------------------------------------------------------
 
@@ -87,7 +70,7 @@ class Tl1Transport:
 
     def wait(self, ctag: str) -> Tl1Message:
         """The COMPLD response to the command sent with `ctag`; raises as command() does (without retrying)."""
-        command = self._outstanding.get(ctag)
+        command = self._responses.waiting(ctag)
         if command is None:
             raise ValueError(f"no command with CTAG {ctag} is waiting for its answer")
         received: list[str] = []
@@ -96,7 +79,7 @@ class Tl1Transport:
             # an acknowledgment says the switch is working on it: wait on, from then (a bounded number of times)
             since = max(start, command.acked_at) if command.acks <= MAX_ACKS else start
             self._read(since + self.settings.timeout_s, command, ctag, received)
-        del self._outstanding[ctag]
+        self._responses.forget(ctag)
         return self._result(command)
 
     def collect(self, ctags: list[str]) -> list[Tl1Message | Tl1Denied]:
@@ -113,7 +96,7 @@ class Tl1Transport:
                     results.append(err)
         except DeviceError:
             for ctag in ctags:
-                self._outstanding.pop(ctag, None)
+                self._responses.forget(ctag)
             raise
         return results
 
@@ -124,7 +107,7 @@ class Tl1Transport:
             return
         if logged_in:
             try:  # log out politely; the answer is not waited for
-                line = f"CANC-USER::{self.settings.user}:{self._next_ctag()};"
+                line = f"CANC-USER::{self.settings.user}:{self._responses.next_ctag()};"
                 record(self._audit, self.device, self.address, "tx", line + "\r\n")
                 sock.sendall((line + "\r\n").encode("ascii"))
             except OSError:
@@ -174,7 +157,7 @@ class Tl1Transport:
         s = self.settings
         self._logged_in = False
         try:
-            self.wait(self._send("ACT-USER", s.user, ("", s.password), "", masked=True))
+            self.wait(self._send("ACT-USER", s.user, ("", s.password or ""), "", masked=True))
             self._logged_in = True
         except Tl1Denied as err:
             self._forget()
@@ -199,15 +182,11 @@ class Tl1Transport:
             self._forget()
             raise
 
-    def _next_ctag(self) -> str:
-        self._ctag = self._ctag % MAX_CTAG + 1
-        return str(self._ctag)
-
     # -- sending and receiving ------------------------------------------------------------------------
 
     def _send(self, verb: str, aid: str, blocks: tuple[str, ...], tid: str, *, masked: bool = False) -> str:
         assert self._sock is not None
-        ctag = self._next_ctag()
+        ctag = self._responses.next_ctag()
         head = f"{verb}:{tid}:{aid}:{ctag}"
         line = head + "".join(":" + b for b in blocks) + ";"
         # ACT-USER's last block is the password: the audit and every error message get *** instead
@@ -234,14 +213,14 @@ class Tl1Transport:
                 hint="the switch closed or reset the connection; the next call reconnects and logs in again, but "
                 "the outcome of this command is unknown",
             ) from exc
-        self._outstanding[ctag] = _Outstanding(shown)
+        self._responses.expect(ctag, shown)
         return ctag
 
-    def _read(self, deadline: float, command: _Outstanding, ctag: str, received: list[str]) -> None:
+    def _read(self, deadline: float, command: Outstanding, ctag: str, received: list[str]) -> None:
         """Read once (until `deadline`); file responses and acknowledgments under their commands."""
         data = self._recv(deadline, command, ctag, received)
         try:
-            messages = self._reader.feed(data.decode("utf-8", errors="backslashreplace"))
+            self._responses.feed(data.decode("utf-8", errors="backslashreplace"))
         except ValueError as exc:
             self._forget()
             raise self._error(
@@ -251,20 +230,8 @@ class Tl1Transport:
                 received="".join(received)[-2000:],
                 hint=f"is {self._where} the switch's TL1 port?",
             ) from None
-        for message in messages:
-            waiting = self._outstanding.get(message.tag)
-            if message.kind == "autonomous":
-                self.autonomous.append(message)
-            elif waiting is None or waiting.done:
-                continue  # an answer to a command no longer waited for (it timed out), or not ours
-            elif message.kind == "ack":
-                waiting.acks += 1
-                waiting.acked_at = time.monotonic()
-            else:
-                waiting.parts.append(message)
-                waiting.done = not message.more
 
-    def _recv(self, deadline: float, command: _Outstanding, ctag: str, received: list[str]) -> bytes:
+    def _recv(self, deadline: float, command: Outstanding, ctag: str, received: list[str]) -> bytes:
         assert self._sock is not None
         remaining = deadline - time.monotonic()
         fields = {"device": self.device, "address": self.address, "sent": command.shown}
@@ -296,7 +263,7 @@ class Tl1Transport:
                     "reconnects, but the outcome of the commands in flight is unknown",
                     **fields,
                 )
-        self._outstanding.pop(ctag, None)
+        self._responses.forget(ctag)
         raise DeviceTimeout(
             f"no response with CTAG {ctag} within {self.settings.timeout_s * 1000:.0f} ms",
             received="".join(received) or None,
@@ -309,12 +276,11 @@ class Tl1Transport:
         """Drop the connection and everything in flight on it."""
         self._logged_in = False
         sock, self._sock = self._sock, None
-        self._reader = Tl1Reader()
-        self._outstanding.clear()
+        self._responses.reset()
         if sock is not None:
             sock.close()
 
-    def _result(self, command: _Outstanding) -> Tl1Message:
+    def _result(self, command: Outstanding) -> Tl1Message:
         return accepted(
             joined(command.parts), sent=command.shown, device=self.device, address=self.address, hints=self.hints
         )

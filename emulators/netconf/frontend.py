@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import paramiko
 
 from emulators.frontends import twin_password
-from emulators.gpuhost.keys import keystore, new_ed25519
+from emulators.gpuhost.keys import KeyStore, keystore, new_ed25519
 from emulators.netconf.framing import FrameReader, FramingError, frame
 from emulators.netconf.replay import NetconfReplay
 from emulators.netconf.server import NetconfOptions, NetconfServer, ServerSession, SessionEnd
@@ -82,7 +82,7 @@ class NetconfFrontend(SshListener):
         self.server = NetconfServer(engine, self.options)
         self.sessions: list[dict] = []  # one record per session that ended (tests read it in-process)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._keys = None
+        self._keys: KeyStore | None = None
         self._closed = False
         self._sessions_lock = threading.Lock()
 
@@ -93,11 +93,10 @@ class NetconfFrontend(SshListener):
 
     async def start(self, loop: asyncio.AbstractEventLoop) -> dict[str, str]:
         self._loop = loop
-        self._keys = keystore()
+        keys = self._keys = keystore()
         self.host_key = new_ed25519()[0]
         self.listen()
-        self._keys.add_known_host(self.port, self.host_key)
-        keys = self._keys
+        keys.add_known_host(self.port, self.host_key)
         return {"netconf": self.address, "known_hosts": str(keys.known_hosts), "key_file": str(keys.key_file)}
 
     async def close(self) -> None:
@@ -112,6 +111,8 @@ class NetconfFrontend(SshListener):
             self._keys = None
 
     def interface(self) -> _SubsystemInterface:
+        if self._keys is None:
+            raise RuntimeError("the NETCONF front end is not started: its keys are made by start()")
         return _SubsystemInterface(self.spec.user, self._keys.client_key, twin_password())
 
     # -- one NETCONF session ----------------------------------------------------------------------

@@ -45,20 +45,9 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from emulators.netconf.server import (
-    BASE_10,
-    BASE_11,
-    MOTION_NS,
-    NC_NS,
-    OPSW_NS,
-    XML_NS,
-    NetconfOptions,
-    NetconfServer,
-    RpcError,
-    ServerSession,
-    parse_xml,
-    split,
-)
+from emulators.netconf.protocol import BASE_10, BASE_11, MOTION_NS, NC_NS, OPSW_NS, XML_NS, RpcError
+from emulators.netconf.server import NetconfOptions, NetconfServer, ServerSession
+from emulators.netconf.xmltree import parse_xml, split
 from emulators.scpi.replay import Exchange
 
 # The client hello the emulator's session is opened with: both base versions, as ncclient's default device
@@ -109,8 +98,9 @@ class NetconfReplay:
         except RpcError as exc:  # the emulator's own reply unreadable: a bug, shown as a disagreement
             return Exchange([f"(unreadable XML: {exc.message})"], at)
         settle = root.find(f".//{_SETTLE}")
-        if settle is not None and (settle.text or "").strip().isdigit():
-            at = now + int(settle.text.strip()) / 1e6  # the driver asks again once it has slept this long
+        remaining = "" if settle is None else (settle.text or "").strip()
+        if remaining.isdigit():
+            at = now + int(remaining) / 1e6  # the driver asks again once it has slept this long
         return Exchange(canonical_lines(root), at)
 
     def recorded(self, text: str) -> list[str]:

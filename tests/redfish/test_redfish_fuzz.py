@@ -302,7 +302,7 @@ def test_the_login_is_chosen_from_any_service_root_without_raising(root, session
     """A session where the root links a SessionService (or Links.Sessions), HTTP Basic otherwise, whatever a BMC
     put in their place (a string, a list, a number: no link).
     """
-    from drivers.redfish.bmc import _has_session_service
+    from drivers.redfish.session import has_session_service as _has_session_service
 
     if session is not None:
         root = root if isinstance(root, dict) else {}
@@ -325,7 +325,7 @@ def test_a_failed_session_login_gets_the_hint_for_its_failure(status, message):
     """The slot hint only for a BMC out of sessions (503, SessionLimitExceeded); the library's text is parsed
     whatever it holds.
     """
-    from drivers.redfish.bmc import _session_hint
+    from drivers.redfish.session import session_hint as _session_hint
 
     hint = _session_hint(f"HTTP {status}: Failed to create the session\n{message}")
     slots = str(status) == "503" or "SessionLimitExceeded" in message or "session limit" in message.lower()
