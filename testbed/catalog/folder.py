@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from testbed.catalog.annotations import ANNOTATIONS_FILE, read_annotations
-from testbed.events import JsonlError, Op, read_events
+from testbed.events import JsonlError, Op, read_events, read_faults
 from testbed.families import FAMILIES
 from testbed.results.milestones import MILESTONES
 
@@ -189,39 +189,22 @@ def _holds_fabric(kind) -> int | None:
 
 
 def _faults(records: list[dict]) -> list[dict]:
-    """One row per injection: its outcome (ok, fail, info; None: never answered) and its heal's."""
-    rows: list[dict] = []
-    open_: dict[str, dict] = {}  # fault name -> its latest row
-    for r in records:
-        if r["op"] not in (Op.FAULT_INJECT, Op.FAULT_HEAL):
-            continue
-        data = r.get("data") or {}
-        name = data.get("fault")
-        if not isinstance(name, str):
-            continue
-        if r["op"] == Op.FAULT_INJECT and r["type"] == "invoke":
-            target = next((str(data[k]) for k in ("host", "device", "rank") if data.get(k) is not None), None)
-            row = {
-                "trial": r.get("trial"),
-                "fault": name,
-                "kind": data.get("kind"),
-                "target": target,
-                "injected": None,
-                "healed": None,
-                "inject_wall": r["wall"],
-                "heal_wall": None,
-            }
-            rows.append(row)
-            open_[name] = row
-            continue
-        row = open_.get(name)
-        if row is None or r["type"] == "invoke":
-            continue
-        if r["op"] == Op.FAULT_INJECT:
-            row["injected"] = r["type"]
-        else:
-            row["healed"], row["heal_wall"] = r["type"], r["wall"]
-    return rows
+    """One row per injection (testbed/events/faults.py): its outcome (ok, fail, info; None: never answered) and its
+    heal's.
+    """
+    return [
+        {
+            "trial": f.trial,
+            "fault": f.key,
+            "kind": f.kind,
+            "target": f.target,
+            "injected": f.injected,
+            "healed": f.healed,
+            "inject_wall": f.inject_wall,
+            "heal_wall": f.heal_wall,
+        }
+        for f in read_faults(records)
+    ]
 
 
 def _commit(revision) -> tuple[str | None, int | None]:

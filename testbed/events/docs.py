@@ -3,6 +3,8 @@ its fields: `python -m testbed.results.event_tables --readme results/README.md` 
 equal.
 """
 
+from typing import Any
+
 from testbed.events.schema import SCHEMA, Measure, OperationFailed, OperationOk
 
 FIELD_DOCS: dict[str, str] = {
@@ -117,7 +119,7 @@ BEGIN = "<!-- events: generated from testbed/events/schema.py; do not edit by ha
 END = "<!-- end of events -->"
 
 
-def _fields(payload: type) -> str:
+def _fields(payload: Any) -> str:  # payload: a TypedDict class
     required = [f"`{k}`" for k in payload.__annotations__ if k in payload.__required_keys__]
     optional = [f"`{k}`?" for k in payload.__annotations__ if k in payload.__optional_keys__]
     return ", ".join(required + optional) or "(none)"

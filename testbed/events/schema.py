@@ -565,7 +565,7 @@ def _is_device_mark(op: str, procedures: Mapping[str, tuple[str, ...]]) -> bool:
     return op in marks if marks is not None else any(op in m for m in procedures.values())
 
 
-def _check_payload(op: str, payload: type, data: dict) -> None:
+def _check_payload(op: str, payload: Any, data: dict) -> None:  # payload: a TypedDict class
     keys = set(data)
     missing = payload.__required_keys__ - keys
     extra = keys - payload.__required_keys__ - payload.__optional_keys__

@@ -22,11 +22,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from drivers.audit import ALL_PORTS
 from testbed.contracts.errors import UserError
 from testbed.documents.inventory import Inventory
-from testbed.events import InvokeLedger, Op, read_events, read_jsonl
+from testbed.events import InvokeLedger, Op, active_faults, read_events, read_jsonl
 from testbed.fabric_service.history import fabric_within_allowed, requests_answered
 from testbed.families.drivers import driver_spec
 
@@ -80,13 +81,12 @@ def _invokes_closed(events: list[dict]) -> list[str]:
 
 
 def _faults_healed(events: list[dict]) -> list[str]:
-    active: dict[str, dict] = {}
-    for e in events:
-        if e["op"] == Op.FAULT_INJECT and e["type"] in ("ok", "info"):  # info: it may have happened
-            active[e.get("data", {}).get("fault", str(e["seq"]))] = e
-        elif e["op"] == Op.FAULT_HEAL and e["type"] == "ok":
-            active.pop(e.get("data", {}).get("fault", ""), None)
-    return [f"fault {name} injected at seq {e['seq']} was never healed" for name, e in active.items()]
+    """Every fault that may still be in place (testbed/events/faults.py: not refused, not healed ok)."""
+    unsure = {"ok": "", "info": ", its outcome unknown,", None: ", its injection never ended,"}
+    return [
+        f"fault {f.key} injected at seq {f.inject_seq}{unsure[f.injected]} was never healed"
+        for f in active_faults(events)
+    ]
 
 
 def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory, notes: list[str]) -> list[str]:
@@ -98,7 +98,7 @@ def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory, notes
         return []
     problems = []
     initial = _initial(events)
-    marked = next((e["data"] for e in events if e["op"] == Op.FABRIC_INITIAL), {})
+    marked: dict = next((e["data"] for e in events if e["op"] == Op.FABRIC_INITIAL), {})
     managed = marked.get("managed", {})
     for device, circuits in final["data"]["circuits"].items():
         dev = inv.devices.get(device)
@@ -158,7 +158,7 @@ def _initial(events: list[dict]) -> dict[str, dict]:
         for e in events
         if e["op"].endswith(".identify") and e["type"] == "ok" and isinstance(e["data"]["value"].get("circuits"), dict)
     }
-    marked = next((e["data"] for e in events if e["op"] == Op.FABRIC_INITIAL), {})
+    marked: dict = next((e["data"] for e in events if e["op"] == Op.FABRIC_INITIAL), {})
     initial.update({d: c for d, c in marked.get("circuits", {}).items() if isinstance(c, dict)})
     return initial
 
@@ -176,8 +176,8 @@ def _audit_model(dev):
 
 
 def _writes_allowed(audit: list[dict], inv: Inventory) -> list[str]:
-    problems = []
-    models: dict[str, object] = {}
+    problems: list[str] = []
+    models: dict[str, Any] = {}  # device -> its driver's audit model (None: it has none)
     for a in audit:
         if a["direction"] != "tx":
             continue
@@ -185,7 +185,7 @@ def _writes_allowed(audit: list[dict], inv: Inventory) -> list[str]:
         if a["device"] not in models:
             models[a["device"]] = _audit_model(dev)
         model = models[a["device"]]
-        if model is None:
+        if model is None or dev is None:
             continue
         text = a["data"].strip()
         where = f"{a['device']} at {a['mono_ns']}: {text[:80]!r}"

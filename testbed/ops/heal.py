@@ -42,10 +42,12 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
+from testbed.config.device import DeviceConfig
 from testbed.contracts.errors import EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
 from testbed.documents.inventory import Inventory
 from testbed.engine.ray_session import leftovers, runner_alive, session_folder_problem
@@ -81,14 +83,19 @@ class HealDevices:
         from testbed.engine.device_actor import DeviceActor
 
         if device not in self._actors:
-            dev = self.inventory.devices[device]
+            dev: DeviceConfig = self.inventory.devices[device]
+            transport: Any = dev.transport  # a union of the registered transports, built at run time
             # The run's own actor code, its family's interlocks on every write.
             policy = family_of(dev).policy(device, dev)
-            self._actors[device] = DeviceActor(device, dev.driver, dev.transport.settings(), policy, dev.kind)
+            self._actors[device] = DeviceActor(device, dev.driver, transport.settings(), policy, dev.kind)
         return self._actors[device]
 
     def operation(self, device: str, name: str) -> str:
-        return family_of(self.inventory.devices[device]).operation(name)
+        """The procedure that does `name` (read_fabric, reconfigure) on this device's family."""
+        procedure = family_of(self.inventory.devices[device]).operation(name)
+        if procedure is None:
+            raise HealFailed(f"{device}: its family has no {name!r} operation")
+        return procedure
 
     def call(self, device: str, procedure: str, kwargs: dict, step: str):
         """One procedure on a device, recorded as the runner records it (invoke, audit, marks, outcome)."""
@@ -117,14 +124,6 @@ class HealFailed(Exception):
 
 
 # --- heal ----------------------------------------------------------------------------------------------
-
-
-class _Appender(Recorder):
-    """The run's recorder opened again: sequence numbers go on from the run's last event."""
-
-    def __init__(self, run_dir: Path, run_id: str, last_seq: int) -> None:
-        super().__init__(run_dir, run_id)
-        self._seq = last_seq
 
 
 @dataclass
@@ -171,11 +170,9 @@ def heal_run(run_dir: Path, console: Console) -> int:
     gone = _twin_gone(run.info)
     with contextlib.ExitStack() as stack:
         # The devices are locked before anything is written: a run holding one is refused, nothing done.
-        lab = None if gone is not None else stack.enter_context(_lab_session(run, inventory, found, report))
-        recorder = _Appender(run_dir, run.run_id, found.last_seq)
+        recorder = Recorder.reopen(run_dir, run.run_id)
         stack.callback(recorder.close)
-        if lab is not None:
-            lab.recorder = recorder
+        lab = None if gone is not None else stack.enter_context(_lab_session(run, inventory, found, recorder, report))
         _heal(run, found, recorder, lab, gone, report)
     _update_run_files(run_dir, run.info, report)
     for line in report.notes:
@@ -216,10 +213,10 @@ def _heal(
     if found.open_invokes:
         report.done.append(f"closed {len(found.open_invokes)} open operation(s) with info (outcome unknown)")
     _close_fabric_service(run.events, recorder, report)
-    if lab is None:
+    if gone is not None:
         _record_lab_gone(recorder, found, gone, report)
         _remove_netns(run, report)
-    else:
+    elif lab is not None:
         _heal_faults(lab, found, report)
         _stop_jobs(lab, found, report)
         _restore_fabric(lab, run.path, found, report)
@@ -361,7 +358,7 @@ def _end_twin_rank(job: dict) -> dict:
 
 
 @contextlib.contextmanager
-def _lab_session(run: RunFolder, inventory: Inventory, found: Findings, report: HealReport):
+def _lab_session(run: RunFolder, inventory: Inventory, found: Findings, recorder: Recorder, report: HealReport):
     """The lab, with every device heal may touch locked; on an emulated run, the twin that outlived it."""
     from testbed.engine.locks import device_locks
     from testbed.leases.identity import device_identity
@@ -372,11 +369,11 @@ def _lab_session(run: RunFolder, inventory: Inventory, found: Findings, report: 
 
         inventory = point_at_twin(inventory, run.info["twin"])
         control = twin_control(run.info["twin"]["control"])
-    devices = {f.job.get("host") or f.device for f in found.faults if f.job} | {f.device for f in found.faults}
-    devices |= {j["host"] for j in found.jobs} | set(found.initial)
-    devices = {d for d in devices if d in inventory.devices}
-    identities = {d: device_identity(inventory.devices[d].transport) for d in devices}
-    lab = HealDevices(inventory, None, control)
+    named = {f.job.get("host") or f.device for f in found.faults if f.job} | {f.device for f in found.faults}
+    named |= {j["host"] for j in found.jobs} | set(found.initial)
+    devices: dict[str, DeviceConfig] = {d: inventory.devices[d] for d in named if d in inventory.devices}
+    identities = {d: device_identity(dev.transport) for d, dev in devices.items()}
+    lab = HealDevices(inventory, recorder, control)
     try:
         with device_locks(identities, f"heal of {run.run_id}"), _heal_leases(run, identities, report) as leases:
             report.done.append(f"the run's devices were free to lock: {', '.join(sorted(identities)) or 'none'}")
@@ -591,7 +588,8 @@ def _update_run_files(run_dir: Path, info: dict, report: HealReport) -> None:
         return
     collector = SummaryCollector()
     for e in read_jsonl(run_dir / "events.jsonl").records:
-        collector.on_event(Event(**{k: e.get(k) for k in Event.__dataclass_fields__ if k in e}))
+        fields: dict[str, Any] = {k: e.get(k) for k in Event.__dataclass_fields__ if k in e}
+        collector.on_event(Event(**fields))
     collector.write_trials_csv(run_dir / "trials.csv")
     summary = collector.summary(info["run"], info["playbook"]["name"], info["status"], int(info.get("trials") or 0))
     write_json(run_dir / "summary.json", summary)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.contracts.errors import UserError
-from testbed.events import InvokeLedger, Op
+from testbed.events import FaultRecord, InvokeLedger, Op, active_faults
 
 UNKNOWN = "outcome unknown: the runner died before this operation completed"
 # Marks a runner writes once it has ended the run itself (teardown and read-back done, or refused early).
@@ -24,10 +24,12 @@ RUN_ENDS = (Op.RUN_END, Op.RUN_ABORTED, Op.RUN_FAILED, Op.RUN_REFUSED)
 
 @dataclass
 class ActiveFault:
-    name: str  # e.g. "process.hang@rank1", the key fault.heal closes
+    """A fault the history leaves possibly active, as heal heals it by its kind (FaultKind.heal_after_crash)."""
+
+    name: str  # its key (testbed/events/faults.py), e.g. "process.hang@rank1": what fault.heal names
     kind: str
     device: str | None  # the device of the fault.inject event (the host, or the proxied device)
-    data: dict
+    data: dict  # the payload of its fault.heal events: its injection's, naming it by its key
     job: dict | None  # the rank's job handle when the history tells it
     certain: bool  # False: its injection's outcome is unknown (the runner died during it)
     # The device procedures the injection ran and their results ({"op", "device", "value"}), e.g. the pid of
@@ -37,7 +39,6 @@ class ActiveFault:
 
 @dataclass
 class Findings:
-    last_seq: int
     open_invokes: list[dict]
     faults: list[ActiveFault]
     jobs: list[dict]  # job handles started and never seen stopped
@@ -54,27 +55,14 @@ class Findings:
 
 
 def find(events: list[dict]) -> Findings:
+    """What a run's events leave behind for heal: its open invokes, its active faults, its ranks never seen stop."""
     ledger = InvokeLedger()
-    injecting: dict[str, dict] = {}  # fault name -> its open fault.inject invoke
-    active: dict[str, ActiveFault] = {}
-    jobs: dict[tuple[str, int], dict] = {}
-    start_invokes: dict[tuple[str, str], dict] = {}
-    for i, e in enumerate(events):
+    jobs: dict[tuple[str | None, object], dict] = {}  # (host, pid) -> the job's handle
+    start_invokes: dict[tuple[str | None, object], dict] = {}  # (host, job name) -> its gpu.start_job invoke
+    for e in events:
         data = e.get("data") or {}
         ledger.add(e.get("device"), e["op"], e["type"], e)
-        if e["op"] == Op.FAULT_INJECT:
-            name = data.get("fault", f"seq{e['seq']}")
-            if e["type"] == "invoke":
-                injecting[name] = e
-            elif e["type"] in ("ok", "info"):
-                start = injecting.pop(name, e)
-                job, calls, certain = _job_of(events, start, i), _calls_in(events, start, i), e["type"] == "ok"
-                active[name] = ActiveFault(name, data.get("kind", "?"), e.get("device"), data, job, certain, calls)
-            elif e["type"] == "fail":
-                injecting.pop(name, None)
-        elif e["op"] == Op.FAULT_HEAL and e["type"] == "ok":
-            active.pop(data.get("fault", ""), None)
-        elif e["op"] == "gpu.start_job":
+        if e["op"] == "gpu.start_job":
             if e["type"] == "invoke":
                 start_invokes[(e.get("device"), data.get("name"))] = e
             elif e["type"] == "ok":
@@ -87,15 +75,10 @@ def find(events: list[dict]) -> Findings:
             jobs.pop((e.get("device"), (data.get("value") or {}).get("pid")), None)
         elif e["op"] == Op.HEAL_LAB_GONE:  # an earlier heal found the twin gone, and its jobs with it
             jobs.clear()
-    for name, e in injecting.items():  # the runner died during the injection: it may have happened
-        job = _job_of(events, e, len(events))
-        calls = _calls_in(events, e, len(events))
-        active[name] = ActiveFault(name, e["data"].get("kind", "?"), e.get("device"), e["data"], job, False, calls)
     initial, managed = _initial_fabric(events)
     return Findings(
-        last_seq=max((e["seq"] for e in events), default=0),
         open_invokes=sorted(ledger.still_open(), key=lambda e: e["seq"]),
-        faults=list(active.values()),
+        faults=_active_faults(events),
         jobs=list(jobs.values()),
         unknown_jobs=[e["data"] for e in start_invokes.values()],
         initial=initial,
@@ -105,16 +88,30 @@ def find(events: list[dict]) -> Findings:
     )
 
 
-def _job_of(events: list[dict], inject: dict, end: int) -> dict | None:
-    """The job handle of the rank a fault hit: in the fault's data if the injector put it there, else the
-    signal sent to it inside the injection, else the last start of that rank on its host before it.
+def _active_faults(events: list[dict]) -> list[ActiveFault]:
+    """The faults the history leaves possibly active (testbed/events/faults.py), with what heal needs to heal them:
+    the rank's job and the procedures their injection ran.
     """
-    data = inject.get("data") or {}
+    at = {e["seq"]: i for i, e in enumerate(events)}
+    out = []
+    for f in active_faults(events):
+        start = at[f.inject_seq]
+        end = at[f.inject_end_seq] if f.inject_end_seq is not None else len(events)
+        job, calls = _job_of(events, f, start, end), _calls_in(events, f, start, end)
+        out.append(ActiveFault(f.key, f.kind, f.device, f.heal_payload(), job, f.certain, calls))
+    return out
+
+
+def _job_of(events: list[dict], fault: FaultRecord, start: int, end: int) -> dict | None:
+    """The job handle of the rank a fault hit: in the fault's data if the injector put it there, else the
+    signal sent to it inside the injection (events[start:end]), else the last start of that rank on its host
+    before it.
+    """
+    data = fault.data
     if isinstance(data.get("job"), dict):
         return data["job"]
-    start = next(i for i, e in enumerate(events) if e is inject)
     for e in events[start:end]:
-        if e["op"] == "gpu.kill_job" and e["type"] == "invoke" and e.get("device") == inject.get("device"):
+        if e["op"] == "gpu.kill_job" and e["type"] == "invoke" and e.get("device") == fault.device:
             return e["data"]["job"]
     rank = data.get("rank")
     for e in reversed(events[:start]):
@@ -131,13 +128,12 @@ def _job_of(events: list[dict], inject: dict, end: int) -> dict | None:
     return None
 
 
-def _calls_in(events: list[dict], inject: dict, end: int) -> list[dict]:
-    """The procedures that succeeded inside an injection (from its invoke to events[end]), with their results."""
-    start = next(i for i, e in enumerate(events) if e is inject)
+def _calls_in(events: list[dict], fault: FaultRecord, start: int, end: int) -> list[dict]:
+    """The procedures that succeeded inside an injection (events[start:end]), with their results."""
     return [
         {"op": e["op"], "device": e.get("device"), "value": (e.get("data") or {}).get("value")}
         for e in events[start:end]
-        if e["type"] == "ok" and e.get("step") == inject.get("step") and e["op"] != Op.FAULT_INJECT
+        if e["type"] == "ok" and e.get("step") == fault.step and e["op"] != Op.FAULT_INJECT
     ]
 
 

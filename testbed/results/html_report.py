@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from testbed.contracts.errors import UserError
-from testbed.events import read_jsonl
+from testbed.events import read_faults, read_jsonl
 from testbed.results.milestones import (
     MILESTONES,
     SEGMENTS,
@@ -170,48 +170,23 @@ def _ordered_milestone_spans(spans: dict, prefix: str) -> dict:
 
 
 def faults(events: list[dict]) -> list[dict]:
-    """Each fault the run injected, with how its injection and its heal went (from fault.inject/fault.heal)."""
-    out: list[dict] = []
-    open_: dict[tuple, dict] = {}
-    for ev in events:
-        op = ev.get("op")
-        if op not in ("fault.inject", "fault.heal"):
-            continue
-        data = ev.get("data") or {}
-        key = (ev.get("trial"), data.get("fault"), ev.get("device"))
-        kind = ev.get("type")
-        if op == "fault.inject":
-            if kind == "invoke":
-                row = {
-                    "trial": ev.get("trial"),
-                    "step": ev.get("step"),
-                    "fault": data.get("fault"),
-                    "kind": data.get("kind"),
-                    "target": ev.get("device") or data.get("host") or data.get("target"),
-                    "injected": "pending",
-                    "healed": "never",
-                    "inject_ns": ev.get("mono_ns"),
-                    "heal_ns": None,
-                    "error": "",
-                }
-                out.append(row)
-                open_[key] = row
-                continue
-            row = open_.get(key)
-            if row is None:
-                continue
-            row["injected"] = "ok" if kind == "ok" else "failed"
-            if kind in ("fail", "info"):
-                row["error"] = data.get("error", "")
-        else:
-            row = open_.get(key)
-            if row is None or kind == "invoke":
-                continue
-            row["healed"] = "ok" if kind == "ok" else "failed"
-            row["heal_ns"] = ev.get("mono_ns")
-            if kind in ("fail", "info"):
-                row["error"] = "; ".join(filter(None, [row["error"], f"heal: {data.get('error', '')}"]))
-    return out
+    """Each fault the run injected, with how its injection and its heal went (testbed/events/faults.py)."""
+    shown = {"ok": "ok", "fail": "failed", "info": "failed"}
+    return [
+        {
+            "trial": f.trial,
+            "step": f.step,
+            "fault": f.key,
+            "kind": f.kind,
+            "target": f.device or f.target,
+            "injected": shown.get(f.injected or "", "pending"),
+            "healed": shown.get(f.healed or "", "never"),
+            "inject_ns": f.inject_ns,
+            "heal_ns": f.heal_ns,
+            "error": "; ".join(filter(None, [f.inject_error, f.heal_error and f"heal: {f.heal_error}"])),
+        }
+        for f in read_faults(events)
+    ]
 
 
 # --- rendering ---------------------------------------------------------------------------------------------------

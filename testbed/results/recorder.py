@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from drivers.audit import AuditRecord
-from testbed.events import Event, EventType, Observer, now
+from testbed.events import Event, EventType, Observer, now, read_events
 from testbed.events.schema import SchemaError, check_event
 from testbed.families import PROCEDURES
 from testbed.results.redact import StreamRedactor, redact
@@ -39,6 +39,19 @@ class Recorder:
         self._procedures = PROCEDURES.marks()  # the registered families' procedures and their marks
         self._warned: set[tuple[str, str]] = set()
         self._streams = StreamRedactor()  # a device's writes, each redacted knowing the one before
+
+    @classmethod
+    def reopen(cls, run_dir: Path, run_id: str) -> Recorder:
+        """The recorder of a run that has stopped (ended, or its runner died), opened again to append to its history
+        (`testbed heal`): sequence numbers go on from its last event. Its files must end with a whole line: a torn
+        last line is set aside first (testbed.events.set_aside_torn_line), or the next event would be glued to it.
+        """
+        events = read_events(run_dir / "events.jsonl")
+        if events.torn:
+            raise ValueError(f"{run_dir}: {events.torn}; set it aside before appending")
+        recorder = cls(run_dir, run_id)
+        recorder._seq = events.records[-1]["seq"] if events.records else 0
+        return recorder
 
     def add_observer(self, observer: Observer) -> None:
         self._observers.append(observer)
