@@ -2,8 +2,8 @@
 after a crash (`testbed heal`). The runner, the planner, heal and the CLI all ask the kind, never a table of
 their own (docs/architecture.md, "Adding a fault kind").
 
-A kind targets a rank of the job (gpu.fail, process.*, host.*) or a device's connection (transport.*). Every
-kind answers:
+A kind targets a rank of the job (gpu.fail, process.*, host.*), ports (link.down: a host's port or a switch's, the
+fibre between them), or a device's connection (transport.*). Every kind answers:
 - `lab_support`: None when it can be injected on a real lab, else why not (the CLI refuses the run up front);
 - `inject(env, target) -> Injected` and `heal(env, target)` during a run (env: the twin's control, or None on a
   lab, and the device procedures);
@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from testbed.contracts.twin import Twin
 
 # A twin fault is scheduled this far ahead: more than a control request takes to reach the twin on a loaded
 # machine (docs/tuning.md, "The twin's timing"). A trigger that still arrives late is sent again, further ahead.
@@ -49,15 +51,6 @@ class Injected:
 
     at_ns: int
     marked_by_device: bool = False
-
-
-class Twin(Protocol):
-    """The emulated twin's control, as the framework reaches it (testbed.twin.bridge.TwinHandle)."""
-
-    def call(self, device: str | None, op: str, **args: Any) -> Any: ...
-
-    def fire_at(self, at_ns: int, device: str, op: str, **args: Any) -> bool:
-        """Run op at CLOCK_MONOTONIC at_ns; False if the request arrived after that moment (nothing ran)."""
 
 
 @dataclass
@@ -94,7 +87,7 @@ class DeadFault(Protocol):
 
 class FaultKind(Protocol):
     name: str
-    target: str  # "rank" or "connection"
+    target: str  # "rank", "ports" (link.down: a fibre's ends) or "connection"
     lab_support: str | None
 
     # Optional: `describe(params) -> str`, the details `testbed plan` adds after the kind (", Xid 79").

@@ -6,23 +6,27 @@
 - each planned step's `execute(engine)` and `describe(node, plan)` (the line `testbed plan` prints), and what
   it touches (`devices()`), which the planner sums into the run's device list and its writes.
 
+A planned step sees the engine only as `testbed.contracts.engine.StepEngine` and the plan only as `PlanView`
+below: what it may read, and the engine's methods for what it may change (docs/architecture.md, "The engine's
+surface"). The type checker holds every step to them.
+
 Nested steps (`parallel`) are walked by one walker, `walk`, through `nested()`.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pydantic import Field
+from rich.tree import Tree
 
 from testbed.config.common import Strict, param_name
+from testbed.contracts.engine import StepEngine
 from testbed.contracts.errors import UserError
-
-if TYPE_CHECKING:
-    from rich.tree import Tree
+from testbed.contracts.outcome import Outcome
 
 Problem = tuple[tuple, str]  # (key path, message)
 Pair = tuple[int, int]
@@ -79,6 +83,22 @@ class PlanContext:
         return self.rng.randrange(self.world) if which == "random" else int(which)
 
 
+class PlanView(Protocol):
+    """The plan as a planned step describes itself against it (testbed.plan.Plan is the one implementation)."""
+
+    @property
+    def playbook(self) -> Any:
+        """The validated playbook (testbed.documents.playbook.Playbook)."""
+
+    @property
+    def spares(self) -> Sequence[str]:
+        """The hosts a failover may move a rank to."""
+
+    @property
+    def job_managed(self) -> Mapping[str, tuple[int, ...]]:
+        """switch -> every port the job's fabric may use, whichever hosts (spares included) hold the ranks."""
+
+
 @dataclass(frozen=True)
 class Touches:
     """The devices a planned step reads and writes (the plan's device list and its confirmation prompt)."""
@@ -109,16 +129,20 @@ class Planned:
     label: str
     faults: ClassVar[int] = 0  # faults the step keeps active at once (the max_concurrent_faults interlock)
 
-    def execute(self, engine) -> None:
+    def execute(self, engine: StepEngine) -> None:
+        """Do the step against the engine; StepFailed (or another ExperimentFailed) when it did not succeed."""
         raise NotImplementedError(f"{type(self).__name__} has no execute()")
 
-    def describe(self, node: Tree, plan) -> None:
+    def describe(self, node: Tree, plan: PlanView) -> None:
+        """Add what the step will do to `testbed plan`'s tree: every call it will make, in words."""
         node.add(escape(self.label))
 
     def nested(self) -> tuple[Planned, ...]:
+        """The steps it runs inside itself (a parallel step's branches)."""
         return ()
 
-    def devices(self, plan) -> Touches:
+    def devices(self, plan: PlanView) -> Touches:
+        """The devices it reads and writes (the plan's device list, its confirmation prompt, the leases)."""
         return Touches()
 
     def single_device(self) -> str | None:
@@ -126,7 +150,7 @@ class Planned:
         return None
 
 
-def walk(steps) -> Iterator:
+def walk(steps: Iterable[Any]) -> Iterator[Any]:
     """Every step, and the steps nested in it (models and planned steps alike)."""
     for step in steps:
         yield step

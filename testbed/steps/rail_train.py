@@ -18,20 +18,18 @@ carried (`rail.bytes`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field
 
 from testbed.config.common import Name, choice, sweepable
 from testbed.fabric.circuits import parse_link
-from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
-from testbed.steps.fabric_apply import ApplyStep, apply_step, show_circuits
+from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel
+from testbed.steps.fabric_apply import apply_step
 from testbed.steps.job_start import needs_job
+from testbed.steps.rail_train_job import RailTrainStep, Route, TrainPhase
 
 MODES = ("static", "on-demand", "provisioning")
-
-Route = tuple[int, str, str]  # (partner rank, this rank's port, the partner's port)
 
 
 class RailTrain(StepModel):
@@ -150,72 +148,3 @@ def _static_route(static: dict, rank: int, partner: int, phase: str, name: str, 
         f"rail.train: the static configuration {name!r} has no link from {hosts[rank]} to {hosts[partner]}, "
         f"which phase {phase} sends over"
     )
-
-
-@dataclass(frozen=True)
-class TrainPhase:
-    name: str
-    compute_s: float
-    nbytes: int
-    apply: ApplyStep  # the configuration the phase's traffic needs (what a rank asks for)
-    routes: dict[int, tuple[Route, ...]]  # rank -> its sends (in static mode, over the static configuration)
-
-
-@dataclass(frozen=True)
-class RailTrainStep(Planned):
-    mode: str
-    delay_s: float
-    iterations: int
-    warmup: int
-    measure: str
-    phases: tuple[TrainPhase, ...]
-    first: ApplyStep  # in place before the job starts (static: for good)
-    job_timeout_s: float
-
-    def execute(self, engine) -> None:
-        from testbed.fabric_service.rail_job import run_rail_job  # the runner's side: the job, its fabric service
-
-        run_rail_job(self, engine)
-
-    def devices(self, plan) -> Touches:
-        switches = {sw for p in self.phases for sw in p.apply.circuits} | set(self.first.circuits)
-        return Touches(writes=frozenset(switches), reads=frozenset(plan.playbook.job.ranks))
-
-    def describe(self, node, plan) -> None:
-        branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure)}.time)")
-        job = plan.playbook.job
-        hosts = job.ranks
-        branch.add(
-            escape(
-                f"start the job: {len(hosts)} ranks on {', '.join(dict.fromkeys(hosts))}: {' '.join(job.command)} "
-                f"(testbed-train's phased mode in TESTBED_RAIL); {self.warmup} warm-up + {self.iterations} measured "
-                "iterations, then wait for it to end and stop it"
-            )
-        )
-        show = branch.add(escape(f"before the job: configuration {self.first.configuration}"))
-        show_circuits(show, self.first.circuits)
-        if self.mode == "static":
-            branch.add("static: the ranks never ask; the rails stay as they are")
-        else:
-            asks = "setup before each phase's traffic"
-            if self.mode == "provisioning":
-                asks = "prepare the next phase's configuration after each phase's traffic, setup before its own"
-            branch.add(
-                escape(
-                    f"{self.mode}: the job's fabric service serves the ranks ({asks}); a change starts once all "
-                    f"{len(hosts)} ranks asked, +{self.delay_s * 1000:g} ms per change"
-                )
-            )
-        for phase in self.phases:
-            what = f"configuration {phase.apply.configuration}, {phase.nbytes} bytes to each partner, compute " + (
-                f"{phase.compute_s * 1000:g} ms"
-            )
-            sub = branch.add(escape(f"phase {phase.name}: {what}"))
-            pairs = [f"{hosts[r]}->{hosts[s]}" for r, routes in phase.routes.items() for s, _, _ in routes]
-            sub.add(escape(f"traffic: {' '.join(pairs[:12])}" + (" ..." if len(pairs) > 12 else "")))
-            if self.mode != "static":
-                show_circuits(sub, phase.apply.circuits)
-        if self.first.verify_light:
-            branch.add(
-                f"verify light above {self.first.min_power_dbm} dBm within {self.first.timeout_s:g} s per change"
-            )
