@@ -162,7 +162,7 @@ class JobView(Protocol):
         block ends, however it ends.
         """
 
-    def peer_address(self, rank: int, partner: int, port: int, partner_port: int) -> str:
+    def peer_address(self, rank: int, partner: int, port: str, partner_port: str) -> str:
         """host:port where `rank` reaches `partner` over its host port `port` and the partner's `partner_port`: the
         partner's own address on a lab, a relay that carries bytes only along lit circuits in the twin.
         """

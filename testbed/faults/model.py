@@ -80,7 +80,7 @@ class Fault(Strict):
         "downstream", description="for transport.*: device -> framework (downstream) or framework -> device"
     )
     xid: int = Field(79, description="for gpu.fail: the Xid the kernel log shows (79: fallen off the bus)")
-    duty: sweepable(0.01, 0.95) = Field(
+    duty: Annotated[float | str, sweepable(0.01, 0.95)] = Field(
         0.5, description="for host.straggle: fraction of each period the rank is stopped"
     )
     period_ms: float = Field(200, gt=0, description="for host.straggle: length of one stop/run cycle")

@@ -14,7 +14,7 @@ algorithm and fabric, the size, and the part spent waiting for the fabric); the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StringConstraints
 
@@ -23,7 +23,6 @@ from testbed.fabric.circuits import parse_link
 from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel
 from testbed.steps.collective_job import CollectiveStage, CollectiveStep, size_text
 from testbed.steps.fabric_apply import apply_step
-from testbed.steps.job_start import needs_job
 
 Size = Annotated[int, Field(ge=8, le=1 << 30)]
 SweepRef = Annotated[str, StringConstraints(pattern=PARAM_REF.pattern)]
@@ -57,6 +56,8 @@ class CollectiveAllreduce(StepModel):
     ranks ask the job's fabric service for each stage's configuration.
     """
 
+    needs: ClassVar[frozenset[str]] = frozenset({"job"})
+
     action: Literal["collective.allreduce"]
     case: Name | SweepRef = Field(description="which of `cases`, or `${name}`: a sweep parameter naming one")
     cases: dict[Name, CollectiveCase] = Field(min_length=1)
@@ -69,7 +70,7 @@ class CollectiveAllreduce(StepModel):
     job_timeout_ms: int = Field(600_000, gt=0, description="for the whole job to run its all-reduces")
 
     def check(self, ctx: CheckContext) -> list[Problem]:
-        problems = needs_job(self, ctx) + ctx.sweep_ref(self.case, ("case",)) + ctx.sweep_ref(self.sizes, ("sizes",))
+        problems = ctx.sweep_ref(self.case, ("case",)) + ctx.sweep_ref(self.sizes, ("sizes",))
         picked = _values(ctx, self.case)
         for name in [n for n in picked if n not in self.cases]:
             problems.append((("case",), f"{name!r} is none of `cases` ({', '.join(self.cases)})"))
@@ -135,7 +136,7 @@ class CollectiveAllreduce(StepModel):
         )  # fmt: skip
 
 
-def duplex(configuration, hosts: list[str]) -> dict[tuple[int, int], tuple[str, str]]:
+def duplex(configuration: Any, hosts: list[str]) -> dict[tuple[int, int], tuple[str, str]]:
     """(rank, partner) -> (its port, the partner's port) for every link of the configuration between two ranks'
     hosts that is lit both ways (the twin's data plane carries a TCP connection only over a duplex link).
     """
@@ -153,7 +154,7 @@ def partner(algorithm: str, stage: int, rank: int, world: int) -> int:
     return (rank + 1) % world if algorithm == "ring" else rank ^ (1 << stage)
 
 
-def _topology_problems(case: CollectiveCase, configurations: dict, hosts: list[str]) -> list[str]:
+def _topology_problems(case: CollectiveCase, configurations: dict[str, Any], hosts: list[str]) -> list[str]:
     w = len(hosts)
     if case.algorithm == "ring":
         if len(case.configurations) != 1:
@@ -186,14 +187,14 @@ def _topology_problems(case: CollectiveCase, configurations: dict, hosts: list[s
     return problems
 
 
-def _values(ctx: CheckContext, value) -> list:
+def _values(ctx: CheckContext, value: Any) -> list[Any]:
     """A value, or every value its sweep parameter takes."""
     if isinstance(value, str) and value.startswith("${"):
         return list(ctx.playbook.sweep.get(param_name(value), []))
     return [value]
 
 
-def _sizes(value) -> tuple[int, ...]:
+def _sizes(value: Any) -> tuple[int, ...]:
     """A size or a list of sizes as a tuple of sizes; () if it is not one."""
     values = value if isinstance(value, list) else [value]
     ok = values and all(isinstance(v, int) and not isinstance(v, bool) and 8 <= v <= 1 << 30 for v in values)

@@ -10,9 +10,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rich.tree import Tree
+
 from testbed.contracts.engine import StepEngine
 from testbed.contracts.errors import StepFailed
-from testbed.steps.base import Planned, Touches, escape
+from testbed.steps.base import Planned, PlanView, Touches, escape
 from testbed.steps.fabric_apply import ApplyStep, show_circuits
 from testbed.steps.rail_train_job import Route
 
@@ -39,11 +41,11 @@ class CollectiveStep(Planned):
     def execute(self, engine: StepEngine) -> None:
         run_collective_job(self, engine)
 
-    def devices(self, plan) -> Touches:
+    def devices(self, plan: PlanView) -> Touches:
         switches = {sw for s in self.stages for sw in s.apply.circuits} | set(self.first.circuits)
         return Touches(writes=frozenset(switches), reads=frozenset(plan.playbook.job.ranks))
 
-    def describe(self, node, plan) -> None:
+    def describe(self, node: Tree, plan: PlanView) -> None:
         branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure)}.time)")
         hosts = plan.playbook.job.ranks
         w = len(hosts)

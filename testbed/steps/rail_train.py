@@ -18,7 +18,7 @@ carried (`rail.bytes`).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -26,7 +26,6 @@ from testbed.config.common import Name, choice, sweepable
 from testbed.fabric.circuits import parse_link
 from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel
 from testbed.steps.fabric_apply import apply_step
-from testbed.steps.job_start import needs_job
 from testbed.steps.rail_train_job import RailTrainStep, Route, TrainPhase
 
 MODES = ("static", "on-demand", "provisioning")
@@ -37,14 +36,16 @@ class RailTrain(StepModel):
     over the phase's circuits, which the ranks ask the fabric service for (static, on-demand, provisioning).
     """
 
+    needs: ClassVar[frozenset[str]] = frozenset({"job"})
+
     action: Literal["rail.train"]
     workload: Name
-    mode: choice(*MODES)
-    delay_ms: sweepable(0, 600_000) = 0
+    mode: Annotated[str, choice(*MODES)]
+    delay_ms: Annotated[float | str, sweepable(0, 600_000)] = 0
     iterations: int = Field(6, ge=1, le=100_000)
     warmup: int = Field(1, ge=0, le=1000, description="iterations run first and not measured")
     measure: Name = "iteration"
-    message_bytes: sweepable(8, 1 << 30) | None = Field(
+    message_bytes: Annotated[float | str, sweepable(8, 1 << 30)] | None = Field(
         None,
         description="a collective's message size: each phase then sends message_bytes x its `share` to each partner "
         "instead of its `bytes` (an iteration is one all-reduce)",
@@ -52,7 +53,7 @@ class RailTrain(StepModel):
     job_timeout_ms: int = Field(600_000, gt=0, description="for the whole job to run its iterations")
 
     def check(self, ctx: CheckContext) -> list[Problem]:
-        problems = needs_job(self, ctx)
+        problems: list[Problem] = []
         workload = ctx.playbook.workloads.get(self.workload)
         if workload is None:
             known = ", ".join(ctx.playbook.workloads) or "none defined"
@@ -129,7 +130,7 @@ class RailTrain(StepModel):
         return (step,)
 
 
-def partners(configuration, hosts: list[str]) -> dict[int, tuple[Route, ...]]:
+def partners(configuration: Any, hosts: list[str]) -> dict[int, tuple[Route, ...]]:
     """rank -> where it sends in this configuration: every link from its host to another rank's host."""
     index = {h: i for i, h in enumerate(hosts)}
     out: dict[int, list[Route]] = {i: [] for i in range(len(hosts))}
@@ -140,7 +141,9 @@ def partners(configuration, hosts: list[str]) -> dict[int, tuple[Route, ...]]:
     return {r: tuple(routes) for r, routes in out.items()}
 
 
-def _static_route(static: dict, rank: int, partner: int, phase: str, name: str, hosts: list[str]) -> Route:
+def _static_route(
+    static: dict[int, tuple[Route, ...]], rank: int, partner: int, phase: str, name: str, hosts: list[str]
+) -> Route:
     for route in static[rank]:
         if route[0] == partner:
             return route

@@ -10,9 +10,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from rich.tree import Tree
+
 from testbed.contracts.engine import StepEngine
 from testbed.contracts.job import JobView
-from testbed.steps.base import Planned, Touches, escape
+from testbed.steps.base import Planned, PlanView, Touches, escape
 from testbed.steps.fabric_apply import ApplyStep, show_circuits
 
 Route = tuple[int, str, str]  # (partner rank, this rank's port, the partner's port)
@@ -41,11 +43,11 @@ class RailTrainStep(Planned):
     def execute(self, engine: StepEngine) -> None:
         run_rail_job(self, engine)
 
-    def devices(self, plan) -> Touches:
+    def devices(self, plan: PlanView) -> Touches:
         switches = {sw for p in self.phases for sw in p.apply.circuits} | set(self.first.circuits)
         return Touches(writes=frozenset(switches), reads=frozenset(plan.playbook.job.ranks))
 
-    def describe(self, node, plan) -> None:
+    def describe(self, node: Tree, plan: PlanView) -> None:
         branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure)}.time)")
         job = plan.playbook.job
         hosts = job.ranks
@@ -193,7 +195,7 @@ def _record_bytes(
         if address in users:
             group[root(phase)] = root(users[address])
         users[address] = phase
-    groups: dict[str, list] = {}
+    groups: dict[str, list[TrainPhase]] = {}
     for phase in step.phases:
         groups.setdefault(root(phase.name), []).append(phase)
     for members in groups.values():

@@ -287,7 +287,7 @@ class JobController:
 
     # --- a job a step runs to its end --------------------------------------------------------------
 
-    def peer_address(self, rank: int, partner: int, port: int, partner_port: int) -> str:
+    def peer_address(self, rank: int, partner: int, port: str, partner_port: str) -> str:
         """host:port where `rank` reaches `partner`: on a lab, the partner's host address (the lab's routing puts
         it on the circuit); in the twin, a relay that carries bytes only while the route's circuits are lit.
         """
