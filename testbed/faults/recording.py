@@ -130,6 +130,7 @@ class FaultBudget:
 
     @contextlib.contextmanager
     def hold(self, label: str) -> Iterator[None]:
+        """Count one more active fault for the block; StepFailed if the playbook's limit would be passed."""
         with self._lock:
             if len(self._active) >= self.limit:
                 raise StepFailed(
