@@ -62,10 +62,12 @@ Link = Annotated[str, AfterValidator(_check_link)]
 PARAM_REF = re.compile(r"^\$\{[A-Za-z][A-Za-z0-9_]*\}$")
 
 
-def sweepable(low: float, high: float):
-    """A number in [low, high], or `${name}`: a sweep parameter the planner substitutes per sweep point."""
+def sweepable(low: float, high: float) -> BeforeValidator:
+    """A number in [low, high], or `${name}`: a sweep parameter the planner substitutes per sweep point. Used as
+    `Annotated[float | str, sweepable(low, high)]`.
+    """
 
-    def check(value):
+    def check(value: object) -> float | str:
         if isinstance(value, str):
             if not PARAM_REF.match(value):
                 raise ValueError(f"expected a number or a sweep parameter like '${{delay_ms}}', got {value!r}")
@@ -76,19 +78,21 @@ def sweepable(low: float, high: float):
             raise ValueError(f"must be between {low:g} and {high:g}, got {value!r}")
         return float(value)
 
-    return Annotated[float | str, BeforeValidator(check)]
+    return BeforeValidator(check)
 
 
 def param_name(ref: str) -> str:
     return ref[2:-1]
 
 
-def choice(*allowed: str):
-    """One of `allowed`, or `${name}`: a sweep parameter the planner substitutes."""
+def choice(*allowed: str) -> BeforeValidator:
+    """One of `allowed`, or `${name}`: a sweep parameter the planner substitutes. Used as
+    `Annotated[str, choice(...)]`.
+    """
 
-    def check(value):
+    def check(value: object) -> str:
         if isinstance(value, str) and (value in allowed or PARAM_REF.match(value)):
             return value
         raise ValueError(f"expected one of {', '.join(allowed)} or a sweep parameter like '${{mode}}', got {value!r}")
 
-    return Annotated[str, BeforeValidator(check)]
+    return BeforeValidator(check)

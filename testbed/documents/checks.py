@@ -145,7 +145,9 @@ def check_playbook(pb, inv: Inventory | None) -> list[Problem]:
     ctx = CheckContext(pb, inv)
     for section in ("setup", "steps", "teardown"):
         for loc, step in walk_located(getattr(pb, section), (section,)):
-            problems += [((*loc, *key), message) for key, message in step.check(ctx)]
+            unmet = step.unmet_needs(ctx)
+            found = unmet or step.check(ctx)  # a kind's own check may rely on its needs
+            problems += [((*loc, *key), message) for key, message in found]
     if pb.job is not None and pb.job.fabric is not None:
         problems += _check_job_fabric(pb.job.fabric, len(pb.job.ranks))
     if pb.job is not None and pb.job.fabric_service is not None:

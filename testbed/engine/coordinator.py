@@ -25,7 +25,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from testbed.contracts.engine import Executable
 from testbed.contracts.errors import ActorDied, ExperimentFailed, StepFailed, interruption, raise_failures
 from testbed.engine.device_actor import OpResult
 from testbed.engine.dispatch import ActorLost, CallTimeout, Dispatcher
@@ -35,6 +37,9 @@ from testbed.faults.recording import FaultBudget
 from testbed.results.recorder import Recorder, count_lines
 
 RESTART_TIMEOUT_S = 60.0  # how long to wait for Ray to bring a dead actor back (a new worker, a reconnect)
+
+if TYPE_CHECKING:
+    from testbed.engine.job import JobController
 
 Call = tuple[str, str, dict]  # (step label, procedure, kwargs)
 
@@ -81,7 +86,7 @@ class Coordinator:
         self.recorder = recorder
         self.artifacts = artifacts  # where files a step produces are kept (the run folder)
         self.twin = twin  # the twin's control (testbed.twin.bridge.TwinHandle) in an emulated run, None on a lab
-        self.jobs = None  # a testbed.engine.job.JobController when the playbook has a job
+        self.jobs: JobController | None = None  # when the playbook has a job
         self.fault_budget = FaultBudget(plan.playbook.max_concurrent_faults)
         # Set when the run ends or aborts: faults still under way in `parallel` steps heal at once.
         self.stopping = threading.Event()
@@ -110,7 +115,13 @@ class Coordinator:
             raise StepFailed(f"{device}: a {dev.kind} cannot {name}")
         return procedure
 
-    def require_jobs(self, label: str):
+    @property
+    def inventory(self):
+        """The run's inventory."""
+        return self.plan.inventory
+
+    def require_jobs(self, label: str) -> JobController:
+        """The playbook's job; StepFailed naming `label` when it has none."""
         if self.jobs is None:
             raise StepFailed(f"{label}: the playbook has no job")
         return self.jobs
@@ -317,7 +328,7 @@ class Coordinator:
                         step.measured(self, [result])
             i = j
 
-    def execute(self, step) -> None:
+    def execute(self, step: Executable) -> None:
         step.execute(self)
 
     def close(self) -> None:

@@ -45,4 +45,5 @@ def source_address(address: str) -> str:
     family, _, _, _, sockaddr = info
     with socket.socket(family, socket.SOCK_DGRAM) as probe:
         probe.connect(sockaddr)  # a UDP "connect" only picks the route
-        return probe.getsockname()[0]
+        local: str = probe.getsockname()[0]
+        return local

@@ -12,20 +12,30 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 START, STOP = "fabric_service.start", "fabric_service.stop"
 REQUEST, ANSWER, UNANSWERED = "fabric_service.request", "fabric_service.answer", "fabric_service.unanswered"
 
 
+class CircuitReplay(Protocol):
+    """A switch driver's audit model (its DriverSpec.audit_model): the circuits its commands leave."""
+
+    def replay(self, circuits: dict[int, int], lines: list[str]) -> dict[int, int]:
+        """The circuits (ingress -> egress) after the commands `lines` (audit.jsonl's data) from `circuits`."""
+
+
 @dataclass
 class Window:
-    start: dict  # its start mark
-    stop: dict | None = None
-    requests: dict[int, list[dict]] = field(default_factory=dict)  # conn -> its request events, in order
-    answers: dict[int, list] = field(default_factory=dict)  # conn -> the ids its answers carry, in order
+    """One service's events in a run's history, from its start mark to its stop."""
+
+    start: dict[str, Any]  # its start mark
+    stop: dict[str, Any] | None = None
+    requests: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # conn -> its request events, in order
+    answers: dict[int, list[Any]] = field(default_factory=dict)  # conn -> the ids its answers carry, in order
     changes: int = 0
 
-    def unanswered(self) -> list[dict]:
+    def unanswered(self) -> list[dict[str, Any]]:
         """Each request matched to the first answer left on its connection with its id (a hello's and an
         unreadable line's id is null).
         """
@@ -41,7 +51,8 @@ class Window:
         return out
 
 
-def windows(events: list[dict]) -> list[Window]:
+def windows(events: list[dict[str, Any]]) -> list[Window]:
+    """Each service's window in the history's events, in order."""
     out: list[Window] = []
     for e in events:
         op = e["op"]
@@ -60,7 +71,7 @@ def windows(events: list[dict]) -> list[Window]:
     return out
 
 
-def requests_answered(events: list[dict]) -> list[str]:
+def requests_answered(events: list[dict[str, Any]]) -> list[str]:
     """Every request a rank made was answered, or recorded by `testbed heal` as never answered."""
     problems = []
     for w in windows(events):
@@ -76,10 +87,10 @@ def requests_answered(events: list[dict]) -> list[str]:
 
 
 def fabric_within_allowed(
-    events: list[dict],
-    audit: list[dict],
+    events: list[dict[str, Any]],
+    audit: list[dict[str, Any]],
     initial: dict[str, dict[int, int]],
-    model_of: Callable[[str], object],
+    model_of: Callable[[str], CircuitReplay | None],
 ) -> list[str]:
     """While a service ran, every circuit on a port its configurations use belonged to one of them.
 

@@ -134,6 +134,7 @@ class FabricService:
 
     @property
     def address(self) -> tuple[str, int]:
+        """(host, port) the service listens on."""
         host, port = self._server.server_address[:2]
         return str(host), int(port)
 

@@ -29,12 +29,31 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from hostside.fabric_protocol import ConfigRequest, Prepare, Release
+from testbed.contracts.engine import StepEngine
 from testbed.fabric_service.addresses import service_addresses
 from testbed.fabric_service.server import FabricService, Refused
+
+
+class PlannedChange(Protocol):
+    """What the service needs of a configuration's planned change (testbed.steps.fabric_apply.ApplyStep, a layer
+    above this one): the circuits it sets and the switch calls that set them.
+    """
+
+    @property
+    def label(self) -> str:
+        """The step label its calls are recorded under."""
+
+    @property
+    def circuits(self) -> Mapping[str, Sequence[tuple[int, int]]]:
+        """Switch -> the circuits (ingress, egress) it must hold."""
+
+    def calls(self, engine: StepEngine) -> Mapping[str, tuple[str, dict[str, Any]]]:
+        """Switch -> the procedure that sets its circuits (its family's reconfigure) and its arguments."""
 
 
 @dataclass
@@ -52,10 +71,14 @@ class _Change:
 
 
 class ServedFabric:
+    """The job's fabric service during a run: requests from the ranks, each change applied through the engine and
+    recorded (the module's docstring says how).
+    """
+
     def __init__(
         self,
-        coordinator,
-        steps: dict,
+        coordinator: StepEngine,
+        steps: Mapping[str, PlannedChange],
         *,
         ranks: int,
         delay_s: float = 0.0,
@@ -111,6 +134,9 @@ class ServedFabric:
             self._abandon("the job's ranks were relaunched")
 
     def close(self) -> None:
+        """Stop serving (waiters on a change not every rank asked for are refused), wait for a change still
+        moving the switches, and record the framework's time around each change.
+        """
         with self._lock:
             if self._closed:
                 return
@@ -123,8 +149,9 @@ class ServedFabric:
             received = change.trigger.t_received_ns if change.trigger is not None else None
             if received is not None and change.t_sent_ns is not None:
                 self._span("fabric_service.command_time", change, received, change.t_sent_ns)
-            for answered in change.answered if change.t_ready_ns is not None else ():
-                self._span("fabric_service.answer_time", change, change.t_ready_ns, answered)
+            if change.t_ready_ns is not None:
+                for answered in change.answered:
+                    self._span("fabric_service.answer_time", change, change.t_ready_ns, answered)
             end = max(change.answered) if change.answered else change.t_ready_ns
             if received is not None and end is not None:  # the whole change: request read -> last answer
                 self._span("fabric_service.change_time", change, received, end)
@@ -158,9 +185,9 @@ class ServedFabric:
             elif not self._moving and self.current == config:
                 return  # in place already
             else:
-                change = self._pending.get(config)
-                if change is None:
-                    change = self._pending[config] = _Change(config)
+                if config not in self._pending:
+                    self._pending[config] = _Change(config)
+                change = self._pending[config]
                 change.asked.add(-1 if request.rank is None else request.rank)
                 if len(change.asked) >= self.ranks:
                     del self._pending[config]

@@ -7,12 +7,17 @@ change. The rest is the switch's own time, its light check and the emulated OCS 
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.table import Table
 
 CHANGE, COMMAND, ANSWER = "fabric_service.change_time", "fabric_service.command_time", "fabric_service.answer_time"
 
 
-def framework_share_table(summary: dict) -> Table | None:
+def framework_share_table(summary: dict[str, Any]) -> Table | None:
+    """The table of the framework's share of each change, one row per sweep point; None when the run's summary
+    (summary.json) has no fabric-service change.
+    """
     points = [p for p in summary.get("sweep") or [] if (p.get("spans") or {}).get(CHANGE, {}).get("n")]
     if not points:
         return None

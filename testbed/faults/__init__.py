@@ -13,11 +13,13 @@ from testbed.faults.straggle import STRAGGLE_FAULTS
 from testbed.faults.transport import TRANSPORT_FAULTS, ConnectionTarget, TransportFault
 
 FAULT_KINDS: Registry[FaultKind] = Registry("fault kind", "testbed.faults", lambda kind: kind.name)
-for _kind in (*RANK_FAULTS, *POWER_FAULTS, *STRAGGLE_FAULTS, *TRANSPORT_FAULTS, *LINK_FAULTS):
+_BUILTIN: tuple[FaultKind, ...] = (*RANK_FAULTS, *POWER_FAULTS, *STRAGGLE_FAULTS, *TRANSPORT_FAULTS, *LINK_FAULTS)
+for _kind in _BUILTIN:
     FAULT_KINDS.register(_kind, builtin=True)
 
 
 def fault_kind(name: str) -> FaultKind:
+    """The registered fault kind of that name; RegistryError naming the known ones if there is none."""
     return FAULT_KINDS.get(name)
 
 

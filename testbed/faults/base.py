@@ -2,8 +2,8 @@
 after a crash (`testbed heal`). The runner, the planner, heal and the CLI all ask the kind, never a table of
 their own (docs/architecture.md, "Adding a fault kind").
 
-A kind targets a rank of the job (gpu.fail, process.*, host.*) or a device's connection (transport.*). Every
-kind answers:
+A kind targets a rank of the job (gpu.fail, process.*, host.*), ports (link.down: a host's port or a switch's, the
+fibre between them), or a device's connection (transport.*). Every kind answers:
 - `lab_support`: None when it can be injected on a real lab, else why not (the CLI refuses the run up front);
 - `inject(env, target) -> Injected` and `heal(env, target)` during a run (env: the twin's control, or None on a
   lab, and the device procedures);
@@ -17,6 +17,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from testbed.contracts.outcome import Outcome
+from testbed.contracts.twin import Twin
 
 # A twin fault is scheduled this far ahead: more than a control request takes to reach the twin on a loaded
 # machine (docs/tuning.md, "The twin's timing"). A trigger that still arrives late is sent again, further ahead.
@@ -37,7 +40,7 @@ class RankTarget:
     index: int
     host: str
     gpu: int
-    job: dict
+    job: dict[str, Any]
     params: dict[str, Any] = field(default_factory=dict)
 
 
@@ -51,15 +54,6 @@ class Injected:
     marked_by_device: bool = False
 
 
-class Twin(Protocol):
-    """The emulated twin's control, as the framework reaches it (testbed.twin.bridge.TwinHandle)."""
-
-    def call(self, device: str | None, op: str, **args: Any) -> Any: ...
-
-    def fire_at(self, at_ns: int, device: str, op: str, **args: Any) -> bool:
-        """Run op at CLOCK_MONOTONIC at_ns; False if the request arrived after that moment (nothing ran)."""
-
-
 @dataclass
 class FaultEnv:
     """What a fault kind may use during a run: the twin (None on a lab), the device procedures
@@ -68,47 +62,103 @@ class FaultEnv:
     """
 
     twin: Twin | None
-    call: Callable[[str, str, dict], Any]
-    inventory: Any = None
+    call: Callable[[str, str, dict[str, Any]], Outcome]
+    inventory: Any = None  # testbed.documents.inventory.Inventory (a layer above this one), or None
+
+
+class TwinCalls(Protocol):
+    """The twin's control as `testbed heal` reaches a twin that outlived its run (emulators.control.TwinControl):
+    operations only, no timed triggers.
+    """
+
+    def call(self, device: str | None, op: str, **args: Any) -> Any:
+        """Run `op` on `device` (None: the twin itself) and return its answer."""
 
 
 class HealLab(Protocol):
-    """What `testbed heal` offers a kind: the dead run's devices and, if the twin outlived it, its control."""
+    """What `testbed heal` offers a kind: the dead run's devices and, if the twin outlived it, its control
+    (testbed.ops.heal.HealDevices).
+    """
 
-    control: Any  # the twin's control (call(device, op, **args)), or None on a lab
-    inventory: Any  # the dead run's inventory (testbed.documents.inventory.Inventory), or None
+    @property
+    def control(self) -> TwinCalls | None:
+        """The twin's control, or None on a lab (or when the twin went with the run)."""
 
-    def call(self, device: str, procedure: str, kwargs: dict, step: str) -> Any: ...
+    @property
+    def inventory(self) -> Any:
+        """The dead run's inventory (testbed.documents.inventory.Inventory, a layer above this one), or None."""
+
+    def call(self, device: str, procedure: str, kwargs: dict[str, Any], step: str) -> Any:
+        """One procedure on a device, recorded in the dead run's history; its value (JSON-like data, as the
+        procedure returns it); raises if it did not succeed.
+        """
 
 
 class DeadFault(Protocol):
     """A fault the dead run's history leaves active (testbed.ops.remains.ActiveFault)."""
 
-    name: str
-    kind: str
-    device: str | None
-    data: dict
-    job: dict | None
-    calls: list  # the device calls that succeeded inside its injection, with their results (e.g. an agent's pid)
+    @property
+    def name(self) -> str:
+        """The fault's name in the run's events (`kind@target`)."""
+
+    @property
+    def kind(self) -> str:
+        """The fault kind's name."""
+
+    @property
+    def device(self) -> str | None:
+        """The device of its fault.inject event (the host, the switch, the proxied device)."""
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The fault's description, as fault.inject recorded it."""
+
+    @property
+    def job(self) -> dict[str, Any] | None:
+        """The rank's job handle when the history tells it."""
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """The device calls that succeeded inside its injection, with their results ({"op", "device", "value"}:
+        e.g. the pid of the straggler agent gpu.straggle_start started).
+        """
 
 
 class FaultKind(Protocol):
-    name: str
-    target: str  # "rank" or "connection"
-    lab_support: str | None
+    """One kind of fault: how it is injected and healed during a run, and healed after a crash.
 
-    # Optional: `describe(params) -> str`, the details `testbed plan` adds after the kind (", Xid 79").
-    # Optional: `slows_only = True` for a rank kind that leaves the rank running (slower): no watcher sees it
-    # fail, so fault.detect and failover refuse it (see `fails_a_rank`).
+    Optional members, read with getattr: `describe(params) -> str`, the details `testbed plan` adds after the
+    kind (", Xid 79"); `lab_refusal(inventory, names) -> str | None`, why a lab run cannot inject it there;
+    `marks_failed_on_lab = True` for a kind whose GPU is only marked failed on a lab; `slows_only = True` for a
+    rank kind that leaves the rank running (slower): no watcher sees it fail, so fault.detect and failover refuse
+    it (see `fails_a_rank`).
+    """
 
-    def inject(self, env: FaultEnv, target: Any) -> Injected: ...
+    @property
+    def name(self) -> str:
+        """The kind's name in playbooks and events (`process.hang`)."""
 
-    def heal(self, env: FaultEnv, target: Any) -> None: ...
+    @property
+    def target(self) -> str:
+        """What it hits: "rank", "ports" (link.down: a fibre's ends) or "connection"."""
 
-    def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str: ...
+    @property
+    def lab_support(self) -> str | None:
+        """None when it can be injected on a real lab, else why not."""
+
+    # `target` below is the kind's own target (RankTarget, PortTarget, ConnectionTarget, or a plug-in's own).
+
+    def inject(self, env: FaultEnv, target: Any) -> Injected:
+        """Inject the fault; when it took effect. FaultFailed when it certainly did not."""
+
+    def heal(self, env: FaultEnv, target: Any) -> None:
+        """Undo the fault; FaultFailed when it could not be."""
+
+    def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
+        """Undo a fault a dead run left active, from what its history recorded; what was done, in words."""
 
 
-def fire_in_twin(twin: Twin, kind: str, device: str, op: str, args: dict) -> Injected:
+def fire_in_twin(twin: Twin, kind: str, device: str, op: str, args: dict[str, Any]) -> Injected:
     """A timed trigger: the twin applies the fault at a moment chosen here, on the clock both share, and that
     moment is the injection time. (The midpoint of a call that delivers a fault is off by up to half the
     call, and on a loaded machine a call's two halves differ by milliseconds.) The twin's ground truth
@@ -127,10 +177,21 @@ def fire_in_twin(twin: Twin, kind: str, device: str, op: str, args: dict) -> Inj
     )
 
 
-def twin_control(lab: HealLab, fault: DeadFault) -> Any:
+def twin_control(lab: HealLab, fault: DeadFault) -> TwinCalls:
+    """The twin's control that outlived the dead run; FaultFailed when there is none (a lab, or a twin gone)."""
     if lab.control is None:
         raise FaultFailed(f"{fault.name}: only the twin can heal a {fault.kind} so far, and it is not reachable")
     return lab.control
+
+
+def dead_device(fault: DeadFault, recorded: Any) -> str:
+    """The device a dead run's fault hit: the one its data or job handle names (`recorded`), else its fault.inject
+    event's; FaultFailed when the history names neither.
+    """
+    device = recorded or fault.device
+    if not device:
+        raise FaultFailed(f"{fault.name}: the history does not say which device the fault hit")
+    return str(device)
 
 
 def fails_a_rank(kind: FaultKind) -> bool:

@@ -55,7 +55,9 @@ def link_ports(inventory: Any, link: str) -> tuple[str, tuple[int, int]]:
     return fibre.switch, (fibre.ingress, fibre.egress)
 
 
-def port_problems(inventory: Any, device: str, ports: list[int], operation: Callable[[Any, str], str | None]) -> list:
+def port_problems(
+    inventory: Any, device: str, ports: list[int], operation: Callable[[Any, str], str | None]
+) -> list[str]:
     """What makes `ports` of `device` no target for link.down, as messages: no such device, one whose family
     cannot take ports out of service (`operation(device_config, name)`: the family's procedure for it), a
     port the switch does not have.
@@ -76,9 +78,10 @@ def port_problems(inventory: Any, device: str, ports: list[int], operation: Call
 
 def interlock_problems(inventory: Any, device: str, ports: list[int]) -> list[str]:
     """The inventory's interlocks on disabling `ports` (a write): a read-only switch, reserved ports."""
-    return inventory.devices[device].write_problems(
+    problems: list[str] = inventory.devices[device].write_problems(
         device, ports, "link.down would disable its ports", "link.down", "disable"
     )
+    return problems
 
 
 @dataclass(frozen=True)
@@ -90,18 +93,22 @@ class LinkDown:
     lab_support: str | None = None  # the switch's own commands, on a lab as in the twin
     marks_failed_on_lab: bool = False
 
-    def describe(self, params: dict) -> str:
+    def describe(self, params: dict[str, Any]) -> str:
+        """The switch and its ports, as `testbed plan` shows them after the kind."""
         ports = list(params.get("ports", ()))
         return f": {params.get('device')} port{'s' if len(ports) > 1 else ''} {', '.join(map(str, ports))} disabled"
 
     def inject(self, env: FaultEnv, target: PortTarget) -> Injected:
+        """Disable the ports (the switch family's procedure), its midpoint marked by the switch's actor."""
         result = env.call(target.device, target.disable, {"ports": list(target.ports)})
         return Injected(result.marks["fault_injected"][0], marked_by_device=True)
 
     def heal(self, env: FaultEnv, target: PortTarget) -> None:
+        """Enable the ports again: the circuits, kept, carry light again."""
         env.call(target.device, target.enable, {"ports": list(target.ports)})
 
     def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
+        """Enable the ports the dead run's fault.inject recorded, through the switch family's procedure."""
         device = fault.data.get("device") or fault.device
         ports = [int(p) for p in fault.data.get("ports") or ()]
         if not device or not ports:

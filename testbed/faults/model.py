@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from annotated_types import Ge, Le
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
@@ -14,14 +14,17 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, mo
 from testbed.config.common import Name, PortList, Strict, sweepable
 from testbed.faults import FAULT_KINDS, TransportFault
 
-FaultKindName = Literal[tuple(FAULT_KINDS.names())]
+if TYPE_CHECKING:  # what the validating types below hold, as a type checker can read them
+    FaultKindName = str
+else:
+    FaultKindName = Literal[tuple(FAULT_KINDS.names())]  # the kinds registered when this module is imported
 HOST_PORT = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*:[A-Za-z][A-Za-z0-9_.-]*$")
 # Checked by Fault._host_ports (one message naming the value, not one per branch of the union); editors get the pattern.
 HostPort = Annotated[str, WithJsonSchema({"type": "string", "pattern": HOST_PORT.pattern})]
 INT64_MAX = 2**63 - 1
 
 
-def _whole(value):
+def _whole(value: Any) -> Any:
     """A toxic's attribute as Toxiproxy decodes it: an integer. A whole number written as a float (300.0) is
     that integer, and is sent as one; a fraction is refused here, where Toxiproxy would refuse the toxic with
     HTTP 400 in the middle of a run (docs/faults.md, "Toxiproxy's types").
@@ -80,24 +83,25 @@ class Fault(Strict):
         "downstream", description="for transport.*: device -> framework (downstream) or framework -> device"
     )
     xid: int = Field(79, description="for gpu.fail: the Xid the kernel log shows (79: fallen off the bus)")
-    duty: sweepable(0.01, 0.95) = Field(
+    duty: Annotated[float | str, sweepable(0.01, 0.95)] = Field(
         0.5, description="for host.straggle: fraction of each period the rank is stopped"
     )
     period_ms: float = Field(200, gt=0, description="for host.straggle: length of one stop/run cycle")
 
     @field_validator("link")
     @classmethod
-    def _host_ports(cls, link):
+    def _host_ports(cls, link: str | list[str] | None) -> str | list[str] | None:
         for item in link if isinstance(link, list) else [link] if link is not None else []:
             if not HOST_PORT.match(item):
                 raise ValueError(f"{item!r} is not a host port such as gpu01:p0 (host:port, as in the fibre map)")
         return link
 
     def kinds(self) -> list[str]:
+        """The kinds the fault is drawn from (one when the playbook names one)."""
         return self.kind if isinstance(self.kind, list) else [self.kind]
 
     @model_validator(mode="after")
-    def _connection_fields(self):
+    def _connection_fields(self) -> Fault:
         kinds = self.kinds()
         if not kinds:
             raise ValueError("kind: give a fault kind, or a non-empty list to draw from")

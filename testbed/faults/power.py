@@ -14,12 +14,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.contracts.errors import UserError
-from testbed.faults.base import DeadFault, FaultEnv, FaultFailed, HealLab, Injected, RankTarget, fire_in_twin
+from testbed.faults.base import (
+    DeadFault,
+    FaultEnv,
+    FaultFailed,
+    HealLab,
+    Injected,
+    RankTarget,
+    dead_device,
+    fire_in_twin,
+)
 
 BMC_EXAMPLE = "bmc: {address: https://HOST, user: USER, password_env: VARIABLE}"
 
 
-def bmc_args(inventory: Any, host: str, kind: str = "host.power_off") -> dict:
+def bmc_args(inventory: Any, host: str, kind: str = "host.power_off") -> dict[str, Any]:
     """The host's BMC settings as gpu.power_off / gpu.power_on take them (password included, from the
     environment); FaultFailed saying what to add or set when the inventory or the environment lacks them.
     """
@@ -31,7 +40,8 @@ def bmc_args(inventory: Any, host: str, kind: str = "host.power_off") -> dict:
             f"none; add {BMC_EXAMPLE} to {host} in the inventory"
         )
     try:
-        return bmc.call_args(host)
+        args: dict[str, Any] = bmc.call_args(host)
+        return args
     except UserError as exc:
         raise FaultFailed(f"{kind} on {host}: {exc}") from None
 
@@ -60,19 +70,22 @@ class HostPowerOff:
         return "; ".join(problems) or None
 
     def inject(self, env: FaultEnv, target: RankTarget) -> Injected:
+        """In the twin, power off at a timed trigger; on a lab, Reset ForceOff through the host's BMC."""
         if env.twin is not None:
             return fire_in_twin(env.twin, self.name, target.host, "power_off", {})
         result = env.call(target.host, "gpu.power_off", {"bmc": bmc_args(env.inventory, target.host)})
         return Injected(result.marks["fault_injected"][0], marked_by_device=True)
 
     def heal(self, env: FaultEnv, target: RankTarget) -> None:
+        """Power the host on: the twin's power_on, or Reset On through its BMC."""
         if env.twin is not None:
             env.twin.call(target.host, "power_on")
             return
         env.call(target.host, "gpu.power_on", {"bmc": bmc_args(env.inventory, target.host)})
 
     def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
-        host = fault.data.get("host") or fault.device
+        """Power the dead run's host on: through the twin if it outlived the run, else through the host's BMC."""
+        host = dead_device(fault, fault.data.get("host"))
         if lab.control is not None:
             lab.control.call(host, "power_on")
             return f"twin control power_on on {host}"

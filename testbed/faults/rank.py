@@ -9,14 +9,18 @@ stragglers (testbed/faults/straggle.py) have files of their own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from testbed.contracts.outcome import Outcome
 from testbed.faults.base import (
     DeadFault,
     FaultEnv,
     HealLab,
     Injected,
     RankTarget,
+    dead_device,
     fire_in_twin,
 )
 
@@ -26,7 +30,7 @@ def _signal(env: FaultEnv, target: RankTarget, signal: str) -> Injected:
     return Injected(result.marks["fault_injected"][0], marked_by_device=True)
 
 
-def _resume(env_call, host: str, job: dict) -> dict:
+def _resume(env_call: Callable[[str, str, dict[str, Any]], Outcome], host: str, job: dict[str, Any]) -> Outcome:
     # A detection stops the job first, so the stopped rank may be gone: continued only if still there.
     return env_call(host, "gpu.resume_job", {"job": job})
 
@@ -40,20 +44,24 @@ class GpuFail:
     lab_support: str | None = None
     marks_failed_on_lab: bool = True  # on a lab the GPU is only marked failed, in the run's events
 
-    def describe(self, params: dict) -> str:
+    def describe(self, params: dict[str, Any]) -> str:
+        """The Xid, as `testbed plan` shows it after the kind."""
         return f", Xid {params.get('xid', 79)}"
 
     def inject(self, env: FaultEnv, target: RankTarget) -> Injected:
+        """In the twin, the GPU fails at a timed trigger; on a lab, SIGKILL to the rank's process group."""
         if env.twin is not None:
             args = {"index": target.gpu, "xid": target.params.get("xid", 79)}
             return fire_in_twin(env.twin, self.name, target.host, "fail_gpu", args)
         return _signal(env, target, "KILL")
 
     def heal(self, env: FaultEnv, target: RankTarget) -> None:
+        """In the twin, the GPU recovers; on a lab nothing is left to undo but the rank's job (the step stops it)."""
         if env.twin is not None:
             env.twin.call(target.host, "recover_gpu", index=target.gpu)
 
     def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
+        """The twin's GPU recovered, if the twin outlived the run; nothing to undo on a lab."""
         if lab.control is None:
             return "on a lab gpu.fail kills the rank and marks the GPU failed in the run only: nothing to undo"
         host = fault.data.get("host") or fault.device
@@ -71,12 +79,15 @@ class ProcessKill:
     marks_failed_on_lab: bool = False
 
     def inject(self, env: FaultEnv, target: RankTarget) -> Injected:
+        """SIGKILL to the rank's process group, its midpoint marked by the host's actor."""
         return _signal(env, target, "KILL")
 
     def heal(self, env: FaultEnv, target: RankTarget) -> None:
+        """Nothing: a killed process stays dead."""
         pass  # nothing to undo but the rank's job, which the step stops
 
     def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
+        """Nothing to undo but the rank's job (heal stops it)."""
         return "the rank was killed: nothing to undo but its job (stopped below)"
 
 
@@ -90,17 +101,20 @@ class ProcessHang:
     marks_failed_on_lab: bool = False
 
     def inject(self, env: FaultEnv, target: RankTarget) -> Injected:
+        """SIGSTOP to the rank's process group, its midpoint marked by the host's actor."""
         return _signal(env, target, "STOP")
 
     def heal(self, env: FaultEnv, target: RankTarget) -> None:
+        """SIGCONT to the rank's process group, if it is still there."""
         _resume(env.call, target.host, target.job)
 
     def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
+        """SIGCONT to the stopped process group the dead run's history names."""
         if fault.job is None:
             from testbed.faults.base import FaultFailed
 
             raise FaultFailed(f"{fault.name}: the history does not say which process was stopped")
-        host = fault.job.get("host") or fault.device
+        host = dead_device(fault, fault.job.get("host"))
         done = lab.call(host, "gpu.resume_job", {"job": fault.job}, "heal: continue the rank")
         if done["result"] == "not running":
             return f"pid {fault.job['pid']} on {host} is gone: nothing is left stopped"

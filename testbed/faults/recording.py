@@ -12,19 +12,22 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
+from testbed.contracts.engine import StepEngine
 from testbed.contracts.errors import OutcomeUnknown, StepFailed
 from testbed.events import Op
 from testbed.faults import FAULT_KINDS, FaultEnv, FaultFailed, Injected
 
 
-def fault_env(engine, label: str) -> FaultEnv:
+def fault_env(engine: StepEngine, label: str) -> FaultEnv:
     """What a fault kind may use in this run: the twin (None on a lab), the device procedures, the inventory."""
 
-    def call(device: str, procedure: str, kwargs: dict):
+    def call(device: str, procedure: str, kwargs: dict[str, Any]) -> Any:
         return engine.call({device: (procedure, kwargs)}, label)[device]
 
-    return FaultEnv(engine.twin, call, getattr(getattr(engine, "plan", None), "inventory", None))
+    return FaultEnv(engine.twin, call, engine.inventory)
 
 
 class InjectionUnknown(StepFailed):
@@ -33,7 +36,7 @@ class InjectionUnknown(StepFailed):
     """
 
 
-def inject(engine, kind: str, target, label: str, device: str, data: dict) -> Injected:
+def inject(engine: StepEngine, kind: str, target: Any, label: str, device: str, data: dict[str, Any]) -> Injected:
     """Inject one fault, recorded. Raises StepFailed (recorded as `fail`) when it certainly did not take effect,
     InjectionUnknown (recorded as `info`) when it may have; any other exception is recorded as `info` too.
     """
@@ -65,7 +68,7 @@ def inject(engine, kind: str, target, label: str, device: str, data: dict) -> In
     return injected
 
 
-def heal(engine, kind: str, target, label: str, device: str, data: dict) -> None:
+def heal(engine: StepEngine, kind: str, target: Any, label: str, device: str, data: dict[str, Any]) -> None:
     """Heal one fault, recorded; raises StepFailed (recorded as `fail`) when it could not be."""
     engine.recorder.emit("invoke", Op.FAULT_HEAL, device=device, step=label, data=data)
     try:
@@ -81,7 +84,9 @@ def heal(engine, kind: str, target, label: str, device: str, data: dict) -> None
 
 
 @contextlib.contextmanager
-def held(engine, kind: str, target, label: str, device: str, data: dict):
+def held(
+    engine: StepEngine, kind: str, target: Any, label: str, device: str, data: dict[str, Any]
+) -> Iterator[Injected]:
     """The fault injected for the block and healed when the block ends, however it ends (a failed step or trial,
     an abort): the promise of docs/faults.md. An injection that may have taken effect is healed too; one that
     certainly did not leaves nothing to heal. A heal that fails while another error ends the block is recorded
@@ -104,7 +109,9 @@ def held(engine, kind: str, target, label: str, device: str, data: dict):
     heal(engine, kind, target, label, device, data)
 
 
-def _heal_noting(engine, kind, target, label, device, data, error: BaseException) -> None:
+def _heal_noting(
+    engine: StepEngine, kind: str, target: Any, label: str, device: str, data: dict[str, Any], error: BaseException
+) -> None:
     try:
         heal(engine, kind, target, label, device, data)
     except BaseException as failed:  # recorded as the heal's outcome; the error that ended the block stands
@@ -122,7 +129,8 @@ class FaultBudget:
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def hold(self, label: str):
+    def hold(self, label: str) -> Iterator[None]:
+        """Count one more active fault for the block; StepFailed if the playbook's limit would be passed."""
         with self._lock:
             if len(self._active) >= self.limit:
                 raise StepFailed(

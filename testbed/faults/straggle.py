@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from testbed.faults.base import (
     DeadFault,
@@ -20,6 +21,7 @@ from testbed.faults.base import (
     HealLab,
     Injected,
     RankTarget,
+    dead_device,
     fire_in_twin,
     twin_control,
 )
@@ -43,10 +45,12 @@ class HostStraggle:
     lab_support: str | None = None  # a duty-cycle agent on the host (testbed-straggle, installed with testbed)
     marks_failed_on_lab: bool = False
 
-    def describe(self, params: dict) -> str:
+    def describe(self, params: dict[str, Any]) -> str:
+        """The duty cycle, as `testbed plan` shows it after the kind."""
         return f", stopped {params.get('duty', 0.5):g} of every {params.get('period_s', 0.2) * 1000:g} ms"
 
     def inject(self, env: FaultEnv, target: RankTarget) -> Injected:
+        """In the twin, the emulated host's duty cycle at a timed trigger; on a lab, the agent's start on the host."""
         duty, period_s = target.params.get("duty", 0.5), target.params.get("period_s", 0.2)
         if env.twin is not None:
             # The playbook's duty is the fraction stopped; the twin's is the fraction running.
@@ -58,6 +62,7 @@ class HostStraggle:
         return Injected(result.marks["fault_injected"][0], marked_by_device=True)
 
     def heal(self, env: FaultEnv, target: RankTarget) -> None:
+        """Stop the duty cycle (the twin's, or the agent this process started) and continue the rank."""
         if env.twin is not None:
             env.twin.call(target.host, "stop_straggle", pid=target.job.get("pid"))
             return
@@ -66,7 +71,8 @@ class HostStraggle:
         env.call(target.host, STOP, {"job": target.job, "agent": agent})
 
     def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
-        host = fault.data.get("host") or fault.device
+        """Stop the dead run's straggler (in the twin, or its agent on the host) and continue the rank."""
+        host = dead_device(fault, fault.data.get("host"))
         agent = started_agent(fault)
         if lab.control is not None and agent is None:  # an emulated run: the twin ran the duty cycle
             pid = (fault.job or {}).get("pid")
@@ -88,7 +94,8 @@ def started_agent(fault: DeadFault) -> int | None:
     return None
 
 
-def describe_stop(host: str, pid: int, agent: int | None, done: dict) -> str:
+def describe_stop(host: str, pid: int, agent: int | None, done: dict[str, Any]) -> str:
+    """What gpu.straggle_stop did on `host` (`done`, its result), in words: the agents stopped, the rank continued."""
     agents = ", ".join(f"{a['pid']} {a['result']}" for a in done.get("agents", [])) or "none running"
     named = "" if agent is None else f" (the run's agent {agent}: {done.get('agent')})"
     if done.get("rank") == "not running":

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from testbed.faults.base import DeadFault, FaultEnv, FaultFailed, HealLab, Injected, twin_control
+from testbed.faults.base import DeadFault, FaultEnv, FaultFailed, HealLab, Injected, dead_device, twin_control
 
 # toxic type -> its attributes (latency, jitter, delay, timeout in ms; slicer delay in us; rate in KB/s;
 # sizes and bytes in bytes). An attribute left out is 0, as in Toxiproxy.
@@ -72,6 +72,7 @@ class ToxiproxyApi:
     """
 
     def __init__(self, device: str, api: str, proxy: str, timeout_s: float = 5.0) -> None:
+        """`api`: the Toxiproxy server's API (http://HOST:8474); `proxy`: the name of the proxy in front of `device`."""
         self.device, self.api, self.proxy, self.timeout_s = device, api.rstrip("/"), proxy, timeout_s
 
     @classmethod
@@ -90,7 +91,8 @@ class ToxiproxyApi:
     def _proxy_path(self) -> str:
         return f"/proxies/{quote(self.proxy, safe='')}"
 
-    def add_toxic(self, name: str, toxic_type: str, stream: str, attributes: dict[str, int]) -> dict:
+    def add_toxic(self, name: str, toxic_type: str, stream: str, attributes: dict[str, int]) -> dict[str, Any]:
+        """Add a toxic to the proxy (toxicity 1: every connection); the toxic as the server shows it."""
         body = {"name": name, "type": toxic_type, "stream": stream, "toxicity": 1.0, "attributes": attributes}
         status, answer = self.request("POST", f"{self._proxy_path}/toxics", body)
         if status == 404:
@@ -117,7 +119,10 @@ class ToxiproxyApi:
         self._expect_ok(status, answer, "DELETE", path)
         return True
 
-    def set_enabled(self, enabled: bool) -> dict:
+    def set_enabled(self, enabled: bool) -> dict[str, Any]:
+        """Enable the proxy, or disable it (it refuses new connections and cuts the open ones); the proxy as the
+        server shows it.
+        """
         body = {"enabled": enabled}
         status, answer = self.request("POST", self._proxy_path, body)
         if status == 404:
@@ -134,7 +139,7 @@ class ToxiproxyApi:
             )
         return proxy
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """The proxy as the server shows it ({name, listen, upstream, enabled, toxics})."""
         status, answer = self.request("GET", self._proxy_path)
         if status == 404:
@@ -147,7 +152,7 @@ class ToxiproxyApi:
 
     # --- HTTP -------------------------------------------------------------------------------------------
 
-    def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, Any]:
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
         """(status, parsed JSON answer or None for an empty one); FaultFailed if no HTTP answer came back or
         its body is not JSON.
         """
@@ -187,7 +192,7 @@ class ToxiproxyApi:
                 method, path, body, f"HTTP {status} {_excerpt(raw)} (not JSON)", _NOT_TOXIPROXY
             ) from None
 
-    def _expect_ok(self, status: int, answer: Any, method: str, path: str, body: dict | None = None) -> None:
+    def _expect_ok(self, status: int, answer: Any, method: str, path: str, body: dict[str, Any] | None = None) -> None:
         if not 200 <= status < 300:
             error = answer.get("error") if isinstance(answer, dict) else None
             shown = (
@@ -204,13 +209,15 @@ class ToxiproxyApi:
             )
             raise self._failed(method, path, body, f"HTTP {status}{shown}", change)
 
-    def _object(self, answer: Any, keys: tuple[str, ...], method: str, path: str, body: dict | None = None) -> dict:
+    def _object(
+        self, answer: Any, keys: tuple[str, ...], method: str, path: str, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         if not isinstance(answer, dict) or any(k not in answer for k in keys):
             got = _excerpt(json.dumps(answer).encode())
             raise self._failed(method, path, body, f"{got}, not an object with {', '.join(keys)}", _NOT_TOXIPROXY)
         return answer
 
-    def _no_proxy(self, method: str, path: str, body: dict | None, answer: Any) -> FaultFailed:
+    def _no_proxy(self, method: str, path: str, body: dict[str, Any] | None, answer: Any) -> FaultFailed:
         error = answer.get("error") if isinstance(answer, dict) else None
         names = ""
         try:
@@ -228,7 +235,7 @@ class ToxiproxyApi:
             "name of the proxy in front of it",
         )
 
-    def _failed(self, method: str, path: str, body: dict | None, got: str, change: str) -> FaultFailed:
+    def _failed(self, method: str, path: str, body: dict[str, Any] | None, got: str, change: str) -> FaultFailed:
         sent = f"{method} {self.api}{path}" + (f" {json.dumps(body)}" if body is not None else "")
         return FaultFailed(f"{self.device}: the Toxiproxy API at {self.api}: sent {sent}; got {got}; {change}")
 
@@ -250,6 +257,8 @@ def _describe(exc: Exception) -> str:
 
 @dataclass(frozen=True)
 class TransportFault:
+    """A fault on a device's connection: a Toxiproxy toxic (`toxic`, a key of TOXICS) or the proxy down (DOWN)."""
+
     name: str
     toxic: str  # a key of TOXICS, or DOWN
     target: str = "connection"
@@ -257,6 +266,7 @@ class TransportFault:
 
     @property
     def attributes(self) -> tuple[str, ...]:
+        """The toxic's attributes a playbook may set (none for `down`)."""
         return TOXICS.get(self.toxic, ())
 
     def lab_refusal(self, inventory: Any, devices: list[str]) -> str | None:
@@ -275,6 +285,7 @@ class TransportFault:
         )
 
     def inject(self, env: FaultEnv, target: ConnectionTarget) -> Injected:
+        """Add the toxic (or disable the proxy) through the twin's fault proxy, or the lab's Toxiproxy API."""
         t0 = time.monotonic_ns()
         if env.twin is None:
             api = ToxiproxyApi.of(env.inventory, target.device, self.name)
@@ -301,6 +312,7 @@ class TransportFault:
         return Injected((t0 + time.monotonic_ns()) // 2)  # within the call that applied it
 
     def heal(self, env: FaultEnv, target: ConnectionTarget) -> None:
+        """Remove the toxic (or enable the proxy again), where inject put it."""
         if env.twin is None:
             api = ToxiproxyApi.of(env.inventory, target.device, self.name)
             if self.toxic == DOWN:
@@ -317,7 +329,10 @@ class TransportFault:
             raise FaultFailed(f"could not heal {self.name} on {target.device}: {exc}") from None
 
     def heal_after_crash(self, lab: HealLab, fault: DeadFault) -> str:
-        device = fault.data.get("device") or fault.device
+        """Reset the twin's fault proxy of the device, or remove the dead run's toxic by name (enable its proxy
+        again) through the lab's Toxiproxy API.
+        """
+        device = dead_device(fault, fault.data.get("device"))
         if lab.control is not None or getattr(lab, "inventory", None) is None:
             twin_control(lab, fault).call(device, "proxy.reset")
             return f"twin control proxy.reset on {device}"

@@ -14,19 +14,18 @@ algorithm and fabric, the size, and the part spent waiting for the fabric); the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StringConstraints
 
 from testbed.config.common import PARAM_REF, Name, Strict, param_name
 from testbed.fabric.circuits import parse_link
-from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
-from testbed.steps.fabric_apply import ApplyStep, apply_step, show_circuits
-from testbed.steps.job_start import needs_job
+from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel
+from testbed.steps.collective_job import CollectiveStage, CollectiveStep, size_text
+from testbed.steps.fabric_apply import apply_step
 
 Size = Annotated[int, Field(ge=8, le=1 << 30)]
 SweepRef = Annotated[str, StringConstraints(pattern=PARAM_REF.pattern)]
-Route = tuple[int, str, str]  # (partner rank, this rank's port, the partner's port)
 
 
 class CollectiveCase(Strict):
@@ -57,6 +56,8 @@ class CollectiveAllreduce(StepModel):
     ranks ask the job's fabric service for each stage's configuration.
     """
 
+    needs: ClassVar[frozenset[str]] = frozenset({"job"})
+
     action: Literal["collective.allreduce"]
     case: Name | SweepRef = Field(description="which of `cases`, or `${name}`: a sweep parameter naming one")
     cases: dict[Name, CollectiveCase] = Field(min_length=1)
@@ -69,7 +70,7 @@ class CollectiveAllreduce(StepModel):
     job_timeout_ms: int = Field(600_000, gt=0, description="for the whole job to run its all-reduces")
 
     def check(self, ctx: CheckContext) -> list[Problem]:
-        problems = needs_job(self, ctx) + ctx.sweep_ref(self.case, ("case",)) + ctx.sweep_ref(self.sizes, ("sizes",))
+        problems = ctx.sweep_ref(self.case, ("case",)) + ctx.sweep_ref(self.sizes, ("sizes",))
         picked = _values(ctx, self.case)
         for name in [n for n in picked if n not in self.cases]:
             problems.append((("case",), f"{name!r} is none of `cases` ({', '.join(self.cases)})"))
@@ -123,7 +124,9 @@ class CollectiveAllreduce(StepModel):
             apply = apply_step(ctx, config, f"fabric service: {config}", light, measure=None)
             stages.append(CollectiveStage(apply, routes))
         last = case.configurations[-1]  # where every all-reduce ends: the ring, or rd's last stage
-        label = self.name or f"all-reduce {name} ({case.algorithm} on {case.fabric}), " + ", ".join(map(_bytes, sizes))
+        label = self.name or f"all-reduce {name} ({case.algorithm} on {case.fabric}), " + ", ".join(
+            map(size_text, sizes)
+        )
         first = apply_step(ctx, last, f"{label}: before the job ({last})", light, measure=None)
         return (
             CollectiveStep(
@@ -133,7 +136,7 @@ class CollectiveAllreduce(StepModel):
         )  # fmt: skip
 
 
-def duplex(configuration, hosts: list[str]) -> dict[tuple[int, int], tuple[str, str]]:
+def duplex(configuration: Any, hosts: list[str]) -> dict[tuple[int, int], tuple[str, str]]:
     """(rank, partner) -> (its port, the partner's port) for every link of the configuration between two ranks'
     hosts that is lit both ways (the twin's data plane carries a TCP connection only over a duplex link).
     """
@@ -151,7 +154,7 @@ def partner(algorithm: str, stage: int, rank: int, world: int) -> int:
     return (rank + 1) % world if algorithm == "ring" else rank ^ (1 << stage)
 
 
-def _topology_problems(case: CollectiveCase, configurations: dict, hosts: list[str]) -> list[str]:
+def _topology_problems(case: CollectiveCase, configurations: dict[str, Any], hosts: list[str]) -> list[str]:
     w = len(hosts)
     if case.algorithm == "ring":
         if len(case.configurations) != 1:
@@ -184,93 +187,15 @@ def _topology_problems(case: CollectiveCase, configurations: dict, hosts: list[s
     return problems
 
 
-def _values(ctx: CheckContext, value) -> list:
+def _values(ctx: CheckContext, value: Any) -> list[Any]:
     """A value, or every value its sweep parameter takes."""
     if isinstance(value, str) and value.startswith("${"):
         return list(ctx.playbook.sweep.get(param_name(value), []))
     return [value]
 
 
-def _sizes(value) -> tuple[int, ...]:
+def _sizes(value: Any) -> tuple[int, ...]:
     """A size or a list of sizes as a tuple of sizes; () if it is not one."""
     values = value if isinstance(value, list) else [value]
     ok = values and all(isinstance(v, int) and not isinstance(v, bool) and 8 <= v <= 1 << 30 for v in values)
     return tuple(values) if ok else ()
-
-
-def _bytes(n: int) -> str:
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
-
-
-@dataclass(frozen=True)
-class CollectiveStage:
-    apply: ApplyStep  # the configuration the stage's traffic needs (what a rank asks the fabric service for)
-    routes: dict[int, Route]  # rank -> where it sends in this stage
-
-
-@dataclass(frozen=True)
-class CollectiveStep(Planned):
-    case: str
-    algorithm: str
-    fabric: str
-    sizes: tuple[int, ...]
-    repetitions: int
-    warmup: int
-    measure: str
-    stages: tuple[CollectiveStage, ...]
-    first: ApplyStep  # in place before the job starts
-    job_timeout_s: float
-
-    def execute(self, engine) -> None:
-        from testbed.fabric_service.collective_job import run_collective_job  # the runner's side: the job, its service
-
-        run_collective_job(self, engine)
-
-    def devices(self, plan) -> Touches:
-        switches = {sw for s in self.stages for sw in s.apply.circuits} | set(self.first.circuits)
-        return Touches(writes=frozenset(switches), reads=frozenset(plan.playbook.job.ranks))
-
-    def describe(self, node, plan) -> None:
-        branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure)}.time)")
-        hosts = plan.playbook.job.ranks
-        w = len(hosts)
-        branch.add(
-            escape(
-                f"start the job: {w} ranks on {', '.join(hosts)}: {' '.join(plan.playbook.job.command)} "
-                "(testbed-train's collective mode in TESTBED_COLLECTIVE); per size "
-                f"({', '.join(map(_bytes, self.sizes))}) {self.warmup} warm-up + {self.repetitions} measured "
-                "all-reduces, each checked on every rank; then wait for it to end and stop it"
-            )
-        )
-        show_circuits(
-            branch.add(escape(f"before the job: configuration {self.first.configuration}")), self.first.circuits
-        )
-        if self.algorithm == "ring":
-            what = (
-                f"ring: reduce-scatter + all-gather, {2 * (w - 1)} steps each sending 1/{w} of the message to the next "
-                f"rank over configuration {self.first.configuration}, which never changes; the ranks never ask"
-            )
-        else:
-            what = (
-                f"recursive doubling: {len(self.stages)} stages, each exchanging the whole partial sum; before each "
-                "the ranks ask the job's fabric service to set up its configuration (a change starts once all "
-                f"{w} ranks asked), and wait"
-            )
-        sub = branch.add(escape(what))
-        for k, stage in enumerate(self.stages):
-            pairs = [f"{hosts[r]}->{hosts[s]}" for r, (s, _, _) in stage.routes.items()]
-            traffic = f"traffic: {' '.join(pairs[:12])}" + (" ..." if len(pairs) > 12 else "")
-            if self.algorithm == "ring":
-                sub.add(escape(traffic))
-                continue
-            stage_node = sub.add(escape(f"stage {k}: configuration {stage.apply.configuration}; {traffic}"))
-            show_circuits(stage_node, stage.apply.circuits)
-        if self.first.verify_light:
-            branch.add(
-                f"verify light above {self.first.min_power_dbm} dBm within {self.first.timeout_s:g} s on every change "
-                "(the one before the job too)"
-            )
-        branch.add(escape(f"record {self.measure}.time per measured all-reduce (the slowest rank's)"))

@@ -8,9 +8,21 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field
+from rich.tree import Tree
 
 from testbed.config.common import Name
-from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
+from testbed.contracts.engine import StepEngine
+from testbed.steps.base import (
+    CheckContext,
+    PlanContext,
+    PlanError,
+    Planned,
+    PlanView,
+    Problem,
+    StepModel,
+    Touches,
+    escape,
+)
 
 
 class DeviceCalibrate(StepModel):
@@ -36,15 +48,15 @@ class CalibrateStep(Planned):
     device: str
     reuse: str | None = None
 
-    def execute(self, engine) -> None:
+    def execute(self, engine: StepEngine) -> None:
         path = str(engine.artifacts / f"calibration-{self.device}.json") if engine.artifacts else None
         procedure = engine.operation(self.device, "calibrate")
         engine.call(
             {self.device: (procedure, {"path": self.reuse or path, "reuse": self.reuse is not None})}, self.label
         )
 
-    def devices(self, plan) -> Touches:
+    def devices(self, plan: PlanView) -> Touches:
         return Touches(writes=frozenset({self.device}))
 
-    def describe(self, node, plan) -> None:
+    def describe(self, node: Tree, plan: PlanView) -> None:
         node.add(escape(self.label + (f" (loading {self.reuse})" if self.reuse else " (sweep every heater)")))

@@ -9,14 +9,18 @@ last switch done: `<measure>.ack` (sent -> acknowledged), `.light` (acknowledged
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
+from rich.tree import Tree
 
 from testbed.config.common import Name
+from testbed.contracts.engine import StepEngine
+from testbed.contracts.outcome import Outcome
 from testbed.events import Op
-from testbed.steps.base import CheckContext, Pair, PlanContext, Planned, Problem, StepModel, Touches, escape
+from testbed.steps.base import CheckContext, Pair, PlanContext, Planned, PlanView, Problem, StepModel, Touches, escape
 
 SEGMENTS = (("ack", "sent", "acked"), ("light", "acked", "lit"), ("total", "sent", "lit"))
 SHOWN_CIRCUITS = 12  # per switch in the plan view; the rest is counted
@@ -44,7 +48,7 @@ class FabricApply(StepModel):
 
 
 def apply_step(
-    ctx: PlanContext, configuration: str, label: str, step, *, measure: str | None, crosstalk: bool = False
+    ctx: PlanContext, configuration: str, label: str, step: Any, *, measure: str | None, crosstalk: bool = False
 ) -> ApplyStep:
     """The ApplyStep of one configuration, with `step`'s light settings (verify_light, min_power_dbm, timeout_ms)."""
     circuits = ctx.circuits[configuration]
@@ -72,7 +76,7 @@ class ApplyStep(Planned):
     timeout_s: float
     crosstalk: bool = False
 
-    def calls(self, engine) -> dict[str, tuple[str, dict]]:
+    def calls(self, engine: StepEngine) -> dict[str, tuple[str, dict[str, Any]]]:
         """The procedure each switch runs (its family's reconfigure)."""
         return {
             sw: (
@@ -88,22 +92,25 @@ class ApplyStep(Planned):
             for sw, pairs in self.circuits.items()
         }
 
-    def execute(self, engine) -> None:
+    def execute(self, engine: StepEngine) -> None:
         results = engine.call(self.calls(engine), self.label)
         self.measured(engine, list(results.values()))
 
-    def measured(self, engine, results) -> None:
+    def measured(self, engine: StepEngine, results: Sequence[Outcome | None]) -> None:
         """Record the step's spans (and a chip's crosstalk) from its switches' results."""
         if self.crosstalk:
             _crosstalk(engine, self)
         if not self.measure:
             return
+        answered = [r for r in results if r is not None]
+        if len(answered) < len(results):
+            return  # a call not run: nothing to measure (its failure is raised by the caller)
         for segment, start_mark, end_mark in SEGMENTS:
-            if not all(start_mark in r.marks and end_mark in r.marks for r in results):
+            if not all(start_mark in r.marks and end_mark in r.marks for r in answered):
                 continue
-            start = min(r.marks[start_mark][0] for r in results)
-            end = max(r.marks[end_mark][0] for r in results)
-            wall = min(r.marks[start_mark][1] for r in results)
+            start = min(r.marks[start_mark][0] for r in answered)
+            end = max(r.marks[end_mark][0] for r in answered)
+            wall = min(r.marks[start_mark][1] for r in answered)
             engine.recorder.emit(
                 "measure",
                 f"{self.measure}.{segment}",
@@ -120,10 +127,10 @@ class ApplyStep(Planned):
             return next(iter(self.circuits))
         return None
 
-    def devices(self, plan) -> Touches:
+    def devices(self, plan: PlanView) -> Touches:
         return Touches(writes=frozenset(self.circuits))
 
-    def describe(self, node, plan) -> None:
+    def describe(self, node: Tree, plan: PlanView) -> None:
         branch = node.add(escape(self.label) + (f" [cyan](measure {escape(self.measure)})" if self.measure else ""))
         show_circuits(branch, self.circuits)
         if self.verify_light:
@@ -132,7 +139,7 @@ class ApplyStep(Planned):
             branch.add("record crosstalk per output port (emulated devices only)")
 
 
-def show_circuits(node, circuits: dict[str, tuple[Pair, ...]]) -> None:
+def show_circuits(node: Tree, circuits: dict[str, tuple[Pair, ...]]) -> None:
     for sw, pairs in circuits.items():
         shown = " ".join(f"{i}>{e}" for i, e in pairs[:SHOWN_CIRCUITS]) + (
             " ..." if len(pairs) > SHOWN_CIRCUITS else ""
@@ -140,7 +147,7 @@ def show_circuits(node, circuits: dict[str, tuple[Pair, ...]]) -> None:
         node.add(escape(f"{sw}: {len(pairs)} circuits: {shown}"))
 
 
-def _crosstalk(engine, step: ApplyStep) -> None:
+def _crosstalk(engine: StepEngine, step: ApplyStep) -> None:
     """Per output port of a chip: power from every other input over power from the intended one, with all
     inputs lit alike. Photodiodes alone cannot separate the two, so this needs the device's own transfer
     matrix, which only the twin has; on a real chip nothing is recorded.

@@ -20,17 +20,22 @@ and the spare's launch is followed from its start to its rank's ready line and f
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
+from rich.tree import Tree
 
 from testbed.config.common import Name
+from testbed.contracts.engine import StepEngine
 from testbed.contracts.errors import StepFailed, raise_failures
+from testbed.contracts.job import JobView
+from testbed.contracts.outcome import Outcome
 from testbed.events import Op
-from testbed.fabric.spares import choose_spare
 from testbed.results.milestones import segments_of
-from testbed.steps.base import CheckContext, PlanContext, Planned, Problem, escape
+from testbed.steps.base import PlanContext, Planned, PlanView, escape
 from testbed.steps.fault_detect import Detection, FaultDetectStep
 
 
@@ -43,10 +48,7 @@ class Failover(Detection):
     timeout_ms: int = Field(120_000, gt=0, description="for each stage: detection, relaunch, first step")
     measure: Name = "failover"
 
-    def check(self, ctx: CheckContext) -> list[Problem]:
-        if ctx.playbook.job is None or ctx.playbook.job.fabric is None:
-            return [(("action",), "failover needs a `job:` with a `fabric:` to rewire")]
-        return super().check(ctx)
+    needs: ClassVar[frozenset[str]] = frozenset({"job.fabric"})
 
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         return (self.planned(ctx, FailoverStep, "failover: {kind} on rank {rank}"),)
@@ -56,7 +58,7 @@ class Failover(Detection):
 class FailoverStep(FaultDetectStep):
     """A detection followed by the failover: spare, rewiring, relaunch, first step."""
 
-    def execute(self, engine) -> None:
+    def execute(self, engine: StepEngine) -> None:
         with engine.fault_budget.hold(self.label):
             milestones = _failover(engine, engine.require_jobs(self.label), self)
         for seg in segments_of(milestones):
@@ -71,8 +73,8 @@ class FailoverStep(FaultDetectStep):
                 data={"ms": seg["ms"], "start_ns": seg["start_ns"], "end_ns": seg["end_ns"]},
             )
 
-    def describe(self, node, plan) -> None:
-        branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure)}.*)")
+    def describe(self, node: Tree, plan: PlanView) -> None:
+        branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure or '')}.*)")
         self.describe_detection(branch, plan)
         branch.add(escape(f"choose a spare ({', '.join(plan.spares) or 'none'}), rewire the job fabric through it"))
         if plan.playbook.job.launcher == "torchrun":
@@ -86,15 +88,26 @@ class FailoverStep(FaultDetectStep):
         branch.add(escape(f"heal {self.kind}"))
 
 
-def _failover(engine, jobs, step: FailoverStep) -> dict[str, int]:
+@dataclass
+class _Chosen:
+    """What the failover decided the moment the failure was seen: the spare, the new assignment, the rewiring."""
+
+    seen: int  # the rank a watcher saw fail first
+    spare: str
+    hosts: list[str]
+    selected_ns: int  # the spare_selected milestone
+    fabric: Future[Mapping[str, Outcome]]
+
+
+def _failover(engine: StepEngine, jobs: JobView, step: FailoverStep) -> dict[str, int]:
     """The failover of the rank the step's fault hits: the spare takes its host's place, whichever rank a watcher
     saw fail first (a peer of the failed rank exits as the ring breaks, and may be seen first; a host that lost
     power is seen last, or only through its peers). The fault is healed when this ends, however it ends.
     """
     recorder = engine.recorder
-    chosen: dict = {}
+    decided: list[_Chosen] = []
 
-    def mark(name: str, data: dict | None = None) -> int:
+    def mark(name: str, data: dict[str, Any] | None = None) -> int:
         return recorder.emit("mark", name, step=step.label, data=data or {}).mono_ns
 
     def mark_at(name: str, ns: int) -> int:
@@ -105,35 +118,28 @@ def _failover(engine, jobs, step: FailoverStep) -> dict[str, int]:
         failed = fault.target
 
         def on_detect(seen: int) -> None:
-            spare = choose_spare(
-                failed.host,
-                jobs.inventory,
-                in_use=set(jobs.assignment),
-                used_count=jobs.spare_use,
-                seed=jobs.seed + jobs.failovers,
-                spares=jobs.job.spares,
-            )
-            jobs.failovers += 1
-            jobs.spare_use[spare] = jobs.spare_use.get(spare, 0) + 1
+            spare = jobs.choose_spare(failed.host)
             data = {"failed": failed.host, "spare": spare, "rank": failed.index}
-            chosen[Op.SPARE_SELECTED] = mark(Op.SPARE_SELECTED, data)
+            selected = mark(Op.SPARE_SELECTED, data)
             hosts = [spare if host == failed.host else host for host in jobs.assignment]
-            chosen.update(seen=seen, spare=spare, hosts=hosts)
-            chosen["fabric"] = engine.pool.submit(jobs.apply_fabric, step.label, hosts)
+            decided.append(
+                _Chosen(seen, spare, hosts, selected, engine.pool.submit(jobs.apply_fabric, step.label, hosts))
+            )
 
         first = fault.detect(on_detect)
-        if "fabric" not in chosen:
+        if not decided:
             raise StepFailed(f"{step.label}: the failure was not reported by a watcher in time to fail over")
-        if chosen["seen"] != failed.index:
+        chosen = decided[0]
+        if chosen.seen != failed.index:
             # A watcher saw a peer of the failed rank first: its ring broke when the failed rank went away.
-            mark(Op.FAILURE_REATTRIBUTED, {"first_seen": chosen["seen"], "failed": failed.index, "evidence": "fault"})
-        milestones = {
+            mark(Op.FAILURE_REATTRIBUTED, {"first_seen": chosen.seen, "failed": failed.index, "evidence": "fault"})
+        milestones: dict[str, int] = {
             Op.FAULT_INJECTED: fault.injected_ns,
             Op.FAILURE_DETECTED: first[1],
-            Op.SPARE_SELECTED: chosen[Op.SPARE_SELECTED],
+            Op.SPARE_SELECTED: chosen.selected_ns,
         }
-        switches = chosen["fabric"].result()
-        jobs.assign(chosen["hosts"])
+        switches = chosen.fabric.result()
+        jobs.assign(chosen.hosts)
         milestones[Op.FABRIC_RECONFIGURED] = mark_at(
             Op.FABRIC_RECONFIGURED, max(r.marks["acked"][0] for r in switches.values())
         )
@@ -145,6 +151,8 @@ def _failover(engine, jobs, step: FailoverStep) -> dict[str, int]:
         milestones[Op.JOB_RELAUNCHED] = mark_at(
             Op.JOB_RELAUNCHED, max(r.marks["job_started"][0] for r in started.values())
         )
+        if result is None:
+            raise StepFailed(f"{step.label}: the relaunch did not follow rank {failed.index}'s first step")
         raise_failures([result])
         # The spare's rank prints its ready line after an all-reduce with every rank: the whole job is up.
         milestones[Op.JOB_READY] = result.marks[Op.JOB_READY][0]
@@ -153,7 +161,7 @@ def _failover(engine, jobs, step: FailoverStep) -> dict[str, int]:
             "mark",
             Op.FAILOVER_RESUMED,
             step=step.label,
-            device=chosen["spare"],
+            device=chosen.spare,
             data={"resumed_from": result.value["resumed"], "step": result.value["step"], "rank": failed.index},
         )
     return milestones

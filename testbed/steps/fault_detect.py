@@ -6,15 +6,27 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
+from rich.tree import Tree
 
 from testbed.config.common import Name
+from testbed.contracts.engine import StepEngine
 from testbed.faults import FAULT_KINDS
 from testbed.faults.base import fails_a_rank
 from testbed.faults.model import Fault
-from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
+from testbed.steps.base import (
+    CheckContext,
+    PlanContext,
+    PlanError,
+    Planned,
+    PlanView,
+    Problem,
+    StepModel,
+    Touches,
+    escape,
+)
 from testbed.steps.fault_inject import check_fault, describe_fault
 from testbed.steps.job_start import job_hosts
 
@@ -26,20 +38,24 @@ class Detection(StepModel):
     heartbeat_ms: float = Field(50, gt=0, le=60_000)
     stall_timeout_ms: float = Field(5000, gt=0)
 
+    if TYPE_CHECKING:  # declared by each kind (fault.detect, failover) with its own default
+        timeout_ms: int
+        measure: str | None
+
     def check(self, ctx: CheckContext) -> list[Problem]:
         refused = [k for k in self.fault.kinds() if not fails_a_rank(FAULT_KINDS.get(k))]
         if refused:
             return [
                 (
                     ("fault", "kind"),
-                    f"{self.action} needs a fault that makes a rank fail, so that a watcher sees it: "
+                    f"{self.action_name()} needs a fault that makes a rank fail, so that a watcher sees it: "
                     f"{', '.join(refused)} does not (it slows a rank, or hits a connection or a switch's ports); "
                     "use it in a fault.inject step",
                 )
             ]
         return check_fault(self, ctx)
 
-    def planned(self, ctx: PlanContext, step_class, label: str):
+    def planned(self, ctx: PlanContext, step_class: type[FaultDetectStep], label: str) -> FaultDetectStep:
         """The planned step (FaultDetectStep or FailoverStep), its kind and rank drawn for this trial."""
         kind, rank = rank_fault(self, ctx)
         timing = (self.heartbeat_ms / 1000, self.stall_timeout_ms / 1000, self.timeout_ms / 1000)
@@ -61,11 +77,11 @@ class FaultDetect(Detection):
         return (self.planned(ctx, FaultDetectStep, "{kind} on rank {rank}, detect"),)
 
 
-def rank_fault(step, ctx: PlanContext) -> tuple[str, int]:
+def rank_fault(step: Detection, ctx: PlanContext) -> tuple[str, int]:
     """The kind (drawn from a list) and the rank (drawn for rank:random) of a fault that hits a rank."""
     kind = ctx.draw(step.fault.kind)
     if FAULT_KINDS.get(kind).target != "rank":
-        raise PlanError(f"{step.action}: {kind} breaks a connection, not a rank; use it in a fault.inject step")
+        raise PlanError(f"{step.action_name()}: {kind} breaks a connection, not a rank; use it in a fault.inject step")
     return kind, ctx.target_rank(step.fault.target)
 
 
@@ -80,7 +96,7 @@ class FaultDetectStep(Planned):
     measure: str | None
     faults: ClassVar[int] = 1
 
-    def execute(self, engine) -> None:
+    def execute(self, engine: StepEngine) -> None:
         with engine.fault_budget.hold(self.label):
             jobs = engine.require_jobs(self.label)
             with jobs.fault(self) as fault:  # healed once detected
@@ -104,15 +120,16 @@ class FaultDetectStep(Planned):
                 },
             )
 
-    def devices(self, plan) -> Touches:
+    def devices(self, plan: PlanView) -> Touches:
         return Touches(writes=job_hosts(plan))
 
-    def describe(self, node, plan) -> None:
+    def describe(self, node: Tree, plan: PlanView) -> None:
         branch = node.add(escape(self.label) + (f" [cyan](measure {escape(self.measure)}.*)" if self.measure else ""))
         self.describe_detection(branch, plan)
         branch.add(escape(f"heal {self.kind}; stop the job"))
 
-    def describe_detection(self, branch, plan) -> None:
+    def describe_detection(self, branch: Tree, plan: PlanView) -> None:
+        """The watch and the injection, as `testbed plan` shows them."""
         host = plan.playbook.job.ranks[self.rank]
         fault = f"{self.kind} on rank {self.rank} ({host})" + describe_fault(self.kind, {"xid": self.xid})
         branch.add(f"watch every rank (heartbeat {self.heartbeat_s * 1000:g} ms, stall {self.stall_timeout_s:g} s)")

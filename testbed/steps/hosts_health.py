@@ -9,9 +9,13 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from rich.tree import Tree
+
 from testbed.config.common import Name
+from testbed.contracts.engine import StepEngine
+from testbed.contracts.errors import raise_failures
 from testbed.events import Op
-from testbed.steps.base import CheckContext, PlanContext, Planned, Problem, StepModel, Touches, escape
+from testbed.steps.base import CheckContext, PlanContext, Planned, PlanView, Problem, StepModel, Touches, escape
 
 
 class HostsHealth(StepModel):
@@ -40,7 +44,7 @@ class HostsHealth(StepModel):
 class HealthStep(Planned):
     hosts: tuple[str, ...]
 
-    def execute(self, engine) -> None:
+    def execute(self, engine: StepEngine) -> None:
         start = time.monotonic_ns()
         results = engine.dispatch({h: [(self.label, "gpu.health", {})] for h in self.hosts})
         end = time.monotonic_ns()
@@ -55,12 +59,12 @@ class HealthStep(Planned):
         for host, (result,) in results.items():
             if result is not None and result.status == "ok":
                 engine.recorder.emit("mark", Op.HEALTH, device=host, step=self.label, data=result.value)
-        engine.raise_failures([r for (r,) in results.values()])
+        raise_failures([r for (r,) in results.values()])
 
-    def devices(self, plan) -> Touches:
+    def devices(self, plan: PlanView) -> Touches:
         return Touches(reads=frozenset(self.hosts))
 
-    def describe(self, node, plan) -> None:
+    def describe(self, node: Tree, plan: PlanView) -> None:
         node.add(
             escape(f"{self.label}: nvidia-smi and kernel Xids on {len(self.hosts)} hosts: {', '.join(self.hosts)}")
         )

@@ -6,19 +6,22 @@ which a median of the intervals would hide), with the intervals kept beside it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
+from rich.tree import Tree
 
 from testbed.config.common import Name
-from testbed.steps.base import CheckContext, PlanContext, Planned, Problem, StepModel, Touches, escape
-from testbed.steps.job_start import needs_job
+from testbed.contracts.engine import StepEngine
+from testbed.steps.base import CheckContext, PlanContext, Planned, PlanView, Problem, StepModel, Touches, escape
 
 
 class JobMeasure(StepModel):
     """Time the job's next `steps` iterations from its own progress lines (on `rank`'s host); the
     span is their mean (one value per window, as Opus reports iteration time).
     """
+
+    needs: ClassVar[frozenset[str]] = frozenset({"job"})
 
     action: Literal["job.measure"]
     steps: int = Field(10, ge=2, le=100_000)
@@ -28,8 +31,6 @@ class JobMeasure(StepModel):
 
     def check(self, ctx: CheckContext) -> list[Problem]:
         job = ctx.playbook.job
-        if job is None:
-            return needs_job(self, ctx)
         if self.rank >= len(job.ranks):
             return [(("rank",), f"rank {self.rank} does not exist: the job has {len(job.ranks)}")]
         return []
@@ -46,13 +47,13 @@ class JobMeasureStep(Planned):
     measure: str
     timeout_s: float
 
-    def execute(self, engine) -> None:
+    def execute(self, engine: StepEngine) -> None:
         jobs = engine.require_jobs(self.label)
         jobs.require_running(self.label)
         r = jobs.ranks[self.rank]
         kwargs = {
             "job": jobs.handles[r.index],
-            "progress": jobs.job.progress,
+            "progress": jobs.progress,
             "count": self.steps,
             "max_s": self.timeout_s,
         }
@@ -73,10 +74,10 @@ class JobMeasureStep(Planned):
             },
         )
 
-    def devices(self, plan) -> Touches:
+    def devices(self, plan: PlanView) -> Touches:
         return Touches(reads=frozenset({plan.playbook.job.ranks[self.rank]}))
 
-    def describe(self, node, plan) -> None:
+    def describe(self, node: Tree, plan: PlanView) -> None:
         host = plan.playbook.job.ranks[self.rank]
         node.add(
             escape(f"{self.label} of rank {self.rank} ({host}) within {self.timeout_s:g} s")

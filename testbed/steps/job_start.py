@@ -5,20 +5,23 @@ all of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
+from rich.tree import Tree
 
-from testbed.steps.base import CheckContext, PlanContext, Planned, Problem, StepModel, Touches, escape
+from testbed.contracts.engine import StepEngine
+from testbed.steps.base import CheckContext, PlanContext, Planned, PlanView, Problem, StepModel, Touches, escape
 
 
-def needs_job(step, ctx: CheckContext) -> list[Problem]:
+def needs_job(step: StepModel, ctx: CheckContext) -> list[Problem]:
+    """A problem at `action` when the playbook has no job (for a kind that needs one only in some uses)."""
     if ctx.playbook.job is None:
-        return [(("action",), f"{step.action} needs a `job:` section in the playbook")]
+        return [(("action",), f"{getattr(step, 'action', type(step).__name__)} needs a `job:` section in the playbook")]
     return []
 
 
-def job_hosts(plan) -> frozenset[str]:
+def job_hosts(plan: PlanView) -> frozenset[str]:
     """The job's hosts, and the spares a failover may move a rank to."""
     job = plan.playbook.job
     return frozenset(job.ranks) | frozenset(plan.spares) if job is not None else frozenset()
@@ -31,8 +34,7 @@ class JobStart(StepModel):
     wait_steps: int = Field(1, ge=0, description="wait until every rank has printed at least this step")
     timeout_ms: int = Field(120_000, gt=0)
 
-    def check(self, ctx: CheckContext) -> list[Problem]:
-        return needs_job(self, ctx)
+    needs: ClassVar[frozenset[str]] = frozenset({"job"})
 
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         return (JobStartStep(self.name or "start job", self.wait_steps, self.timeout_ms / 1000),)
@@ -43,13 +45,13 @@ class JobStartStep(Planned):
     wait_steps: int
     timeout_s: float
 
-    def execute(self, engine) -> None:
+    def execute(self, engine: StepEngine) -> None:
         engine.require_jobs(self.label).start(self)
 
-    def devices(self, plan) -> Touches:
+    def devices(self, plan: PlanView) -> Touches:
         return Touches(writes=job_hosts(plan) | frozenset(plan.job_managed))
 
-    def describe(self, node, plan) -> None:
+    def describe(self, node: Tree, plan: PlanView) -> None:
         job = plan.playbook.job
         branch = node.add(escape(f"{self.label}: {len(job.ranks)} ranks on {', '.join(dict.fromkeys(job.ranks))}"))
         if job.fabric is not None:

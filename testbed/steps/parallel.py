@@ -5,18 +5,23 @@ step are active together (the max_concurrent_faults interlock counts them).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
+from rich.tree import Tree
 
-from testbed.steps.base import PlanContext, PlanError, Planned, StepModel, Touches, escape
+from testbed.contracts.engine import StepEngine
+from testbed.steps.base import PlanContext, PlanError, Planned, PlanView, StepModel, Touches, escape
+
+if TYPE_CHECKING:
+    Step = StepModel  # at run time, the union of every step kind, set when that union is built (step_union)
 
 
 class Parallel(StepModel):
     """Run the nested steps at the same time; the step ends when all have ended."""
 
     action: Literal["parallel"]
-    steps: list["Step"] = Field(min_length=1)  # noqa: F821, UP037 (the union of every step kind, set when it is built)
+    steps: list["Step"] = Field(min_length=1)  # noqa: UP037 (the union of every step kind, set when it is built)
 
     def nested(self) -> list[StepModel]:
         return list(self.steps)
@@ -24,7 +29,7 @@ class Parallel(StepModel):
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         for step in self.steps:
             if getattr(step, "sequential", False):
-                raise PlanError(f"{step.action} is a sequence of changes and cannot run inside `parallel`")
+                raise PlanError(f"{step.action_name()} is a sequence of changes and cannot run inside `parallel`")
         inner = tuple(p for s in self.steps for p in s.plan(ctx))
         return (ParallelStep(label=self.name or f"parallel ({len(inner)} steps)", steps=inner),)
 
@@ -40,17 +45,17 @@ class ParallelStep(Planned):
     def nested(self) -> tuple[Planned, ...]:
         return self.steps
 
-    def execute(self, engine) -> None:
+    def execute(self, engine: StepEngine) -> None:
         futures = [engine.pool.submit(engine.execute, s) for s in self.steps]
-        errors = [f.exception() for f in futures if f.exception() is not None]
+        errors = [e for f in futures if (e := f.exception()) is not None]
         if errors:
             raise errors[0]
 
-    def devices(self, plan) -> Touches:
+    def devices(self, plan: PlanView) -> Touches:
         touched = [s.devices(plan) for s in self.steps]
         return Touches(frozenset().union(*(t.reads for t in touched)), frozenset().union(*(t.writes for t in touched)))
 
-    def describe(self, node, plan) -> None:
+    def describe(self, node: Tree, plan: PlanView) -> None:
         branch = node.add(escape(f"{self.label}, at the same time"))
         for step in self.steps:
             step.describe(branch, plan)

@@ -13,12 +13,24 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
+from rich.tree import Tree
 
 from testbed.config.common import Name, choice, sweepable
-from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
+from testbed.contracts.engine import StepEngine
+from testbed.steps.base import (
+    CheckContext,
+    PlanContext,
+    PlanError,
+    Planned,
+    PlanView,
+    Problem,
+    StepModel,
+    Touches,
+    escape,
+)
 from testbed.steps.fabric_apply import ApplyStep, apply_step, show_circuits
 
 MODES = ("static", "on-demand", "provisioning")
@@ -34,8 +46,8 @@ class RailIterate(StepModel):
 
     action: Literal["rail.iterate"]
     workload: Name
-    mode: choice(*MODES)
-    delay_ms: sweepable(0, 600_000) = 0
+    mode: Annotated[str, choice(*MODES)]
+    delay_ms: Annotated[float | str, sweepable(0, 600_000)] = 0
     iterations: int = Field(10, ge=1, le=100_000)
     warmup: int = Field(
         1,
@@ -52,7 +64,7 @@ class RailIterate(StepModel):
     timeout_ms: int = Field(5000, gt=0, description="for each change's acknowledgement (and light)")
 
     def check(self, ctx: CheckContext) -> list[Problem]:
-        problems = []
+        problems: list[Problem] = []
         if self.workload not in ctx.playbook.workloads:
             known = ", ".join(ctx.playbook.workloads) or "none defined"
             problems.append((("workload",), f"no workload named {self.workload!r} (workloads: {known})"))
@@ -94,7 +106,7 @@ class RailIterateStep(Planned):
     phases: tuple[RailPhase, ...]
     warmup: int = 1
 
-    def execute(self, engine) -> None:
+    def execute(self, engine: StepEngine) -> None:
         phases = self.phases
 
         def change(apply: ApplyStep) -> None:
@@ -135,10 +147,10 @@ class RailIterateStep(Planned):
         if pending is not None:
             pending.result()
 
-    def devices(self, plan) -> Touches:
+    def devices(self, plan: PlanView) -> Touches:
         return Touches(writes=frozenset(sw for p in self.phases for sw in p.apply.circuits))
 
-    def describe(self, node, plan) -> None:
+    def describe(self, node: Tree, plan: PlanView) -> None:
         branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure)}.time)")
         branch.add(
             f"{self.warmup} warm-up + {self.iterations} measured iterations; each change +{self.delay_s * 1000:g} ms"

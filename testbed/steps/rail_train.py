@@ -18,20 +18,17 @@ carried (`rail.bytes`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
 from testbed.config.common import Name, choice, sweepable
 from testbed.fabric.circuits import parse_link
-from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, Touches, escape
-from testbed.steps.fabric_apply import ApplyStep, apply_step, show_circuits
-from testbed.steps.job_start import needs_job
+from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel
+from testbed.steps.fabric_apply import apply_step
+from testbed.steps.rail_train_job import RailTrainStep, Route, TrainPhase
 
 MODES = ("static", "on-demand", "provisioning")
-
-Route = tuple[int, str, str]  # (partner rank, this rank's port, the partner's port)
 
 
 class RailTrain(StepModel):
@@ -39,14 +36,16 @@ class RailTrain(StepModel):
     over the phase's circuits, which the ranks ask the fabric service for (static, on-demand, provisioning).
     """
 
+    needs: ClassVar[frozenset[str]] = frozenset({"job"})
+
     action: Literal["rail.train"]
     workload: Name
-    mode: choice(*MODES)
-    delay_ms: sweepable(0, 600_000) = 0
+    mode: Annotated[str, choice(*MODES)]
+    delay_ms: Annotated[float | str, sweepable(0, 600_000)] = 0
     iterations: int = Field(6, ge=1, le=100_000)
     warmup: int = Field(1, ge=0, le=1000, description="iterations run first and not measured")
     measure: Name = "iteration"
-    message_bytes: sweepable(8, 1 << 30) | None = Field(
+    message_bytes: Annotated[float | str, sweepable(8, 1 << 30)] | None = Field(
         None,
         description="a collective's message size: each phase then sends message_bytes x its `share` to each partner "
         "instead of its `bytes` (an iteration is one all-reduce)",
@@ -54,7 +53,7 @@ class RailTrain(StepModel):
     job_timeout_ms: int = Field(600_000, gt=0, description="for the whole job to run its iterations")
 
     def check(self, ctx: CheckContext) -> list[Problem]:
-        problems = needs_job(self, ctx)
+        problems: list[Problem] = []
         workload = ctx.playbook.workloads.get(self.workload)
         if workload is None:
             known = ", ".join(ctx.playbook.workloads) or "none defined"
@@ -131,7 +130,7 @@ class RailTrain(StepModel):
         return (step,)
 
 
-def partners(configuration, hosts: list[str]) -> dict[int, tuple[Route, ...]]:
+def partners(configuration: Any, hosts: list[str]) -> dict[int, tuple[Route, ...]]:
     """rank -> where it sends in this configuration: every link from its host to another rank's host."""
     index = {h: i for i, h in enumerate(hosts)}
     out: dict[int, list[Route]] = {i: [] for i in range(len(hosts))}
@@ -142,7 +141,9 @@ def partners(configuration, hosts: list[str]) -> dict[int, tuple[Route, ...]]:
     return {r: tuple(routes) for r, routes in out.items()}
 
 
-def _static_route(static: dict, rank: int, partner: int, phase: str, name: str, hosts: list[str]) -> Route:
+def _static_route(
+    static: dict[int, tuple[Route, ...]], rank: int, partner: int, phase: str, name: str, hosts: list[str]
+) -> Route:
     for route in static[rank]:
         if route[0] == partner:
             return route
@@ -150,72 +151,3 @@ def _static_route(static: dict, rank: int, partner: int, phase: str, name: str, 
         f"rail.train: the static configuration {name!r} has no link from {hosts[rank]} to {hosts[partner]}, "
         f"which phase {phase} sends over"
     )
-
-
-@dataclass(frozen=True)
-class TrainPhase:
-    name: str
-    compute_s: float
-    nbytes: int
-    apply: ApplyStep  # the configuration the phase's traffic needs (what a rank asks for)
-    routes: dict[int, tuple[Route, ...]]  # rank -> its sends (in static mode, over the static configuration)
-
-
-@dataclass(frozen=True)
-class RailTrainStep(Planned):
-    mode: str
-    delay_s: float
-    iterations: int
-    warmup: int
-    measure: str
-    phases: tuple[TrainPhase, ...]
-    first: ApplyStep  # in place before the job starts (static: for good)
-    job_timeout_s: float
-
-    def execute(self, engine) -> None:
-        from testbed.fabric_service.rail_job import run_rail_job  # the runner's side: the job, its fabric service
-
-        run_rail_job(self, engine)
-
-    def devices(self, plan) -> Touches:
-        switches = {sw for p in self.phases for sw in p.apply.circuits} | set(self.first.circuits)
-        return Touches(writes=frozenset(switches), reads=frozenset(plan.playbook.job.ranks))
-
-    def describe(self, node, plan) -> None:
-        branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure)}.time)")
-        job = plan.playbook.job
-        hosts = job.ranks
-        branch.add(
-            escape(
-                f"start the job: {len(hosts)} ranks on {', '.join(dict.fromkeys(hosts))}: {' '.join(job.command)} "
-                f"(testbed-train's phased mode in TESTBED_RAIL); {self.warmup} warm-up + {self.iterations} measured "
-                "iterations, then wait for it to end and stop it"
-            )
-        )
-        show = branch.add(escape(f"before the job: configuration {self.first.configuration}"))
-        show_circuits(show, self.first.circuits)
-        if self.mode == "static":
-            branch.add("static: the ranks never ask; the rails stay as they are")
-        else:
-            asks = "setup before each phase's traffic"
-            if self.mode == "provisioning":
-                asks = "prepare the next phase's configuration after each phase's traffic, setup before its own"
-            branch.add(
-                escape(
-                    f"{self.mode}: the job's fabric service serves the ranks ({asks}); a change starts once all "
-                    f"{len(hosts)} ranks asked, +{self.delay_s * 1000:g} ms per change"
-                )
-            )
-        for phase in self.phases:
-            what = f"configuration {phase.apply.configuration}, {phase.nbytes} bytes to each partner, compute " + (
-                f"{phase.compute_s * 1000:g} ms"
-            )
-            sub = branch.add(escape(f"phase {phase.name}: {what}"))
-            pairs = [f"{hosts[r]}->{hosts[s]}" for r, routes in phase.routes.items() for s, _, _ in routes]
-            sub.add(escape(f"traffic: {' '.join(pairs[:12])}" + (" ..." if len(pairs) > 12 else "")))
-            if self.mode != "static":
-                show_circuits(sub, phase.apply.circuits)
-        if self.first.verify_light:
-            branch.add(
-                f"verify light above {self.first.min_power_dbm} dBm within {self.first.timeout_s:g} s per change"
-            )

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
+
+from rich.tree import Tree
 
 from testbed.config.common import sweepable
+from testbed.contracts.engine import StepEngine
 from testbed.events import Op
-from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Problem, StepModel, escape
+from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, PlanView, Problem, StepModel, escape
 
 
 class Wait(StepModel):
     action: Literal["wait"]
-    ms: sweepable(0, 3_600_000)
+    ms: Annotated[float | str, sweepable(0, 3_600_000)]
 
     def check(self, ctx: CheckContext) -> list[Problem]:
         return ctx.sweep_ref(self.ms, ("ms",))
@@ -29,9 +32,9 @@ class Wait(StepModel):
 class WaitStep(Planned):
     seconds: float
 
-    def execute(self, engine) -> None:
+    def execute(self, engine: StepEngine) -> None:
         engine.recorder.emit("mark", Op.WAIT, step=self.label, data={"seconds": self.seconds})
         time.sleep(self.seconds)  # the experiment asks for this pause; it is not synchronisation
 
-    def describe(self, node, plan) -> None:
+    def describe(self, node: Tree, plan: PlanView) -> None:
         node.add(escape(self.label))

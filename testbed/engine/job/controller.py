@@ -6,10 +6,11 @@ see faults. The steps that use a job (job.*, fault.*, failover) are in testbed/s
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from testbed.config.sections import Job
 from testbed.contracts.errors import StepFailed, raise_failures
+from testbed.contracts.job import JobStartSpec, RankEnv, RankFaultSpec
 from testbed.documents.inventory import Inventory
 from testbed.engine.job import injection
 from testbed.engine.job.direct_launcher import DirectLauncher
@@ -21,14 +22,19 @@ from testbed.engine.job.ranks import Rank, ranks_of
 from testbed.engine.job.torchrun_launcher import TorchrunLauncher
 from testbed.events import Op
 from testbed.fabric.jobfabric import fabric_links
+from testbed.fabric.spares import choose_spare
 from testbed.fabric_service.serving import ServedFabric
 
 LAUNCHERS: dict[str, Launcher] = {"direct": DirectLauncher(), "torchrun": TorchrunLauncher()}
 
 
+# What a job a step runs to its end prints last when a rank finished (hostside/phased.py, hostside/collective.py).
+DONE = "done rank "
+
+
 class JobController:
     """The playbook's job: its ranks, their hosts (the assignment, which a failover changes), the fabric
-    that connects them, and the watchers that see them fail.
+    that connects them, and the watchers that see them fail. Steps see it as a testbed.contracts.job.JobView.
     """
 
     def __init__(
@@ -70,10 +76,31 @@ class JobController:
         self.rank_env: Callable[[Rank], dict[str, str]] | None = None
         self.assign(list(job.ranks))
 
-    def assign(self, hosts: list[str]) -> None:
+    def assign(self, hosts: Sequence[str]) -> None:
         """hosts[rank] runs that rank (a failover puts a spare in the failed rank's place)."""
-        self.assignment = hosts
-        self.ranks = ranks_of(hosts)
+        self.assignment = list(hosts)
+        self.ranks = ranks_of(self.assignment)
+
+    @property
+    def progress(self) -> str:
+        """The job's progress pattern (group 1: the training step)."""
+        return self.job.progress
+
+    def choose_spare(self, failed: str) -> str:
+        """The spare that takes host `failed`'s place (testbed/fabric/spares.py), counted as used: the next
+        failover's draw and the policy's wear count see it.
+        """
+        spare = choose_spare(
+            failed,
+            self.inventory,
+            in_use=set(self.assignment),
+            used_count=self.spare_use,
+            seed=self.seed + self.failovers,
+            spares=self.job.spares,
+        )
+        self.failovers += 1
+        self.spare_use[spare] = self.spare_use.get(spare, 0) + 1
+        return spare
 
     @property
     def launcher(self) -> Launcher:
@@ -85,7 +112,7 @@ class JobController:
         if len(self.handles) != len(self.ranks):
             raise StepFailed(f"{label}: the job is not running; add a job.start step before it")
 
-    def start(self, step) -> None:
+    def start(self, step: JobStartSpec) -> None:
         """job.start: the fabric, every rank, and steady progress on all of them (step: wait_steps, timeout_s)."""
         if self.handles:
             raise StepFailed("job.start: the job is already running; add a job.stop step before starting it again")
@@ -241,7 +268,7 @@ class JobController:
         """The fault's description in its events: what hit which rank (`testbed heal` needs the pid)."""
         return injection.fault_data(kind, target, self.handles)
 
-    def fault(self, step):
+    def fault(self, step: RankFaultSpec):
         """The step's fault on its rank, every rank watched (a context manager yielding an injection.RankFault):
         healed, and every watcher's outcome recorded, when the block ends, however it ends. Detecting it stops
         the job (keeping its fabric service for a relaunch); a stop that fails on the host the fault hit is that
@@ -257,3 +284,60 @@ class JobController:
             step,
             stop=lambda: self.stop(label=step.label, end_service=False, hit=frozenset({host})),
         )
+
+    # --- a job a step runs to its end --------------------------------------------------------------
+
+    def peer_address(self, rank: int, partner: int, port: str, partner_port: str) -> str:
+        """host:port where `rank` reaches `partner`: on a lab, the partner's host address (the lab's routing puts
+        it on the circuit); in the twin, a relay that carries bytes only while the route's circuits are lit.
+        """
+        r, s = self.ranks[rank], self.ranks[partner]
+        if self.link is None:
+            return f"{self.address_of(s.host)}:{self.ports[s.index]}"
+        return self.link(r.host, port, s.host, partner_port, self.ports[s.index])
+
+    def relay_bytes(self) -> dict[str, int] | None:
+        """Bytes each of the twin's relays has carried forward so far; None on a lab (no data plane to ask)."""
+        if self.plane is None:
+            return None
+        return {r["address"]: r["bytes_forward"] for r in self.plane()["relays"]}
+
+    def run_to_completion(
+        self,
+        label: str,
+        *,
+        prepare: Callable[[], None],
+        rank_env: RankEnv,
+        output: str,
+        max_s: float,
+        kind: str,
+        work: str,
+    ) -> dict[int, list[tuple[str, int]]]:
+        """A job a step starts itself and follows to its end (rail.train, collective.allreduce): from the
+        playbook's assignment, `prepare()`, every rank launched with `rank_env`, each rank's lines that match
+        `output` gathered until it exits, and the job (and its fabric service) stopped however that ends.
+        StepFailed names the first rank that did not print its `done rank` line, with its own error line.
+        """
+        if self.handles:
+            raise StepFailed(f"{label}: {kind} starts the job itself; stop the running one first (job.stop)")
+        self.assign(list(self.job.ranks))  # every trial starts from the playbook's assignment
+        try:
+            prepare()
+            self.rank_env = rank_env
+            self.launch(label)
+            args = {"pattern": output, "max_s": max_s}
+            programs = {r.host: [(label, "gpu.job_output", {"job": self.handles[r.index], **args})] for r in self.ranks}
+            outputs = self.c.dispatch(programs)
+        finally:
+            self.rank_env = None
+            self.stop(label)  # whatever still runs, then the fabric service
+        results = {r.index: outputs[r.host][0] for r in self.ranks}
+        raise_failures(list(results.values()))
+        lines = {i: [(line, ns) for line, ns in res.value["lines"]] for i, res in results.items()}
+        unfinished = [i for i, ls in lines.items() if not any(line.startswith(DONE) for line, _ in ls)]
+        if unfinished:
+            i = min(unfinished)
+            errors = [line for line, _ in lines[i] if line.startswith("error: ")]
+            why = errors[0] if errors else " | ".join(results[i].value["tail"][-3:]) or "no output"
+            raise StepFailed(f"{label}: rank {i} ({self.ranks[i].host}) did not finish its {work}: {why}")
+        return lines
