@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from testbed.contracts.registry import Registry
-from testbed.steps.base import CheckContext, Key, PlanContext, PlanError, Planned, StepModel, Touches, walk
+from testbed.steps.base import CheckContext, Key, PlanContext, PlanError, Planned, PlanView, StepModel, Touches, walk
 from testbed.steps.collective_allreduce import CollectiveAllreduce
 from testbed.steps.collective_job import CollectiveStep
 from testbed.steps.device_calibrate import DeviceCalibrate
@@ -93,6 +93,7 @@ __all__ = [
     "ParallelStep",
     "PlanContext",
     "PlanError",
+    "PlanView",
     "Planned",
     "RailIterateStep",
     "RailTrainStep",

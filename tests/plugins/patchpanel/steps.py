@@ -7,7 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from testbed.steps import PlanContext, Planned, StepModel, Touches
+from rich.tree import Tree
+
+from testbed.contracts.engine import StepEngine
+from testbed.steps import PlanContext, Planned, PlanView, StepModel, Touches
 
 
 class Settle(StepModel):
@@ -23,11 +26,11 @@ class Settle(StepModel):
 class SettleStep(Planned):
     switches: tuple[str, ...]
 
-    def execute(self, engine) -> None:
+    def execute(self, engine: StepEngine) -> None:
         engine.call({sw: (engine.operation(sw, "read_fabric"), {}) for sw in self.switches}, self.label)
 
-    def describe(self, node, plan) -> None:
+    def describe(self, node: Tree, plan: PlanView) -> None:
         node.add(f"{self.label}: read back {', '.join(self.switches)}")
 
-    def devices(self, plan) -> Touches:
+    def devices(self, plan: PlanView) -> Touches:
         return Touches(reads=frozenset(self.switches))
