@@ -24,12 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
-from testbed.config.cabling import Fibre
 from testbed.config.device import DeviceConfig
 from testbed.contracts.jsontypes import JsonObject, JsonValue
 from testbed.families.interlocks import Policy
+
+if TYPE_CHECKING:
+    from testbed.config.cabling import Fibre
 
 Procedure: TypeAlias = Callable[..., JsonValue]  # (driver, ctx, **kwargs) -> JSON-able value
 # Where a problem is in the inventory (a key path: "devices", name, key, index...), and what it is.

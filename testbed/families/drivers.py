@@ -148,8 +148,10 @@ def driver_spec(name: str) -> DriverSpec | None:
     return DRIVERS.get(name) if name in DRIVERS else None
 
 
-def make_driver(driver_name: str, device: str, settings: Any, audit: AuditSink | None = None) -> Any:
-    """Build the driver `driver_name` for `device`; no I/O happens until its first call."""
+def make_driver(driver_name: str, device: str, settings: object, audit: AuditSink | None = None) -> Any:
+    """Build the driver `driver_name` for `device` over its transport's `settings`; no I/O happens until its first
+    call. The driver implements its family's capability (drivers.capabilities), hence Any (DriverFactory says why).
+    """
     spec = driver_spec(driver_name)
     if spec is None:
         raise ValueError(
