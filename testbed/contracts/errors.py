@@ -5,6 +5,9 @@ Exit codes are part of the CLI contract: 0 success, 1 experiment failed, 2 bad i
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Protocol
+
 EXIT_OK = 0
 EXIT_EXPERIMENT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -25,6 +28,8 @@ class ConfigError(UserError):
 
 
 class ConfigProblem:
+    """One problem in a YAML file: where it is (file, line, key path) and what is wrong."""
+
     def __init__(self, file: str, line: int | None, key: str, message: str) -> None:
         self.file = file
         self.line = line
@@ -64,7 +69,27 @@ class OutcomeUnknown(StepFailed):
     """
 
 
-def raise_failures(results) -> None:
+class CallOutcome(Protocol):
+    """What raise_failures reads of a device call's result (the engine's OpResult is one)."""
+
+    @property
+    def device(self) -> str:
+        """The device the call was made on."""
+
+    @property
+    def procedure(self) -> str:
+        """The procedure it ran."""
+
+    @property
+    def status(self) -> str:
+        """How it ended: "ok", "fail", or "info" (outcome unknown)."""
+
+    @property
+    def error(self) -> str | None:
+        """What went wrong, in words; None when it did not say."""
+
+
+def raise_failures(results: Iterable[CallOutcome | None]) -> None:
     """StepFailed with every error among these results (None: a call not run after an earlier failure);
     OutcomeUnknown when one of them may have happened all the same.
     """

@@ -24,10 +24,12 @@ log = logging.getLogger(__name__)
 
 
 class RegistryError(LookupError):
-    pass
+    """A name the registry does not know, or two definitions under one name."""
 
 
 class Registry(Generic[T]):
+    """A name -> definition table: the built-ins registered on import, other packages' from their entry points."""
+
     def __init__(
         self,
         what: str,
@@ -45,6 +47,7 @@ class Registry(Generic[T]):
         self._lock = threading.RLock()
 
     def register(self, item: T, *, builtin: bool = False) -> T:
+        """Add `item` under its name and return it; a built-in's name is never taken by another package's."""
         name = self._name_of(item)
         with self._lock:
             if name in self._items and (name in self._builtin or not builtin):
@@ -75,6 +78,7 @@ class Registry(Generic[T]):
                     self.register(item)
 
     def get(self, name: str) -> T:
+        """The definition named `name`; a RegistryError naming the known ones if there is none."""
         self._load_entry_points()
         try:
             return self._items[name]
@@ -90,6 +94,7 @@ class Registry(Generic[T]):
         return name in self._items
 
     def names(self) -> list[str]:
+        """Every registered name, in the order registered (the built-ins first)."""
         self._load_entry_points()
         return list(self._items)
 

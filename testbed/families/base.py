@@ -22,18 +22,44 @@ driver assumes which protocol a family's device speaks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+from testbed.config.device import DeviceConfig
+from testbed.contracts.jsontypes import JsonObject, JsonValue
 from testbed.families.interlocks import Policy
 
-Procedure = Callable[..., object]  # (driver, ctx, **kwargs) -> JSON-able value
-Problem = tuple[tuple, str]
+if TYPE_CHECKING:
+    from testbed.config.cabling import Fibre
+
+Procedure: TypeAlias = Callable[..., JsonValue]  # (driver, ctx, **kwargs) -> JSON-able value
+# Where a problem is in the inventory (a key path: "devices", name, key, index...), and what it is.
+Location: TypeAlias = tuple[str | int, ...]
+Problem: TypeAlias = tuple[Location, str]
+# A device of the family's own model (DeviceFamily.model, a subclass of DeviceConfig). Each family's functions take
+# their own model, which one field type for every family cannot say (a Callable's parameters are contravariant).
+FamilyDevice: TypeAlias = Any
+
+
+class FamilyInventory(Protocol):
+    """What a family's checks and twin spec read of the inventory (testbed.documents.inventory.Inventory is one;
+    a Protocol, so that the families stay below the assembled documents in the layers).
+    """
+
+    @property
+    def devices(self) -> Mapping[str, DeviceConfig]:
+        """Every device by name, in the inventory's order."""
+
+    @property
+    def fibres(self) -> Sequence[Fibre]:
+        """The fibre map: each host port and the switch ports it is cabled to."""
 
 
 @dataclass(frozen=True)
 class ProcedureSpec:
+    """One procedure of a family: the function a device's actor runs, and the marks it may take."""
+
     function: Procedure
     marks: tuple[str, ...] = ()  # the milestones it may mark (events.jsonl's schema lists them)
 
@@ -45,20 +71,22 @@ class TwinSupport:
     ("module:Name") when they are not among the emulators' built-in kinds (emulators/kinds.py).
     """
 
-    spec: Callable[[str, Any, Any, int], dict]
+    spec: Callable[[str, FamilyDevice, FamilyInventory, int], JsonObject]
     refs: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
 class DeviceFamily:
+    """Everything the framework knows about one kind of device (the module's docstring says what each field is)."""
+
     kind: str
-    model: type
+    model: type[DeviceConfig]
     capability: type
     role: str  # "switch" (holds circuits, fibres land on it), "host" (runs the job's ranks) or "instrument"
     procedures: Mapping[str, ProcedureSpec]
     operations: Mapping[str, str] = field(default_factory=dict)
-    policy: Callable[[str, Any], Policy | None] = lambda name, device: None
-    check: Callable[[str, Any, Any], list[Problem]] = lambda name, device, inventory: []
+    policy: Callable[[str, FamilyDevice], Policy | None] = lambda name, device: None
+    check: Callable[[str, FamilyDevice, FamilyInventory], list[Problem]] = lambda name, device, inventory: []
     holds_fabric: bool = False
     # Served from a process of its own rather than its node's shared hub (testbed/engine/hub.py): for the few
     # devices whose calls are latency-critical and CPU-heavy (a switch formats and checks hundreds of circuits
@@ -69,4 +97,5 @@ class DeviceFamily:
     description: str = ""
 
     def operation(self, name: str) -> str | None:
+        """The procedure that does the generic operation `name` (identify, reconfigure...); None if none does."""
         return self.operations.get(name)

@@ -11,13 +11,22 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Concatenate, ParamSpec, TypeVar
+
+Driver = TypeVar("Driver")
+Params = ParamSpec("Params")
+Result = TypeVar("Result")
 
 
 @dataclass
 class ProcedureContext:
+    """One device's procedure call as its procedure sees it: the device, its marks, and the device's cache."""
+
     device: str
     address: str
-    cache: dict = field(default_factory=dict)  # survives between calls: one actor owns one device
+    # Survives between calls: one actor owns one device. Each family keeps values of its own types under its own
+    # keys (a switch's circuits, a host's job handles), so the one who reads a key knows what is under it.
+    cache: dict[str, object] = field(default_factory=dict)
     marks: dict[str, tuple[int, float]] = field(default_factory=dict)
     on_mark: Callable[[str], None] | None = None  # lets the actor tell a waiting coordinator
 
@@ -33,17 +42,24 @@ class ProcedureContext:
         return ns
 
 
-def forgets_on_error(key: str):
+def forgets_on_error(
+    key: str,
+) -> Callable[
+    [Callable[Concatenate[Driver, ProcedureContext, Params], Result]],
+    Callable[Concatenate[Driver, ProcedureContext, Params], Result],
+]:
     """A procedure that caches the device's state under `key` forgets it when it fails: after an error (a
     lost acknowledgement above all) the device may hold anything, and a diff against a stale cache would
     send the wrong commands. The next call reads the device again.
     """
 
-    def wrap(procedure):
+    def wrap(
+        procedure: Callable[Concatenate[Driver, ProcedureContext, Params], Result],
+    ) -> Callable[Concatenate[Driver, ProcedureContext, Params], Result]:
         @functools.wraps(procedure)
-        def guarded(device, ctx: ProcedureContext, **kwargs):
+        def guarded(device: Driver, ctx: ProcedureContext, /, *args: Params.args, **kwargs: Params.kwargs) -> Result:
             try:
-                return procedure(device, ctx, **kwargs)
+                return procedure(device, ctx, *args, **kwargs)
             except BaseException:
                 ctx.cache.pop(key, None)
                 raise

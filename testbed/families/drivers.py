@@ -18,10 +18,10 @@ The table is a testbed.contracts.registry.Registry, as every other of the framew
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from drivers.audit import AuditSink
 from drivers.netconf import make_polatis_netconf, polatis_netconf_audit
@@ -29,50 +29,73 @@ from drivers.tl1 import calient_tl1_audit, make_calient_tl1, make_polatis_tl1, p
 from drivers.transports import TransportSettings, open_transport
 from testbed.contracts.registry import Registry
 
+if TYPE_CHECKING:
+    from drivers.gpuhost import GpuHostSsh
+    from drivers.mesh import QontrolMesh, ScpiMesh
+    from drivers.scpi.audit import PolatisAuditModel, Write
+    from drivers.scpi.polatis import PolatisScpi
+    from drivers.transports.ssh_settings import SshSettings
+
 ENTRY_POINT_GROUP = "testbed.drivers"
 
-DriverFactory = Callable[[str, Any, AuditSink | None], Any]
+# A factory: (device, its transport's settings, the audit sink) -> the driver. Its settings are of the type its own
+# transport takes (TransportSettings, SshSettings, Tl1Settings...), and the driver it returns implements its own
+# family's capability (drivers.capabilities), neither of which one type for every driver can say: the table's
+# callers hand the settings a device's transport made, and pass the driver to that family's procedures.
+DriverFactory: TypeAlias = Callable[[str, Any, AuditSink | None], Any]
+
+
+class AuditModel(Protocol):
+    """What the commands a driver sends mean for a switch's circuits (drivers/scpi/audit.py), for `testbed check`."""
+
+    def replay(self, circuits: dict[int, int], lines: list[str], /) -> dict[int, int]:
+        """The circuits (ingress -> egress) after `lines` were sent, starting from `circuits`."""
+
+    def writes(self, line: str, /) -> Sequence[Write]:
+        """The writes one sent line names (none for a query)."""
 
 
 @dataclass(frozen=True)
 class DriverSpec:
+    """One driver: the family it drives, the transports it runs over, its factory, its audit model, its twin."""
+
     name: str
     family: str | None  # the inventory `kind` it drives; None: any (a bare factory from an entry point)
     transports: tuple[str, ...] | None  # transport types it runs over; None: any
     factory: DriverFactory
     # (switch size) -> an object with replay(circuits, lines) and writes(line) (drivers/scpi/audit.py)
-    audit_model: Callable[[int], Any] | None = None
+    audit_model: Callable[[int], AuditModel] | None = None
     # the twin's front end that speaks this protocol (emulators/frontends.py), so the twin serves it
     frontend: str | None = None
 
 
-def _polatis_scpi(device: str, settings: TransportSettings, audit: AuditSink | None):
+def _polatis_scpi(device: str, settings: TransportSettings, audit: AuditSink | None) -> PolatisScpi:
     from drivers.scpi.polatis import PolatisScpi
 
     return PolatisScpi(open_transport(settings, device, audit), device)
 
 
-def _polatis_audit(size: int):
+def _polatis_audit(size: int) -> PolatisAuditModel:
     from drivers.scpi.audit import PolatisAuditModel
 
     return PolatisAuditModel(size)
 
 
-def _ssh_gpu_host(device: str, settings: Any, audit: AuditSink | None) -> Any:
-    # settings: drivers.transports.ssh.SshSettings. Imported here: paramiko loads only for labs with SSH hosts.
+def _ssh_gpu_host(device: str, settings: SshSettings, audit: AuditSink | None) -> GpuHostSsh:
+    # Imported here: paramiko loads only for labs with SSH hosts.
     from drivers.gpuhost import GpuHostSsh
     from drivers.transports.ssh import SshTransport
 
     return GpuHostSsh(SshTransport(settings, device, audit), device)
 
 
-def _qontrol_mesh(device: str, settings: TransportSettings, audit: AuditSink | None):
+def _qontrol_mesh(device: str, settings: TransportSettings, audit: AuditSink | None) -> QontrolMesh:
     from drivers.mesh import QontrolMesh
 
     return QontrolMesh(open_transport(settings, device, audit), device)
 
 
-def _scpi_mesh(device: str, settings: TransportSettings, audit: AuditSink | None):
+def _scpi_mesh(device: str, settings: TransportSettings, audit: AuditSink | None) -> ScpiMesh:
     from drivers.mesh import ScpiMesh
 
     return ScpiMesh(open_transport(settings, device, audit), device)
@@ -125,8 +148,10 @@ def driver_spec(name: str) -> DriverSpec | None:
     return DRIVERS.get(name) if name in DRIVERS else None
 
 
-def make_driver(driver_name: str, device: str, settings: Any, audit: AuditSink | None = None) -> Any:
-    """Build the driver `driver_name` for `device`; no I/O happens until its first call."""
+def make_driver(driver_name: str, device: str, settings: object, audit: AuditSink | None = None) -> Any:
+    """Build the driver `driver_name` for `device` over its transport's `settings`; no I/O happens until its first
+    call. The driver implements its family's capability (drivers.capabilities), hence Any (DriverFactory says why).
+    """
     spec = driver_spec(driver_name)
     if spec is None:
         raise ValueError(

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
+from drivers.capabilities import CircuitSwitch
 from drivers.errors import InterlockError
 
 # Methods that change a switch. Everything else (identify, connections, port_power...) only reads.
@@ -16,6 +18,8 @@ SWITCH_WRITES = {"connect", "disconnect", "disconnect_all", "set_port_enabled"}
 
 @dataclass(frozen=True)
 class Policy:
+    """The interlocks of one device, from the inventory: read-only, the ports a run may touch, those it must not."""
+
     device: str
     address: str
     read_only: bool = False
@@ -23,6 +27,7 @@ class Policy:
     reserved_ports: frozenset[int] = frozenset()
 
     def refuse(self, what: str, ports: Iterable[int] | None) -> None:
+        """Raise InterlockError if the policy forbids writing `what` on `ports` (None: no port named)."""
         if self.read_only:
             raise InterlockError(
                 f"refused {what}: the inventory marks {self.device} read-only",
@@ -49,21 +54,22 @@ class Policy:
 class GuardedSwitch:
     """A CircuitSwitch that checks every write against the policy before the driver sends anything."""
 
-    def __init__(self, switch, policy: Policy) -> None:
+    def __init__(self, switch: CircuitSwitch, policy: Policy) -> None:
         self._switch = switch
         self._policy = policy
 
     @property
-    def wrapped(self):
+    def wrapped(self) -> CircuitSwitch:
         """The driver it guards (to name it in an error; its writes go through the guard)."""
         return self._switch
 
-    def __getattr__(self, name: str):
+    # Any: the attribute is whatever the wrapped driver has under that name (a method, a plain value).
+    def __getattr__(self, name: str) -> Any:
         attr = getattr(self._switch, name)
         if name not in SWITCH_WRITES:
             return attr
 
-        def guarded(*args, **kwargs):
+        def guarded(*args: Any, **kwargs: Any) -> Any:
             if name == "disconnect_all":
                 self._policy.refuse(name, None)
                 if self._policy.reserved_ports or self._policy.allowed_ports is not None:

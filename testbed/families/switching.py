@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, TypedDict, TypeVar, cast
 
 from testbed.families.context import ProcedureContext
 from testbed.families.verify import VerificationError, check_holds, revert_unverified, wait_for_light
 
 Pair = tuple[int, int]
+Driver = TypeVar("Driver")
 
 
 def circuit_diff(
@@ -73,7 +74,8 @@ class Circuits(Protocol):
     def read(self) -> dict[int, int]:
         """The circuits the device holds (ingress -> egress)."""
 
-    def change(self, current: Mapping[int, int], target: Mapping[int, int], managed: Sequence[int]) -> Change: ...
+    def change(self, current: Mapping[int, int], target: Mapping[int, int], managed: Sequence[int]) -> Change:
+        """The change from `current` that makes the device hold `target`, touching `managed` ports only."""
 
     def apply(self, change: Change) -> None:
         """Send the change and return once the device has acknowledged it (settled)."""
@@ -85,14 +87,28 @@ class Circuits(Protocol):
         """The optical power (dBm) at these output ports."""
 
 
-def reconfigure_procedure(circuits_of: Callable[[Any], Circuits], doc: str) -> Callable[..., dict]:
+class ChangeResult(TypedDict):
+    """What a switch's reconfigure returns: the circuits added and removed, the weakest new output's power."""
+
+    added: int
+    removed: int
+    min_power_dbm: float | None  # None: light was not verified
+
+
+class Removed(TypedDict):
+    """What a switch's clear returns: how many of the playbook's circuits it removed."""
+
+    removed: int
+
+
+def reconfigure_procedure(circuits_of: Callable[[Driver], Circuits], doc: str) -> Callable[..., ChangeResult]:
     """A family's `reconfigure` procedure: `(driver, ctx, *, circuits, managed, verify_light, min_power_dbm,
     timeout_s)`, the driver seen through `circuits_of(driver)` (a Circuits), its cached circuits forgotten when
     it fails (testbed.families.context.forgets_on_error).
     """
 
     def procedure(
-        driver,
+        driver: Driver,
         ctx: ProcedureContext,
         *,
         circuits: list[Pair],
@@ -100,7 +116,7 @@ def reconfigure_procedure(circuits_of: Callable[[Any], Circuits], doc: str) -> C
         verify_light: bool = True,
         min_power_dbm: float = -20.0,
         timeout_s: float = 5.0,
-    ) -> dict:
+    ) -> ChangeResult:
         device = circuits_of(driver)
         try:
             return reconfigure(
@@ -130,7 +146,7 @@ def reconfigure(
     verify_light: bool,
     min_power_dbm: float,
     timeout_s: float,
-) -> dict:
+) -> ChangeResult:
     """Make the device hold `circuits`, changing circuits on `managed` ports only, commit-confirm (as NAPALM's).
 
     Marks: sent (first command written), acked (the device acknowledged the change: settled), lit (every new
@@ -139,7 +155,7 @@ def reconfigure(
     really left the device as it was.
     """
     target = dict(circuits)
-    current = ctx.cache.get(device.cache_key)
+    current = cast(Mapping[int, int] | None, ctx.cache.get(device.cache_key))  # what the last read stored
     if current is None:
         current = device.read()
     change = device.change(current, target, managed)
@@ -174,4 +190,5 @@ def reconfigure(
 
 
 def _restoring(device: Circuits, before: Mapping[int, int], managed: Sequence[int]) -> Callable[[], None]:
+    """Undoing the change: the device put back as it held `before`."""
     return lambda: device.restore(before, managed)

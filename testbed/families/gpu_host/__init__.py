@@ -5,12 +5,13 @@ background jobs, signals, the watch that sees a rank fail, and its power through
 from __future__ import annotations
 
 from drivers.capabilities import GpuHost
-from testbed.families.base import DeviceFamily, ProcedureSpec, TwinSupport
+from testbed.contracts.jsontypes import JsonObject
+from testbed.families.base import DeviceFamily, FamilyInventory, ProcedureSpec, TwinSupport
 from testbed.families.gpu_host import procedures
 from testbed.families.gpu_host.model import BmcConfig, GpuHostDevice, GpuHostEmulation
 
 
-def _twin_spec(name: str, dev: GpuHostDevice, inventory, seed: int) -> dict:
+def _twin_spec(name: str, dev: GpuHostDevice, inventory: FamilyInventory, seed: int) -> JsonObject:
     return {
         "kind": "gpu_host",
         "name": name,

@@ -13,11 +13,14 @@ from pydantic import Field, field_validator
 from testbed.config.common import Name, Strict
 from testbed.config.device import DeviceConfig
 from testbed.contracts.errors import UserError
+from testbed.contracts.jsontypes import JsonObject
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class GpuHostEmulation(Strict):
+    """How the twin emulates the host: the name its GPUs report."""
+
     gpu_name: str = "NVIDIA H100 80GB HBM3"
 
 
@@ -29,19 +32,21 @@ class BmcConfig(Strict):
 
     address: str = Field(description="the BMC's HTTPS address: https://HOST[:PORT] (a bare HOST means https)")
     system: str | None = Field(
-        None, description="Id of the ComputerSystem under /redfish/v1/Systems; default: the only (or first) one"
+        default=None, description="Id of the ComputerSystem under /redfish/v1/Systems; default: the only (or first) one"
     )
     user: str = Field(min_length=1)
     password_env: str = Field(
         pattern=ENV_NAME, description="environment variable holding the BMC password; never put the password here"
     )
     ca_file: str | None = Field(
-        None,
+        default=None,
         description="PEM file the BMC's certificate must chain to (its CA, or the certificate itself to pin it); "
         "default: the CA bundle requests ships (certifi)",
     )
-    timeout_ms: int = Field(10000, gt=0, le=600_000, description="per request")
-    power_wait_ms: int = Field(60000, gt=0, le=3_600_000, description="how long PowerState may take to follow a reset")
+    timeout_ms: int = Field(default=10000, gt=0, le=600_000, description="per request")
+    power_wait_ms: int = Field(
+        default=60000, gt=0, le=3_600_000, description="how long PowerState may take to follow a reset"
+    )
 
     @field_validator("address")
     @classmethod
@@ -85,7 +90,7 @@ class BmcConfig(Strict):
             out.append(f"{host}: bmc.ca_file {self.ca_file} does not exist on this machine")
         return out
 
-    def call_args(self, host: str) -> dict:
+    def call_args(self, host: str) -> JsonObject:
         """The BMC's settings as a procedure's kwargs (drivers.redfish.RedfishSettings.from_dict): plain data,
         the password under a key the recorder masks (testbed/results/redact.py) wherever kwargs are written down.
         """
@@ -102,9 +107,11 @@ class BmcConfig(Strict):
 
 
 class GpuHostDevice(DeviceConfig):
+    """A GPU server reached over SSH (kind gpu_host): its GPUs, its optical ports, its rack, its BMC."""
+
     kind: Literal["gpu_host"]
-    gpus: int = Field(8, ge=0, le=64)
+    gpus: int = Field(default=8, ge=0, le=64)
     ports: list[Name] = Field(default_factory=lambda: ["p0"], description="optical ports (NICs) of the host")
     rack: str | None = None
     emulation: GpuHostEmulation = GpuHostEmulation()
-    bmc: BmcConfig | None = Field(None, description="the host's BMC (Redfish): how a lab powers it off and on")
+    bmc: BmcConfig | None = Field(default=None, description="the host's BMC (Redfish): how a lab powers it off and on")

@@ -7,17 +7,78 @@ import re
 import time
 from collections import deque
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
 from drivers.capabilities import GpuHost, JobHandle
 from drivers.errors import DeviceCommandError, DeviceTimeout
+from testbed.contracts.jsontypes import JsonObject
 from testbed.families.context import ProcedureContext
 
+if TYPE_CHECKING:
+    from drivers.redfish import RedfishBmc
 
-def _job(job: dict | JobHandle) -> JobHandle:
+
+class JobDict(TypedDict):
+    """A job's handle as plain data (drivers.capabilities.JobHandle's fields): how a job crosses the actor boundary."""
+
+    host: str
+    name: str
+    pid: int
+    log: str
+    workdir: str
+
+
+class StraggleHost(GpuHost, Protocol):
+    """A GpuHost that runs the duty-cycle agent (drivers.gpuhost.GpuHostSsh is one): what host.straggle drives."""
+
+    def start_straggle(
+        self, job: JobHandle, duty: float, period_ms: float, *, timeout_s: float = 30.0
+    ) -> tuple[int, int, str]:
+        """Start the agent on the job's process group: (its pid, when its start line arrived in ns, its log)."""
+
+    def stop_straggle(self, job: JobHandle, agent: int | None = None) -> JsonObject:
+        """End every agent on the job's process group and continue the group; what became of each."""
+
+
+class Detection(TypedDict):
+    """What gpu.watch_job returns: the failure it saw (None: none within max_s) and its evidence."""
+
+    detected: str | None  # "process_exit", "gpu_lost", "xid", "stall"
+    evidence: str
+    last_step: int | None
+    detected_ns: int | None
+    health: JsonObject | None  # the probe taken when it was detected
+
+
+class StepReached(TypedDict):
+    """What gpu.wait_step returns: the step seen, its line, when it arrived, the step the job resumed from."""
+
+    step: int
+    line: str | None
+    first_step_ns: int
+    resumed: int | None
+
+
+class StepTimes(TypedDict):
+    """What gpu.step_times returns: the steps seen and when each line arrived (monotonic ns)."""
+
+    steps: list[int]
+    ns: list[int]
+
+
+class JobOutput(TypedDict):
+    """What gpu.job_output returns: the matching lines, each as [line, monotonic ns], and the log's last lines."""
+
+    lines: list[list[str | int]]
+    tail: list[str]
+
+
+def _job(job: JobDict | JobHandle) -> JobHandle:
     return job if isinstance(job, JobHandle) else JobHandle(**job)
 
 
-def identify(host: GpuHost, ctx: ProcedureContext) -> dict:
+def identify(host: GpuHost, ctx: ProcedureContext) -> JsonObject:
+    """The host's identity and its GPUs, as nvidia-smi lists them."""
     ident = host.identify()
     gpus = host.gpus()
     return {**dataclasses.asdict(ident), "gpus": [dataclasses.asdict(g) for g in gpus]}
@@ -32,17 +93,22 @@ def start_job(
     gpus: list[int] | None = None,
     env: dict[str, str] | None = None,
     workdir: str | None = None,
-) -> dict:
+) -> JsonObject:
     """Start a job in the background. Mark: job_started (the host returned its pid)."""
     handle = host.run_job(command, name=name, gpus=gpus, env=env, workdir=workdir)
     ctx.mark("job_started")
-    ctx.cache.setdefault("jobs", {})[name] = handle
+    cast(dict[str, JobHandle], ctx.cache.setdefault("jobs", {}))[name] = handle  # by name, for wait_step
     return dataclasses.asdict(handle)
 
 
 def job_status(
-    host: GpuHost, ctx: ProcedureContext, *, job: dict, progress: str | None = r"step (\d+)", tail_lines: int = 50
-) -> dict:
+    host: GpuHost,
+    ctx: ProcedureContext,
+    *,
+    job: JobDict,
+    progress: str | None = r"step (\d+)",
+    tail_lines: int = 50,
+) -> JsonObject:
     """The job's state and progress. Mark: progress_seen when the pattern has matched."""
     status = host.job_status(_job(job), progress=progress, tail_lines=tail_lines)
     if status.progress is not None:
@@ -50,7 +116,8 @@ def job_status(
     return dataclasses.asdict(status)
 
 
-def stop_job(host: GpuHost, ctx: ProcedureContext, *, job: dict, grace_s: float = 5.0) -> dict:
+def stop_job(host: GpuHost, ctx: ProcedureContext, *, job: JobDict, grace_s: float = 5.0) -> JsonObject:
+    """Stop the job (TERM, then KILL after `grace_s`). Mark: job_stopped."""
     result = host.stop_job(_job(job), grace_s=grace_s)
     ctx.mark("job_stopped")
     return {"pid": _job(job).pid, "result": result}
@@ -61,12 +128,12 @@ def stop_job(host: GpuHost, ctx: ProcedureContext, *, job: dict, grace_s: float 
 PROGRESS = r"^step (\d+)\b"  # testbed-train's `step N loss L`; anchored so `resumed from step N` is no step
 
 
-def health(host: GpuHost, ctx: ProcedureContext) -> dict:
+def health(host: GpuHost, ctx: ProcedureContext) -> JsonObject:
     """One health probe: GPUs (lost ones too), the kernel's Xid lines, ok."""
     return host.health()
 
 
-def kill_job(host: GpuHost, ctx: ProcedureContext, *, job: dict, signal: str = "KILL") -> dict:
+def kill_job(host: GpuHost, ctx: ProcedureContext, *, job: JobDict, signal: str = "KILL") -> JsonObject:
     """Send a signal to the job's process group, the way a lab injects process.kill (KILL), process.hang
     (STOP) or gpu.fail's effect on the job. Mark: fault_injected at the midpoint of the `kill` exec (the
     signal is delivered somewhere inside it; the midpoint is off by at most half the call); for CONT,
@@ -80,7 +147,7 @@ def kill_job(host: GpuHost, ctx: ProcedureContext, *, job: dict, signal: str = "
     return {"pid": handle.pid, "signal": signal, ("fault_healed_ns" if healing else "fault_injected_ns"): ns}
 
 
-def resume_job(host: GpuHost, ctx: ProcedureContext, *, job: dict) -> dict:
+def resume_job(host: GpuHost, ctx: ProcedureContext, *, job: JobDict) -> JsonObject:
     """Heal process.hang: SIGCONT to the job's process group if it is still there (a run that detected the
     hang has stopped the job by then, and `testbed heal` may find it gone). Mark: fault_healed.
     """
@@ -98,8 +165,14 @@ def resume_job(host: GpuHost, ctx: ProcedureContext, *, job: dict) -> dict:
 
 
 def straggle_start(
-    host: GpuHost, ctx: ProcedureContext, *, job: dict, duty: float, period_ms: float, timeout_s: float = 30.0
-) -> dict:
+    host: StraggleHost,
+    ctx: ProcedureContext,
+    *,
+    job: JobDict,
+    duty: float,
+    period_ms: float,
+    timeout_s: float = 30.0,
+) -> JsonObject:
     """Inject host.straggle on a lab: start the host's duty-cycle agent (testbed-straggle), which stops the
     job's process group for `duty` of every `period_ms`. Mark: fault_injected when the agent's start line
     arrived (it prints it once it has stopped the group the first time). The agent's pid is in the result,
@@ -111,7 +184,7 @@ def straggle_start(
     return {"pid": handle.pid, "agent": agent, "log": log, "duty": duty, "period_ms": period_ms, "injected_ns": ns}
 
 
-def straggle_stop(host: GpuHost, ctx: ProcedureContext, *, job: dict, agent: int | None = None) -> dict:
+def straggle_stop(host: StraggleHost, ctx: ProcedureContext, *, job: JobDict, agent: int | None = None) -> JsonObject:
     """Heal host.straggle on a lab: end the job's duty-cycle agents (SIGTERM; each continues the group as it
     ends) and SIGCONT the group once they are gone, in case one was killed outright. Mark: fault_healed.
     """
@@ -125,14 +198,14 @@ def watch_job(
     host: GpuHost,
     ctx: ProcedureContext,
     *,
-    job: dict,
+    job: JobDict,
     heartbeat_s: float = 0.05,
     stall_timeout_s: float = 5.0,
     progress: str = PROGRESS,
     max_s: float = 120.0,
     first_step_after: float | None = None,
     health_every_s: float | None = 1.0,
-) -> dict:
+) -> Detection:
     """Block until the job fails, then say how. Marks: watching, once the watch channel reports (its first
     event: a log line or a heartbeat of silence; inject faults after it), and failure_detected, the moment
     the failure is detected.
@@ -153,7 +226,7 @@ def watch_job(
     last_probe = start
     recent: list[str] = []
 
-    def result(kind: str | None, evidence: str, ns: int | None, probe: dict | None = None) -> dict:
+    def result(kind: str | None, evidence: str, ns: int | None, probe: JsonObject | None = None) -> Detection:
         return {"detected": kind, "evidence": evidence, "last_step": last_step, "detected_ns": ns, "health": probe}
 
     watching = False
@@ -242,14 +315,14 @@ def wait_step(
     host: GpuHost,
     ctx: ProcedureContext,
     *,
-    job: dict | str,
+    job: JobDict | str,
     progress: str = PROGRESS,
     min_step: int,
     max_s: float = 120.0,
     heartbeat_s: float = 0.05,
     mark: str = "first_step",
     ready: str | None = None,
-) -> dict:
+) -> StepReached:
     """Block until the job's log shows a step >= min_step (the log is read from its start). Mark:
     first_step, when that line is received. Raises DeviceCommandError if the job exits first and
     DeviceTimeout after max_s. Returns {"step", "line", "first_step_ns"}.
@@ -260,7 +333,7 @@ def wait_step(
     second watch got round to reading it (the twin's ground truth showed the difference: ~90 ms).
     """
     # A name: a job this actor started earlier in the same program (its handle is in the cache).
-    handle = ctx.cache["jobs"][job] if isinstance(job, str) else _job(job)
+    handle = cast(dict[str, JobHandle], ctx.cache["jobs"])[job] if isinstance(job, str) else _job(job)
     start = time.monotonic_ns()
     recent: deque[str] = deque(maxlen=LAST_WORDS)
     ready_rx = re.compile(ready) if ready else None
@@ -301,12 +374,12 @@ def step_times(
     host: GpuHost,
     ctx: ProcedureContext,
     *,
-    job: dict,
+    job: JobDict,
     progress: str = PROGRESS,
     count: int = 10,
     max_s: float = 120.0,
     heartbeat_s: float = 0.05,
-) -> dict:
+) -> StepTimes:
     """Follow the job's log from now on and return the receive time (monotonic ns) of its next `count`
     progress lines: the job's own iteration times, as the host sees them.
     """
@@ -340,18 +413,18 @@ def job_output(
     host: GpuHost,
     ctx: ProcedureContext,
     *,
-    job: dict,
+    job: JobDict,
     pattern: str,
     max_s: float = 300.0,
     heartbeat_s: float = 0.05,
-) -> dict:
+) -> JobOutput:
     """Follow the job's log from its start until the job exits; returns the lines matching `pattern`, each with
     its receive time (monotonic ns), and the log's last lines. Raises DeviceTimeout after max_s.
     """
     handle = _job(job)
     rx = re.compile(pattern)
     start = time.monotonic_ns()
-    lines: list[list] = []
+    lines: list[list[str | int]] = []
     tail: list[str] = []
     for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=None, lines=None):
         if ev.line is not None:
@@ -374,7 +447,7 @@ def job_output(
 # --- host power through its BMC (host.power_off on a lab) -------------------------------------------------
 
 
-def _bmc(host: GpuHost, ctx: ProcedureContext, bmc: dict):
+def _bmc(host: GpuHost, ctx: ProcedureContext, bmc: JsonObject) -> RedfishBmc:
     """The host's BMC driver (drivers/redfish/bmc.py), its traffic in the host's audit log. Made for each call and
     logged out at its end: a BMC has a handful of session slots, and a session held between a run's calls
     would keep one for as long as the hub lives.
@@ -385,7 +458,7 @@ def _bmc(host: GpuHost, ctx: ProcedureContext, bmc: dict):
     return RedfishBmc(RedfishSettings.from_dict(bmc), ctx.device, audit)
 
 
-def power_off(host: GpuHost, ctx: ProcedureContext, *, bmc: dict) -> dict:
+def power_off(host: GpuHost, ctx: ProcedureContext, *, bmc: JsonObject) -> JsonObject:
     """Inject host.power_off on a lab: ComputerSystem.Reset ForceOff through the host's BMC (Redfish), then
     PowerState read back until it is Off. Mark: fault_injected at the midpoint of the reset request (the BMC
     cut the power somewhere inside it). `bmc`: BmcConfig.call_args (the inventory's bmc: and its password).
@@ -404,7 +477,7 @@ def power_off(host: GpuHost, ctx: ProcedureContext, *, bmc: dict) -> dict:
     return {**done, "fault_injected_ns": ns}
 
 
-def power_on(host: GpuHost, ctx: ProcedureContext, *, bmc: dict) -> dict:
+def power_on(host: GpuHost, ctx: ProcedureContext, *, bmc: JsonObject) -> JsonObject:
     """Heal host.power_off on a lab: ComputerSystem.Reset On through the host's BMC, then PowerState read back
     until it is On (nothing is sent when it already is). The operating system boots after that: the host's
     SSH comes back when it has. Mark: fault_healed once PowerState reads On.

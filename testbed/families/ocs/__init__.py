@@ -6,7 +6,9 @@ its circuits as lab state, and its twin.
 from __future__ import annotations
 
 from drivers.capabilities import CircuitSwitch
-from testbed.families.base import DeviceFamily, ProcedureSpec, TwinSupport
+from testbed.config.transports import TransportConfig
+from testbed.contracts.jsontypes import JsonObject
+from testbed.families.base import DeviceFamily, FamilyInventory, Problem, ProcedureSpec, TwinSupport
 from testbed.families.drivers import driver_spec
 from testbed.families.interlocks import Policy
 from testbed.families.ocs import procedures
@@ -17,11 +19,13 @@ CHANGE_MARKS = ("sent", "acked", "lit", "reverted")
 
 def _policy(name: str, dev: OcsDevice) -> Policy:
     allowed = frozenset(dev.allowed_ports) if dev.allowed_ports is not None else None
-    return Policy(name, dev.transport.address(), dev.read_only, allowed, frozenset(dev.reserved_ports))
+    # Typed here: the device's transport is a union built from the registry at run time, which mypy cannot read.
+    transport: TransportConfig = dev.transport
+    return Policy(name, transport.address(), dev.read_only, allowed, frozenset(dev.reserved_ports))
 
 
-def _check(name: str, dev: OcsDevice, inventory) -> list:
-    problems = []
+def _check(name: str, dev: OcsDevice, inventory: FamilyInventory) -> list[Problem]:
+    problems: list[Problem] = []
     top = 2 * dev.size
     for key in ("allowed_ports", "reserved_ports"):
         bad = next((p for p in getattr(dev, key) or [] if not 1 <= p <= top), None)
@@ -45,7 +49,7 @@ def _check(name: str, dev: OcsDevice, inventory) -> list:
     return problems
 
 
-def _twin_spec(name: str, dev: OcsDevice, inventory, seed: int) -> dict:
+def _twin_spec(name: str, dev: OcsDevice, inventory: FamilyInventory, seed: int) -> JsonObject:
     e = dev.emulation
     return {
         "kind": "ocs",

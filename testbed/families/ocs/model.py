@@ -13,9 +13,11 @@ from testbed.config.device import SwitchConfig
 
 
 class OcsEmulation(Strict):
-    switching_time_ms: float = Field(25.0, ge=0, le=60_000)
-    jitter_ms: float = Field(0.5, ge=0, le=10_000)
-    insertion_loss_db: float = Field(1.0, ge=0, le=60)
+    """How the twin emulates the switch: its timing, its loss, its identity, the circuits it starts with."""
+
+    switching_time_ms: float = Field(default=25.0, ge=0, le=60_000)
+    jitter_ms: float = Field(default=0.5, ge=0, le=10_000)
+    insertion_loss_db: float = Field(default=1.0, ge=0, le=60)
     idn: str = "Polatis,N-OST-32x32-LU1-DMHNS,000001,6.5.2.18"
     circuits: list[tuple[int, int]] = Field(
         default_factory=list,
@@ -25,17 +27,21 @@ class OcsEmulation(Strict):
 
 
 class OcsDevice(SwitchConfig):
+    """An optical circuit switch (kind ocs): ingress ports 1..N, egress N+1..2N, and the ports a run may touch."""
+
     kind: Literal["ocs"]
-    allowed_ports: PortList | None = Field(None, description="ports a run may touch; default all")
+    allowed_ports: PortList | None = Field(default=None, description="ports a run may touch; default all")
     reserved_ports: PortList = Field(default_factory=list, description="ports a run must never touch")
     emulation: OcsEmulation = OcsEmulation()
 
     def port_allowed(self, port: int) -> bool:
+        """Whether a run may touch `port`: not reserved, and among allowed_ports if those are given."""
         if port in self.reserved_ports:
             return False
         return self.allowed_ports is None or port in self.allowed_ports
 
     def port_reserved(self, port: int) -> bool:
+        """Whether `port` is reserved: a run must never touch it."""
         return port in self.reserved_ports
 
     def pass_loss_db(self) -> float:

@@ -3,16 +3,45 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
 
 from drivers.capabilities import CircuitSwitch, PortControl
 from drivers.errors import DeviceCommandError
 from testbed.families import switching
 from testbed.families.context import ProcedureContext, forgets_on_error
-from testbed.families.switching import Change, Wording, circuit_diff
+from testbed.families.switching import Change, Removed, Wording, circuit_diff
 from testbed.families.verify import VerificationError
 
 
-def identify(switch: CircuitSwitch, ctx: ProcedureContext, *, expected_size: int | None = None) -> dict:
+class SwitchIdentity(TypedDict):
+    """What ocs.identify returns: the switch's identity, its port counts and the circuits it holds."""
+
+    vendor: str
+    model: str
+    serial: str
+    firmware: str
+    size: list[int]  # [ingress ports, egress ports]
+    circuits: dict[int, int]
+
+
+class PortsDisabled(TypedDict):
+    """What ocs.disable_ports returns: the ports, their states read back, and when they went dark."""
+
+    ports: list[int]
+    states: dict[int, str]
+    fault_injected_ns: int
+
+
+class PortsEnabled(TypedDict):
+    """What ocs.enable_ports returns: the ports and their states read back."""
+
+    ports: list[int]
+    states: dict[int, str]
+
+
+def identify(switch: CircuitSwitch, ctx: ProcedureContext, *, expected_size: int | None = None) -> SwitchIdentity:
+    """The switch's identity and the circuits it holds (cached); VerificationError if its size is not as inventoried."""
     ident = switch.identify()
     n_in, n_out = switch.size()
     if expected_size is not None and (n_in, n_out) != (expected_size, expected_size):
@@ -24,20 +53,21 @@ def identify(switch: CircuitSwitch, ctx: ProcedureContext, *, expected_size: int
             received=f"{n_in},{n_out}",
             hint="correct `size` in the inventory, or check that the address points at the right switch",
         )
-    ctx.cache["connections"] = switch.connections()
+    circuits = ctx.cache["connections"] = switch.connections()
     return {
         "vendor": ident.vendor,
         "model": ident.model,
         "serial": ident.serial,
         "firmware": ident.firmware,
         "size": [n_in, n_out],
-        "circuits": ctx.cache["connections"],
+        "circuits": circuits,
     }
 
 
 def connections(switch: CircuitSwitch, ctx: ProcedureContext) -> dict[int, int]:
-    ctx.cache["connections"] = switch.connections()
-    return ctx.cache["connections"]
+    """The circuits the switch holds (ingress -> egress), kept in the cache for the next change."""
+    circuits = ctx.cache["connections"] = switch.connections()
+    return circuits
 
 
 class _SwitchCircuits:
@@ -58,13 +88,16 @@ class _SwitchCircuits:
         self.switch = switch
 
     def read(self) -> dict[int, int]:
+        """The circuits the switch holds."""
         return self.switch.connections()
 
-    def change(self, current, target, managed) -> Change:
+    def change(self, current: Mapping[int, int], target: Mapping[int, int], managed: Sequence[int]) -> Change:
+        """The smallest change: circuits on `managed` ports removed only where they are in the way."""
         remove, add = circuit_diff(current, sorted(target.items()), managed)
         return Change(holds=target, removed=remove, added=add)
 
     def apply(self, change: Change) -> None:
+        """Disconnect, connect, check the error queue, wait for the mirrors to settle."""
         # Commands go back to back, and the error queue is read while the mirrors move: the switch executes
         # commands in order, so the errors of both are queued by then, and the check takes no time of its own.
         # A refused change is reported before waiting for a move that may never come.
@@ -75,7 +108,8 @@ class _SwitchCircuits:
         self.switch.check_errors("the circuit change")
         self.switch.wait_settled()
 
-    def restore(self, before, managed) -> None:
+    def restore(self, before: Mapping[int, int], managed: Sequence[int]) -> None:
+        """Put back the circuits of `before` on `managed` ports."""
         remove, add = circuit_diff(self.switch.connections(), sorted(before.items()), managed)
         if remove:
             self.switch.disconnect(remove, check=False)
@@ -84,7 +118,8 @@ class _SwitchCircuits:
         self.switch.wait_settled()
         self.switch.check_errors("reverting the unverified change")
 
-    def power(self, ports) -> dict[int, float]:
+    def power(self, ports: Sequence[int]) -> dict[int, float]:
+        """The egress ports' power (dBm)."""
         return self.switch.port_power(ports)
 
 
@@ -99,7 +134,7 @@ testbed.families.switching.reconfigure).""",
 
 
 @forgets_on_error("connections")
-def clear(switch: CircuitSwitch, ctx: ProcedureContext, *, managed: list[int]) -> dict:
+def clear(switch: CircuitSwitch, ctx: ProcedureContext, *, managed: list[int]) -> Removed:
     """Remove every circuit on `managed` ports; leave the rest of the switch alone."""
     current = switch.connections()
     remove, _ = circuit_diff(current, [], managed)
@@ -115,7 +150,7 @@ def clear(switch: CircuitSwitch, ctx: ProcedureContext, *, managed: list[int]) -
 # --- ports out of service and back (the link.down fault kind) ------------------------------------------
 
 
-def _port_control(switch, ctx: ProcedureContext) -> PortControl:
+def _port_control(switch: CircuitSwitch, ctx: ProcedureContext) -> PortControl:
     """The switch's PortControl capability, or a refusal naming its driver before anything is sent."""
     missing = [m for m in ("set_port_enabled", "port_states") if not callable(getattr(switch, m, None))]
     if missing:
@@ -130,7 +165,7 @@ def _port_control(switch, ctx: ProcedureContext) -> PortControl:
     return switch
 
 
-def _states(switch: PortControl, ctx: ProcedureContext, ports: list[int], want: set[str], what: str) -> dict:
+def _states(switch: PortControl, ctx: ProcedureContext, ports: list[int], want: set[str], what: str) -> dict[int, str]:
     """Read the ports' states back; VerificationError unless each is one of `want`."""
     states = {int(p): s for p, s in switch.port_states(ports).items()}
     wrong = {p: states.get(p) for p in ports if states.get(p) not in want}
@@ -146,7 +181,7 @@ def _states(switch: PortControl, ctx: ProcedureContext, ports: list[int], want: 
     return states
 
 
-def disable_ports(switch, ctx: ProcedureContext, *, ports: list[int]) -> dict:
+def disable_ports(switch: CircuitSwitch, ctx: ProcedureContext, *, ports: list[int]) -> PortsDisabled:
     """Take `ports` out of service (they carry no light; their circuits stay), then read their states back:
     each must be disabled (or failed, dark too). Mark: fault_injected at the midpoint of the disable command
     (the switch applies it somewhere inside that call; the midpoint is off by at most half of it).
@@ -160,7 +195,7 @@ def disable_ports(switch, ctx: ProcedureContext, *, ports: list[int]) -> dict:
     return {"ports": ports, "states": states, "fault_injected_ns": ns}
 
 
-def enable_ports(switch, ctx: ProcedureContext, *, ports: list[int]) -> dict:
+def enable_ports(switch: CircuitSwitch, ctx: ProcedureContext, *, ports: list[int]) -> PortsEnabled:
     """Put `ports` back in service, then read their states back: each must be enabled (a failed port is not
     repaired by enabling it, and is reported). Mark: fault_healed once the switch has taken the command.
     """
@@ -172,6 +207,6 @@ def enable_ports(switch, ctx: ProcedureContext, *, ports: list[int]) -> dict:
     return {"ports": ports, "states": states}
 
 
-def port_states(switch, ctx: ProcedureContext, *, ports: list[int]) -> dict[int, str]:
+def port_states(switch: CircuitSwitch, ctx: ProcedureContext, *, ports: list[int]) -> dict[int, str]:
     """Each port's state: E (enabled), D (disabled) or F (failed)."""
     return {int(p): s for p, s in _port_control(switch, ctx).port_states(sorted({int(p) for p in ports})).items()}

@@ -6,14 +6,15 @@ a run does not record their setting before it starts.
 from __future__ import annotations
 
 from drivers.capabilities import PhotonicMesh
-from testbed.families.base import DeviceFamily, ProcedureSpec, TwinSupport
+from testbed.contracts.jsontypes import JsonObject
+from testbed.families.base import DeviceFamily, FamilyInventory, ProcedureSpec, TwinSupport
 from testbed.families.photonic_mesh import procedures
 from testbed.families.photonic_mesh.model import MeshDevice, MeshEmulation
 
 CHANGE_MARKS = ("sent", "acked", "lit", "reverted")
 
 
-def _twin_spec(name: str, dev: MeshDevice, inventory, seed: int) -> dict:
+def _twin_spec(name: str, dev: MeshDevice, inventory: FamilyInventory, seed: int) -> JsonObject:
     e = dev.emulation
     return {
         "kind": "photonic_mesh",

@@ -14,20 +14,24 @@ from testbed.config.device import SwitchConfig
 
 
 class MeshEmulation(Strict):
-    settling_time_us: float = Field(4.0, ge=0)
+    """How the twin emulates the chip's physics: settling, crosstalk, loss, and its heaters' spread and noise."""
+
+    settling_time_us: float = Field(default=4.0, ge=0)
     drive: Literal["voltage", "current"] = "current"
-    crosstalk: float = Field(0.02, ge=0, le=1)
-    insertion_loss_db: float = Field(0.1, ge=0, le=10)
-    heater_resistance_ohm: float = Field(1000.0, gt=0, le=1e6)
-    p_pi_mw: float = Field(30.0, gt=0, le=1000, description="nominal heater power for a pi phase shift")
-    alpha_spread: float = Field(0.05, ge=0, le=0.5, description="relative per-heater spread of the efficiency")
-    phi0_spread_rad: float = Field(6.283185307179586, ge=0, le=6.283185307179586)
-    noise_rel: float = Field(0.002, ge=0, le=0.5, description="photodiode relative noise (1 sigma)")
+    crosstalk: float = Field(default=0.02, ge=0, le=1)
+    insertion_loss_db: float = Field(default=0.1, ge=0, le=10)
+    heater_resistance_ohm: float = Field(default=1000.0, gt=0, le=1e6)
+    p_pi_mw: float = Field(default=30.0, gt=0, le=1000, description="nominal heater power for a pi phase shift")
+    alpha_spread: float = Field(default=0.05, ge=0, le=0.5, description="relative per-heater spread of the efficiency")
+    phi0_spread_rad: float = Field(default=6.283185307179586, ge=0, le=6.283185307179586)
+    noise_rel: float = Field(default=0.002, ge=0, le=0.5, description="photodiode relative noise (1 sigma)")
 
 
 class MeshDevice(SwitchConfig):
+    """A programmable photonic chip used as a circuit switch (kind photonic_mesh): inputs 1..N, outputs N+1..2N."""
+
     kind: Literal["photonic_mesh"]
-    size: int = Field(8, ge=2, le=256, description="optical ports per side")
+    size: int = Field(default=8, ge=2, le=256, description="optical ports per side")
     emulation: MeshEmulation = MeshEmulation()
 
     def pass_loss_db(self) -> float:
