@@ -33,6 +33,7 @@ from testbed.steps.wait import Wait, WaitStep
 
 
 def action_of(model: type[StepModel]) -> str:
+    """The `action` a step kind's model declares (the one value of its Literal)."""
     return str(typing.get_args(model.model_fields["action"].annotation)[0])
 
 

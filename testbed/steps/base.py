@@ -66,6 +66,7 @@ class PlanContext:
 
     @property
     def world(self) -> int:
+        """The job's number of ranks (0 when the playbook has no job)."""
         job = self.playbook.job
         return len(job.ranks) if job is not None else 0
 
@@ -143,9 +144,11 @@ class StepModel(Strict):
         return []
 
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
+        """The steps the engine executes for this one, for the trial's sweep point; PlanError when it cannot run."""
         raise NotImplementedError(f"{type(self).__name__} has no plan()")
 
     def nested(self) -> list[StepModel]:
+        """The steps written inside this one (a parallel step's `steps`)."""
         return []
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StringConstraints
+from typing_extensions import override
 
 from testbed.config.common import PARAM_REF, Name, Strict, param_name
 from testbed.fabric.circuits import parse_link
@@ -69,6 +70,7 @@ class CollectiveAllreduce(StepModel):
     measure: Name = "collective"
     job_timeout_ms: int = Field(600_000, gt=0, description="for the whole job to run its all-reduces")
 
+    @override
     def check(self, ctx: CheckContext) -> list[Problem]:
         problems = ctx.sweep_ref(self.case, ("case",)) + ctx.sweep_ref(self.sizes, ("sizes",))
         picked = _values(ctx, self.case)
@@ -101,6 +103,7 @@ class CollectiveAllreduce(StepModel):
                 problems += [(loc, p) for p in _topology_problems(case, ctx.playbook.configurations, hosts)]
         return problems
 
+    @override
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         name = ctx.swept(self.case)
         if name not in self.cases:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.tree import Tree
+from typing_extensions import override
 
 from testbed.contracts.engine import StepEngine
 from testbed.contracts.errors import StepFailed
@@ -21,12 +22,16 @@ from testbed.steps.rail_train_job import Route
 
 @dataclass(frozen=True)
 class CollectiveStage:
+    """One stage of the collective: the configuration its traffic needs, and where each rank sends."""
+
     apply: ApplyStep  # the configuration the stage's traffic needs (what a rank asks the fabric service for)
     routes: dict[int, Route]  # rank -> where it sends in this stage
 
 
 @dataclass(frozen=True)
 class CollectiveStep(Planned):
+    """The job's all-reduces of each size over one case, its fabric changes served, each measured one recorded."""
+
     case: str
     algorithm: str
     fabric: str
@@ -38,13 +43,16 @@ class CollectiveStep(Planned):
     first: ApplyStep  # in place before the job starts
     job_timeout_s: float
 
+    @override
     def execute(self, engine: StepEngine) -> None:
         run_collective_job(self, engine)
 
+    @override
     def devices(self, plan: PlanView) -> Touches:
         switches = {sw for s in self.stages for sw in s.apply.circuits} | set(self.first.circuits)
         return Touches(writes=frozenset(switches), reads=frozenset(plan.playbook.job.ranks))
 
+    @override
     def describe(self, node: Tree, plan: PlanView) -> None:
         branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure)}.time)")
         hosts = plan.playbook.job.ranks

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 from rich.tree import Tree
+from typing_extensions import override
 
 from testbed.config.common import Name
 from testbed.contracts.engine import StepEngine
@@ -36,12 +37,14 @@ class FabricApply(StepModel):
     min_power_dbm: float = Field(-20.0, description="light is verified when every new egress reads above this")
     timeout_ms: int = Field(5000, gt=0, description="for acknowledgement and light to appear")
 
+    @override
     def check(self, ctx: CheckContext) -> list[Problem]:
         if self.configuration not in ctx.playbook.configurations:
             known = ", ".join(ctx.playbook.configurations) or "none defined"
             return [(("configuration",), f"no configuration named {self.configuration!r} (configurations: {known})")]
         return []
 
+    @override
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         label = self.name or f"apply {self.configuration}"
         return (apply_step(ctx, self.configuration, label, self, measure=self.measure),)
@@ -67,6 +70,8 @@ def apply_step(
 
 @dataclass(frozen=True)
 class ApplyStep(Planned):
+    """One configuration put in place on every switch at once (each family's reconfigure), measured if asked."""
+
     configuration: str
     circuits: dict[str, tuple[Pair, ...]]  # switch -> the circuits it must hold
     managed: dict[str, tuple[int, ...]]  # switch -> ports this playbook owns (circuits on them may be removed)
@@ -92,6 +97,7 @@ class ApplyStep(Planned):
             for sw, pairs in self.circuits.items()
         }
 
+    @override
     def execute(self, engine: StepEngine) -> None:
         results = engine.call(self.calls(engine), self.label)
         self.measured(engine, list(results.values()))
@@ -120,6 +126,7 @@ class ApplyStep(Planned):
                 data={"ms": (end - start) / 1e6, "start_ns": start, "end_ns": end},
             )
 
+    @override
     def single_device(self) -> str | None:
         # A step that reads the device's ground truth after it ran cannot join a batch: the truth must be read
         # before the next step changes the device.
@@ -127,9 +134,11 @@ class ApplyStep(Planned):
             return next(iter(self.circuits))
         return None
 
+    @override
     def devices(self, plan: PlanView) -> Touches:
         return Touches(writes=frozenset(self.circuits))
 
+    @override
     def describe(self, node: Tree, plan: PlanView) -> None:
         branch = node.add(escape(self.label) + (f" [cyan](measure {escape(self.measure)})" if self.measure else ""))
         show_circuits(branch, self.circuits)
@@ -140,6 +149,7 @@ class ApplyStep(Planned):
 
 
 def show_circuits(node: Tree, circuits: dict[str, tuple[Pair, ...]]) -> None:
+    """Each switch's circuits under `node` in the plan view (the first few of each, the rest counted)."""
     for sw, pairs in circuits.items():
         shown = " ".join(f"{i}>{e}" for i, e in pairs[:SHOWN_CIRCUITS]) + (
             " ..." if len(pairs) > SHOWN_CIRCUITS else ""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from pydantic import Field
+from typing_extensions import override
 
 from testbed.config.common import Name
 from testbed.steps.base import CheckContext, PlanContext, Planned, Problem, StepModel
@@ -28,12 +29,14 @@ class FabricCycle(StepModel):
     )
     sequential: ClassVar[bool] = True  # a sequence of changes: not inside `parallel` (the planner refuses it)
 
+    @override
     def check(self, ctx: CheckContext) -> list[Problem]:
         if self.schedule not in ctx.playbook.schedules:
             known = ", ".join(ctx.playbook.schedules) or "none defined"
             return [(("schedule",), f"no schedule named {self.schedule!r} (schedules: {known})")]
         return []
 
+    @override
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         return tuple(
             apply_step(ctx, name, f"apply {name}", self, measure=self.measure, crosstalk=self.crosstalk)

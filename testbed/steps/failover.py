@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 from rich.tree import Tree
+from typing_extensions import override
 
 from testbed.config.common import Name
 from testbed.contracts.engine import StepEngine
@@ -50,6 +51,7 @@ class Failover(Detection):
 
     needs: ClassVar[frozenset[str]] = frozenset({"job.fabric"})
 
+    @override
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         return (self.planned(ctx, FailoverStep, "failover: {kind} on rank {rank}"),)
 
@@ -58,6 +60,7 @@ class Failover(Detection):
 class FailoverStep(FaultDetectStep):
     """A detection followed by the failover: spare, rewiring, relaunch, first step."""
 
+    @override
     def execute(self, engine: StepEngine) -> None:
         with engine.fault_budget.hold(self.label):
             milestones = _failover(engine, engine.require_jobs(self.label), self)
@@ -73,6 +76,7 @@ class FailoverStep(FaultDetectStep):
                 data={"ms": seg["ms"], "start_ns": seg["start_ns"], "end_ns": seg["end_ns"]},
             )
 
+    @override
     def describe(self, node: Tree, plan: PlanView) -> None:
         branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure or '')}.*)")
         self.describe_detection(branch, plan)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 from rich.tree import Tree
+from typing_extensions import override
 
 from testbed.config.common import Name
 from testbed.contracts.engine import StepEngine
@@ -42,7 +43,9 @@ class Detection(StepModel):
         timeout_ms: int
         measure: str | None
 
+    @override
     def check(self, ctx: CheckContext) -> list[Problem]:
+        """A fault kind that does not make a rank fail is refused: no watcher would see it."""
         refused = [k for k in self.fault.kinds() if not fails_a_rank(FAULT_KINDS.get(k))]
         if refused:
             return [
@@ -73,6 +76,7 @@ class FaultDetect(Detection):
     timeout_ms: int = Field(60_000, gt=0, description="give up waiting for a detection after this long")
     measure: Name | None = "detect"
 
+    @override
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         return (self.planned(ctx, FaultDetectStep, "{kind} on rank {rank}, detect"),)
 
@@ -87,6 +91,8 @@ def rank_fault(step: Detection, ctx: PlanContext) -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class FaultDetectStep(Planned):
+    """Every rank watched, a fault injected on one until a watcher sees it (timed if asked), then the fault healed."""
+
     kind: str
     rank: int
     xid: int
@@ -96,6 +102,7 @@ class FaultDetectStep(Planned):
     measure: str | None
     faults: ClassVar[int] = 1
 
+    @override
     def execute(self, engine: StepEngine) -> None:
         with engine.fault_budget.hold(self.label):
             jobs = engine.require_jobs(self.label)
@@ -120,9 +127,11 @@ class FaultDetectStep(Planned):
                 },
             )
 
+    @override
     def devices(self, plan: PlanView) -> Touches:
         return Touches(writes=job_hosts(plan))
 
+    @override
     def describe(self, node: Tree, plan: PlanView) -> None:
         branch = node.add(escape(self.label) + (f" [cyan](measure {escape(self.measure)}.*)" if self.measure else ""))
         self.describe_detection(branch, plan)

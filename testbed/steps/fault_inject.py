@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 from rich.tree import Tree
+from typing_extensions import override
 
 from testbed.contracts.engine import StepEngine
 from testbed.families import family_of
@@ -115,9 +116,11 @@ class FaultInject(StepModel):
     when_ms: float = Field(0, ge=0, description="wait this long after the step starts")
     duration_ms: float = Field(1000, ge=0)
 
+    @override
     def check(self, ctx: CheckContext) -> list[Problem]:
         return check_fault(self, ctx)
 
+    @override
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         f = self.fault
         kind = ctx.draw(f.kind)
@@ -144,6 +147,8 @@ class FaultInject(StepModel):
 
 @dataclass(frozen=True)
 class FaultInjectStep(Planned):
+    """A fault on a rank, a device's connection or a switch's ports, held for its duration, then healed."""
+
     kind: str
     rank: int
     xid: int
@@ -157,6 +162,7 @@ class FaultInjectStep(Planned):
     ports: PortTarget | None = None  # a fault on switch ports (link.down): which, and the family's procedures
     faults: ClassVar[int] = 1
 
+    @override
     def execute(self, engine: StepEngine) -> None:
         with engine.fault_budget.hold(self.label):
             if self.device is not None:
@@ -207,6 +213,7 @@ class FaultInjectStep(Planned):
             # How long the playbook keeps the fault (part of the experiment); an abort cuts it short.
             engine.stopping.wait(self.duration_s)
 
+    @override
     def devices(self, plan: PlanView) -> Touches:
         if self.device is not None:
             return Touches(reads=frozenset({self.device}))
@@ -214,6 +221,7 @@ class FaultInjectStep(Planned):
             return Touches(writes=frozenset({self.ports.device}))
         return Touches(writes=frozenset({plan.playbook.job.ranks[self.rank]}))
 
+    @override
     def describe(self, node: Tree, plan: PlanView) -> None:
         branch = node.add(escape(self.label))
         if self.device is not None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rich.tree import Tree
+from typing_extensions import override
 
 from testbed.config.common import Name
 from testbed.contracts.engine import StepEngine
@@ -24,6 +25,7 @@ class HostsHealth(StepModel):
     action: Literal["hosts.health"]
     hosts: list[Name] | None = None
 
+    @override
     def check(self, ctx: CheckContext) -> list[Problem]:
         if ctx.inventory is None:
             return []
@@ -35,6 +37,7 @@ class HostsHealth(StepModel):
             if host not in hosts
         ]
 
+    @override
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         hosts = self.hosts or list(ctx.inventory.hosts())
         return (HealthStep(self.name or "health check", tuple(hosts)),)
@@ -42,8 +45,11 @@ class HostsHealth(StepModel):
 
 @dataclass(frozen=True)
 class HealthStep(Planned):
+    """The hosts' health checks, in parallel: a `health` mark per answer, and the `health.wall` span."""
+
     hosts: tuple[str, ...]
 
+    @override
     def execute(self, engine: StepEngine) -> None:
         start = time.monotonic_ns()
         results = engine.dispatch({h: [(self.label, "gpu.health", {})] for h in self.hosts})
@@ -61,9 +67,11 @@ class HealthStep(Planned):
                 engine.recorder.emit("mark", Op.HEALTH, device=host, step=self.label, data=result.value)
         raise_failures([r for (r,) in results.values()])
 
+    @override
     def devices(self, plan: PlanView) -> Touches:
         return Touches(reads=frozenset(self.hosts))
 
+    @override
     def describe(self, node: Tree, plan: PlanView) -> None:
         node.add(
             escape(f"{self.label}: nvidia-smi and kernel Xids on {len(self.hosts)} hosts: {', '.join(self.hosts)}")

@@ -10,6 +10,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 from rich.tree import Tree
+from typing_extensions import override
 
 from testbed.config.common import Name
 from testbed.contracts.engine import StepEngine
@@ -29,12 +30,14 @@ class JobMeasure(StepModel):
     measure: Name = "iteration"
     timeout_ms: int = Field(120_000, gt=0)
 
+    @override
     def check(self, ctx: CheckContext) -> list[Problem]:
         job = ctx.playbook.job
         if self.rank >= len(job.ranks):
             return [(("rank",), f"rank {self.rank} does not exist: the job has {len(job.ranks)}")]
         return []
 
+    @override
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         label = self.name or f"time {self.steps} steps"
         return (JobMeasureStep(label, self.steps, self.rank, self.measure, self.timeout_ms / 1000),)
@@ -42,11 +45,14 @@ class JobMeasure(StepModel):
 
 @dataclass(frozen=True)
 class JobMeasureStep(Planned):
+    """The job's next `steps` iterations timed on one rank's host; their mean is the `<measure>.time` span."""
+
     steps: int
     rank: int
     measure: str
     timeout_s: float
 
+    @override
     def execute(self, engine: StepEngine) -> None:
         jobs = engine.require_jobs(self.label)
         jobs.require_running(self.label)
@@ -74,9 +80,11 @@ class JobMeasureStep(Planned):
             },
         )
 
+    @override
     def devices(self, plan: PlanView) -> Touches:
         return Touches(reads=frozenset({plan.playbook.job.ranks[self.rank]}))
 
+    @override
     def describe(self, node: Tree, plan: PlanView) -> None:
         host = plan.playbook.job.ranks[self.rank]
         node.add(

@@ -9,6 +9,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 from rich.tree import Tree
+from typing_extensions import override
 
 from testbed.contracts.engine import StepEngine
 from testbed.steps.base import CheckContext, PlanContext, Planned, PlanView, Problem, StepModel, Touches, escape
@@ -36,21 +37,27 @@ class JobStart(StepModel):
 
     needs: ClassVar[frozenset[str]] = frozenset({"job"})
 
+    @override
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         return (JobStartStep(self.name or "start job", self.wait_steps, self.timeout_ms / 1000),)
 
 
 @dataclass(frozen=True)
 class JobStartStep(Planned):
+    """Every rank of the job started at once, then waited for until each has printed step `wait_steps`."""
+
     wait_steps: int
     timeout_s: float
 
+    @override
     def execute(self, engine: StepEngine) -> None:
         engine.require_jobs(self.label).start(self)
 
+    @override
     def devices(self, plan: PlanView) -> Touches:
         return Touches(writes=job_hosts(plan) | frozenset(plan.job_managed))
 
+    @override
     def describe(self, node: Tree, plan: PlanView) -> None:
         job = plan.playbook.job
         branch = node.add(escape(f"{self.label}: {len(job.ranks)} ranks on {', '.join(dict.fromkeys(job.ranks))}"))

@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 from rich.tree import Tree
+from typing_extensions import override
 
 from testbed.config.common import Name, choice, sweepable
 from testbed.contracts.engine import StepEngine
@@ -63,6 +64,7 @@ class RailIterate(StepModel):
     min_power_dbm: float = Field(-20.0, description="with verify_light: every new egress must read above this")
     timeout_ms: int = Field(5000, gt=0, description="for each change's acknowledgement (and light)")
 
+    @override
     def check(self, ctx: CheckContext) -> list[Problem]:
         problems: list[Problem] = []
         if self.workload not in ctx.playbook.workloads:
@@ -72,6 +74,7 @@ class RailIterate(StepModel):
             problems += ctx.sweep_ref(getattr(self, key), (key,))
         return problems
 
+    @override
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         mode, delay = ctx.swept(self.mode), ctx.swept(self.delay_ms)
         if mode not in MODES:
@@ -92,6 +95,8 @@ class RailIterate(StepModel):
 
 @dataclass(frozen=True)
 class RailPhase:
+    """One phase of a workload card: its compute, and the rails its traffic needs."""
+
     name: str
     compute_s: float
     apply: ApplyStep  # the rails this phase's traffic needs
@@ -99,6 +104,8 @@ class RailPhase:
 
 @dataclass(frozen=True)
 class RailIterateStep(Planned):
+    """A workload card's iterations, the rails changed per phase as the mode says, each iteration's time measured."""
+
     mode: str
     delay_s: float
     iterations: int
@@ -106,6 +113,7 @@ class RailIterateStep(Planned):
     phases: tuple[RailPhase, ...]
     warmup: int = 1
 
+    @override
     def execute(self, engine: StepEngine) -> None:
         phases = self.phases
 
@@ -147,9 +155,11 @@ class RailIterateStep(Planned):
         if pending is not None:
             pending.result()
 
+    @override
     def devices(self, plan: PlanView) -> Touches:
         return Touches(writes=frozenset(sw for p in self.phases for sw in p.apply.circuits))
 
+    @override
     def describe(self, node: Tree, plan: PlanView) -> None:
         branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure)}.time)")
         branch.add(

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
+from typing_extensions import override
 
 from testbed.config.common import Name, choice, sweepable
 from testbed.fabric.circuits import parse_link
@@ -52,6 +53,7 @@ class RailTrain(StepModel):
     )
     job_timeout_ms: int = Field(600_000, gt=0, description="for the whole job to run its iterations")
 
+    @override
     def check(self, ctx: CheckContext) -> list[Problem]:
         problems: list[Problem] = []
         workload = ctx.playbook.workloads.get(self.workload)
@@ -78,6 +80,7 @@ class RailTrain(StepModel):
             problems += ctx.sweep_ref(getattr(self, key), (key,))
         return problems
 
+    @override
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         mode, delay = ctx.swept(self.mode), ctx.swept(self.delay_ms)
         if mode not in MODES:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rich.tree import Tree
+from typing_extensions import override
 
 from testbed.contracts.engine import StepEngine
 from testbed.contracts.job import JobView
@@ -22,6 +23,8 @@ Route = tuple[int, str, str]  # (partner rank, this rank's port, the partner's p
 
 @dataclass(frozen=True)
 class TrainPhase:
+    """One phase of the job's card: its compute, the bytes to each partner, its configuration, each rank's sends."""
+
     name: str
     compute_s: float
     nbytes: int
@@ -31,6 +34,8 @@ class TrainPhase:
 
 @dataclass(frozen=True)
 class RailTrainStep(Planned):
+    """A workload card's iterations run by the job, its fabric changes served, what it measured recorded."""
+
     mode: str
     delay_s: float
     iterations: int
@@ -40,13 +45,16 @@ class RailTrainStep(Planned):
     first: ApplyStep  # in place before the job starts (static: for good)
     job_timeout_s: float
 
+    @override
     def execute(self, engine: StepEngine) -> None:
         run_rail_job(self, engine)
 
+    @override
     def devices(self, plan: PlanView) -> Touches:
         switches = {sw for p in self.phases for sw in p.apply.circuits} | set(self.first.circuits)
         return Touches(writes=frozenset(switches), reads=frozenset(plan.playbook.job.ranks))
 
+    @override
     def describe(self, node: Tree, plan: PlanView) -> None:
         branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure)}.time)")
         job = plan.playbook.job

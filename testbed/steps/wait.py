@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from rich.tree import Tree
+from typing_extensions import override
 
 from testbed.config.common import sweepable
 from testbed.contracts.engine import StepEngine
@@ -15,12 +16,16 @@ from testbed.steps.base import CheckContext, PlanContext, PlanError, Planned, Pl
 
 
 class Wait(StepModel):
+    """Pause the experiment for `ms` milliseconds (a sweep parameter may give the length)."""
+
     action: Literal["wait"]
     ms: Annotated[float | str, sweepable(0, 3_600_000)]
 
+    @override
     def check(self, ctx: CheckContext) -> list[Problem]:
         return ctx.sweep_ref(self.ms, ("ms",))
 
+    @override
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         ms = ctx.swept(self.ms)
         if not isinstance(ms, int | float) or isinstance(ms, bool) or ms < 0:
@@ -30,11 +35,15 @@ class Wait(StepModel):
 
 @dataclass(frozen=True)
 class WaitStep(Planned):
+    """A pause the experiment asks for."""
+
     seconds: float
 
+    @override
     def execute(self, engine: StepEngine) -> None:
         engine.recorder.emit("mark", Op.WAIT, step=self.label, data={"seconds": self.seconds})
         time.sleep(self.seconds)  # the experiment asks for this pause; it is not synchronisation
 
+    @override
     def describe(self, node: Tree, plan: PlanView) -> None:
         node.add(escape(self.label))
