@@ -6,7 +6,8 @@ Exit codes are part of the CLI contract: 0 success, 1 experiment failed, 2 bad i
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+
+from testbed.contracts.outcome import Outcome
 
 EXIT_OK = 0
 EXIT_EXPERIMENT_FAILED = 1
@@ -69,27 +70,7 @@ class OutcomeUnknown(StepFailed):
     """
 
 
-class CallOutcome(Protocol):
-    """What raise_failures reads of a device call's result (the engine's OpResult is one)."""
-
-    @property
-    def device(self) -> str:
-        """The device the call was made on."""
-
-    @property
-    def procedure(self) -> str:
-        """The procedure it ran."""
-
-    @property
-    def status(self) -> str:
-        """How it ended: "ok", "fail", or "info" (outcome unknown)."""
-
-    @property
-    def error(self) -> str | None:
-        """What went wrong, in words; None when it did not say."""
-
-
-def raise_failures(results: Iterable[CallOutcome | None]) -> None:
+def raise_failures(results: Iterable[Outcome | None]) -> None:
     """StepFailed with every error among these results (None: a call not run after an earlier failure);
     OutcomeUnknown when one of them may have happened all the same.
     """

@@ -1,4 +1,4 @@
-"""What a device call came back with, as a plug-in reads it (the engine's `OpResult` is one)."""
+"""What a device call came back with, as a plug-in (and `raise_failures`) reads it: the engine's `OpResult` is one."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ class Outcome(Protocol):
     @property
     def device(self) -> str:
         """The device the procedure ran on."""
+
+    @property
+    def procedure(self) -> str:
+        """The procedure it ran."""
 
     @property
     def status(self) -> str:

@@ -16,7 +16,7 @@ from typing_extensions import override
 from testbed.contracts.engine import StepEngine
 from testbed.contracts.errors import StepFailed
 from testbed.steps.base import Planned, PlanView, Touches, escape
-from testbed.steps.fabric_apply import ApplyStep, show_circuits
+from testbed.steps.fabric_apply import ApplyStep, job_run_touches, show_circuits
 from testbed.steps.rail_train_job import Route
 
 
@@ -49,8 +49,7 @@ class CollectiveStep(Planned):
 
     @override
     def devices(self, plan: PlanView) -> Touches:
-        switches = {sw for s in self.stages for sw in s.apply.circuits} | set(self.first.circuits)
-        return Touches(writes=frozenset(switches), reads=frozenset(plan.playbook.job.ranks))
+        return job_run_touches([self.first, *(stage.apply for stage in self.stages)], plan)
 
     @override
     def describe(self, node: Tree, plan: PlanView) -> None:

@@ -9,7 +9,7 @@ last switch done: `<measure>.ack` (sent -> acknowledged), `.light` (acknowledged
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -146,6 +146,14 @@ class ApplyStep(Planned):
             branch.add(f"verify light above {self.min_power_dbm} dBm within {self.timeout_s:g} s")
         if self.crosstalk:
             branch.add("record crosstalk per output port (emulated devices only)")
+
+
+def job_run_touches(applies: Iterable[ApplyStep], plan: PlanView) -> Touches:
+    """What a step that runs the job to its end touches: the switches of every configuration it applies (or its
+    job asks for), and the job's hosts.
+    """
+    switches = {sw for apply in applies for sw in apply.circuits}
+    return Touches(writes=frozenset(switches), reads=frozenset(plan.playbook.job.ranks))
 
 
 def show_circuits(node: Tree, circuits: dict[str, tuple[Pair, ...]]) -> None:

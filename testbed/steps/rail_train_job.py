@@ -16,7 +16,7 @@ from typing_extensions import override
 from testbed.contracts.engine import StepEngine
 from testbed.contracts.job import JobView
 from testbed.steps.base import Planned, PlanView, Touches, escape
-from testbed.steps.fabric_apply import ApplyStep, show_circuits
+from testbed.steps.fabric_apply import ApplyStep, job_run_touches, show_circuits
 
 Route = tuple[int, str, str]  # (partner rank, this rank's port, the partner's port)
 
@@ -51,8 +51,7 @@ class RailTrainStep(Planned):
 
     @override
     def devices(self, plan: PlanView) -> Touches:
-        switches = {sw for p in self.phases for sw in p.apply.circuits} | set(self.first.circuits)
-        return Touches(writes=frozenset(switches), reads=frozenset(plan.playbook.job.ranks))
+        return job_run_touches([self.first, *(phase.apply for phase in self.phases)], plan)
 
     @override
     def describe(self, node: Tree, plan: PlanView) -> None:
