@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
 from testbed.contracts.errors import ActorDied, ExperimentFailed, StepFailed, interruption, raise_failures
 from testbed.engine.device_actor import OpResult
@@ -178,6 +179,7 @@ class Coordinator:
                 self.recorder.emit("info", procedure, device=device, step=label, data=data)
                 closed[device] = closed.get(device, 0) + 1
             return []
+        assert answers is not None  # the caller passes them whenever the actor answered (death is None)
         results: list[OpResult | None] = list(answers) + [None] * (len(program) - len(answers))
         for (label, procedure, _), result in zip(program, results, strict=True):
             self.record(device, label, procedure, result)
@@ -218,7 +220,7 @@ class Coordinator:
         results = self.dispatch({d: [(step, p, k)] for d, (p, k) in calls.items()})
         first = {d: r[0] for d, r in results.items()}
         raise_failures(first.values())
-        return first
+        return cast(dict[str, OpResult], first)  # raise_failures let no None through
 
     def actor_pids(self) -> dict[str, int]:
         """Each actor's worker process now; kept, to tell a restarted actor from the one before."""
@@ -281,7 +283,8 @@ class Coordinator:
             kwargs = {"expected_size": dev.size} if hasattr(dev, "size") else {}
             calls[name] = (self.operation(name, "identify"), kwargs)
         results = self.call(calls, "identify devices")
-        return {name: {"node": r.node, **(r.value or {})} for name, r in results.items()}
+        # identify's value is a dict (the family's identify procedure)
+        return {name: {"node": r.node, **cast(dict, r.value or {})} for name, r in results.items()}
 
     def fabric_devices(self) -> list[str]:
         """The run's devices whose circuits are lab state (their family holds a fabric)."""
@@ -291,7 +294,7 @@ class Coordinator:
         """The circuits every switch of the run holds now."""
         devices = self.fabric_devices()
         results = self.call({d: (self.operation(d, "read_fabric"), {}) for d in devices}, "final read-back")
-        return {d: r.value for d, r in results.items()}
+        return {d: cast(dict[int, int], r.value) for d, r in results.items()}  # read_fabric's value
 
     def record(self, device: str, label: str, procedure: str, result: OpResult | None) -> None:
         self.recorder.outcome(device, label, procedure, result)

@@ -3,7 +3,7 @@ its fields: `python -m testbed.results.event_tables --readme results/README.md` 
 equal.
 """
 
-from testbed.events.schema import SCHEMA, Measure, OperationFailed, OperationOk
+from testbed.events.schema import SCHEMA, Measure, OperationFailed, OperationOk, payload_keys
 
 FIELD_DOCS: dict[str, str] = {
     "trials": "number of trials planned",
@@ -118,8 +118,9 @@ END = "<!-- end of events -->"
 
 
 def _fields(payload: type) -> str:
-    required = [f"`{k}`" for k in payload.__annotations__ if k in payload.__required_keys__]
-    optional = [f"`{k}`?" for k in payload.__annotations__ if k in payload.__optional_keys__]
+    required_keys, optional_keys = payload_keys(payload)
+    required = [f"`{k}`" for k in payload.__annotations__ if k in required_keys]
+    optional = [f"`{k}`?" for k in payload.__annotations__ if k in optional_keys]
     return ", ".join(required + optional) or "(none)"
 
 

@@ -31,7 +31,7 @@ class Event:
 
     def to_dict(self) -> dict:
         # Built by hand: dataclasses.asdict deep-copies `data`, which costs more than the write itself.
-        out = {
+        out: dict[str, object] = {
             "seq": self.seq,
             "type": self.type,
             "op": self.op,

@@ -65,7 +65,7 @@ class JobController:
         self.ports: list[int] = []  # rank -> its listen port, in the last launch
         self.handles: dict[int, dict] = {}  # rank -> job handle (pid, log) while running
         self.launchers: dict[str, dict] = {}  # host -> its torchrun's job handle (launcher: torchrun)
-        self.served = None  # the fabric service while the job runs (job.fabric_service), a ServedFabric
+        self.served: ServedFabric | None = None  # the fabric service while the job runs (job.fabric_service)
         # More of a rank's environment, computed at launch once its listen ports are known (rail.train's routes)
         self.rank_env: Callable[[Rank], dict[str, str]] | None = None
         self.assign(list(job.ranks))
@@ -196,7 +196,7 @@ class JobController:
             label=label,
             in_place=in_place,
             hosts=hosts,
-            controller_address=self.inventory.controller_address if on_lab else None,
+            controller_address=self.inventory.controller_address if self.inventory is not None and on_lab else None,
         )
 
     def close_service(self) -> None:
@@ -233,6 +233,8 @@ class JobController:
         change, on every switch at once); returns each switch's result with its sent / acked / lit marks.
         """
         hosts = self.assignment if hosts is None else hosts
+        # only a job with a fabric applies one (start, failover), and every run passes its inventory (run.py)
+        assert self.job.fabric is not None and self.inventory is not None
         return rewire(self.c, fabric_step(self.job.fabric, hosts, self.inventory, self.managed, label), label)
 
     # --- faults and detection ---------------------------------------------------------------------

@@ -56,7 +56,7 @@ class Launch:
 
     def watch_step(self, job_name: str) -> tuple[str, str, dict]:
         """The call that follows the watched rank's log (named job_name) to its ready line and first step."""
-        args = {"job": job_name, "progress": self.job.progress, "ready": READY}
+        args: dict[str, object] = {"job": job_name, "progress": self.job.progress, "ready": READY}
         args.update(min_step=0, max_s=self.timeout_s, mark=Op.FIRST_STEP)
         return (self.label, "gpu.wait_step", args)
 
