@@ -44,7 +44,7 @@ class RxStampedSocket(socket.socket):
 
     def start_stamping(self) -> bool:
         """Ask the kernel for receive stamps from now on (any thread); False if it refuses."""
-        if not self.stamping:
+        if not self.stamping and SO_TIMESTAMPNS is not None:  # None: rx_stamped made no such socket
             try:
                 self.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
                 self.stamping = True
@@ -106,7 +106,7 @@ class Arrivals:
             self._pieces.append([len(data), self._latest])
             feed(data)
 
-        channel.in_buffer.feed = stamped
+        channel.in_buffer.feed = stamped  # type: ignore[method-assign]  # on purpose: this channel's only
 
     def take(self, n: int) -> tuple[tuple[int, int], ...]:
         """The arrival of the next n bytes read from the channel: (end offset, ns) per piece."""

@@ -9,7 +9,7 @@ starts the device's endpoints and answers its control ops (emulators.devices.Emu
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 # kind -> (spec dataclass, adapter class)
 BUILTIN_KINDS: dict[str, tuple[str, str]] = {
@@ -24,16 +24,17 @@ def load(ref: str):
     return getattr(importlib.import_module(module), attr)
 
 
-def refs(kind: str, extra: Mapping[str, tuple[str, str]] | None = None) -> tuple[str, str]:
-    known = {**BUILTIN_KINDS, **(extra or {})}
+def refs(kind: str, extra: Mapping[str, Sequence[str]] | None = None) -> tuple[str, ...]:
+    # (spec class, adapter class); another package's as the twin's spec carries them (JSON: a list)
+    known: dict[str, Sequence[str]] = {**BUILTIN_KINDS, **(extra or {})}
     if kind not in known:
         raise ValueError(f"unknown emulated device kind {kind!r} (known: {', '.join(sorted(known))})")
     return tuple(known[kind])
 
 
-def spec_class(kind: str, extra: Mapping[str, tuple[str, str]] | None = None) -> type:
+def spec_class(kind: str, extra: Mapping[str, Sequence[str]] | None = None) -> type:
     return load(refs(kind, extra)[0])
 
 
-def adapter_class(kind: str, extra: Mapping[str, tuple[str, str]] | None = None) -> type:
+def adapter_class(kind: str, extra: Mapping[str, Sequence[str]] | None = None) -> type:
     return load(refs(kind, extra)[1])

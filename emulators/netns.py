@@ -42,7 +42,7 @@ MAX_HOSTS = 9999  # tb + 6 + h + 4 digits = 13 characters, under IFNAMSIZ - 1 = 
 # Candidate subnets: /22s (1022 addresses: a host per address beyond the control side's) in 10.0.0.0/8, which
 # no public address uses. A run takes the first, from a place its tag picks, that overlaps no route or address
 # of the machine (any table) and no other run's (docs/netns.md).
-POOL = ipaddress.ip_network("10.0.0.0/8")
+POOL = ipaddress.IPv4Network("10.0.0.0/8")
 PREFIX = 22
 LOCK_FILE = "/run/testbed-netns.lock"  # serialises choosing a subnet between runs starting together
 EXIT_WAIT_S = 5.0
@@ -179,6 +179,7 @@ class ManagementNetwork:
         ipr.link("add", ifname=outside, kind="veth", peer={"ifname": HOST_IFNAME, "net_ns_fd": name})
         link = ipr.link_lookup(ifname=outside)[0]
         ipr.link("set", index=link, master=ipr.link_lookup(ifname=self.bridge)[0], state="up")
+        assert self.subnet is not None  # chosen by _bridge_up, before any host
         address = _nth_host(self.subnet, index)
         with entered(name), IPRoute() as inner:  # a netlink socket made in the host's namespace
             inner.link("set", index=inner.link_lookup(ifname="lo")[0], state="up")
@@ -237,7 +238,7 @@ def _nth_host(subnet: ipaddress.IPv4Network, index: int) -> str:
 
 def _nth(pool: ipaddress.IPv4Network, prefix: int, n: int) -> ipaddress.IPv4Network:
     size = 2 ** (32 - prefix)
-    return ipaddress.ip_network(f"{ipaddress.ip_address(int(pool.network_address) + n * size)}/{prefix}")
+    return ipaddress.IPv4Network(f"{ipaddress.IPv4Address(int(pool.network_address) + n * size)}/{prefix}")
 
 
 # --- what a run left ----------------------------------------------------------------------------------------

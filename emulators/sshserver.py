@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import paramiko
 
@@ -25,7 +25,8 @@ JOIN_S = 5.0  # how long stopping waits for the server's threads
 
 
 def _handle_request_then_answered(channel: paramiko.Channel, m: paramiko.Message) -> None:
-    paramiko.Channel._handle_request(channel, m)  # answers the request on the wire (success or failure)
+    # answers the request on the wire (success or failure); a private method, which the stubs do not declare
+    paramiko.Channel._handle_request(channel, m)  # type: ignore[attr-defined]
     server = channel.transport.server_object if channel.transport is not None else None
     answered = getattr(server, "answered", None)
     if answered is not None:
@@ -38,7 +39,7 @@ class AnsweringTransport(paramiko.Transport):
     """
 
     _channel_handler_table = {
-        **paramiko.Transport._channel_handler_table,
+        **paramiko.Transport._channel_handler_table,  # type: ignore[attr-defined]  # private, as above
         paramiko.common.MSG_CHANNEL_REQUEST: _handle_request_then_answered,
     }
 
@@ -67,7 +68,7 @@ class SshInterface(paramiko.ServerInterface):
             and key.get_name() == self.client_key.get_name()
             and key.asbytes() == self.client_key.asbytes()
         )
-        return paramiko.AUTH_SUCCESSFUL if ok else paramiko.AUTH_FAILED
+        return paramiko.common.AUTH_SUCCESSFUL if ok else paramiko.common.AUTH_FAILED
 
     def check_auth_password(self, username: str, password: str) -> int:
         ok = (
@@ -75,12 +76,12 @@ class SshInterface(paramiko.ServerInterface):
             and username == self.user
             and hmac.compare_digest(password.encode(), self.password.encode())
         )
-        return paramiko.AUTH_SUCCESSFUL if ok else paramiko.AUTH_FAILED
+        return paramiko.common.AUTH_SUCCESSFUL if ok else paramiko.common.AUTH_FAILED
 
     def check_channel_request(self, kind: str, chanid: int) -> int:
         if kind == "session":
-            return paramiko.OPEN_SUCCEEDED
-        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+            return paramiko.common.OPEN_SUCCEEDED
+        return paramiko.common.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 
     def check_channel_shell_request(self, channel: paramiko.Channel) -> bool:
         return False
@@ -124,7 +125,10 @@ class SshInterface(paramiko.ServerInterface):
             return self._answered.pop(chanid, None)
 
 
-class SshListener:
+Interface = TypeVar("Interface", bound="SshInterface")  # a listener's kind of connection interface
+
+
+class SshListener(Generic[Interface]):
     """An SSH server on 127.0.0.1: `listen()` accepts connections (on the port it had before, if any) and
     `stop_listening()` refuses new ones and drops the open ones. Every connection has its own thread, and so has
     every channel opened on it, where `serve_channel` does the subclass's work; `interface()` makes each
@@ -147,11 +151,11 @@ class SshListener:
         self._threads: set[threading.Thread] = set()
         self._transports: set[paramiko.Transport] = set()
 
-    def interface(self) -> SshInterface:
+    def interface(self) -> Interface:
         """A new connection's server interface."""
         raise NotImplementedError
 
-    def serve_channel(self, iface: SshInterface, channel: paramiko.Channel) -> None:
+    def serve_channel(self, iface: Interface, channel: paramiko.Channel) -> None:
         """A channel's life, on a thread of its own (the channel is closed after it); `iface` is its
         connection's interface.
         """
@@ -234,6 +238,7 @@ class SshListener:
                 return
             self._transports.add(transport)
         try:
+            assert self.host_key is not None  # given, or set by the subclass before it listens
             transport.add_server_key(self.host_key)
             iface = self.interface()
             try:
@@ -250,7 +255,7 @@ class SshListener:
             with self._lock:
                 self._transports.discard(transport)
 
-    def _channel(self, iface: SshInterface, channel: paramiko.Channel) -> None:
+    def _channel(self, iface: Interface, channel: paramiko.Channel) -> None:
         try:
             self.serve_channel(iface, channel)
         finally:

@@ -83,9 +83,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from emulators.control import TwinControl
 from emulators.dataplane import DataPlane
@@ -164,9 +165,9 @@ class TwinServer:
             network = self.network
             self.kernel = KernelPlane(self.dataplane.paths, network.tag, network.namespaces, network.data_addresses)
             self.kernel.up()
-            for host in self.network.hosts:
+            for host in self.network.hosts:  # the gpu_host devices that have place() (chosen above with hasattr)
                 # A lab host's profile names the interface that holds its data address, for PyTorch's gloo
-                self.devices[host].place(
+                self.devices[host].place(  # type: ignore[attr-defined]
                     self.network.namespaces[host],
                     self.network.addresses[host],
                     profile={"GLOO_SOCKET_IFNAME": DATA_IFNAME},
@@ -188,6 +189,11 @@ class TwinServer:
         self._start_bmcs()
         return self.endpoints
 
+    def _announced(self) -> Endpoints:
+        """The endpoints start() announces, while it fills them in."""
+        assert self.endpoints is not None, "the twin is not started"
+        return self.endpoints
+
     def _start_bmcs(self) -> None:
         """Every emulated GPU host gets a BMC speaking Redfish over HTTPS (emulators/redfish), all served by
         one thread: its ForceOff / On are the host's own power_off / power_on.
@@ -204,7 +210,7 @@ class TwinServer:
             where = {}
             if network is not None and name in network.namespaces:  # the BMC in the host's namespace, at its address
                 where = {"address": network.addresses[name], "netns": network.namespaces[name]}
-            self.endpoints.devices[name].update(
+            self._announced().devices[name].update(
                 self.bmcs.add(name, host.engine, TWIN_BMC_USER, twin_password(), **where)
             )
         self.bmcs.start()
@@ -229,7 +235,7 @@ class TwinServer:
         self.proxy_api.proxies = self.proxies  # shared: a toxic added either way is on the same proxy
         address = await self.proxy_api.start()
         for name in self.proxies:
-            self.endpoints.devices[name].update({"proxy_api": f"http://{address}", "proxy": name})
+            self._announced().devices[name].update({"proxy_api": f"http://{address}", "proxy": name})
 
     async def _put_proxy_in_front_of_ssh(self, name: str, host: Any, endpoints: dict[str, str]) -> dict[str, str]:
         direct = endpoints["ssh"]
@@ -345,8 +351,8 @@ class TwinServer:
         if device is None:
             if op != "proxy.reset":
                 return {"ok": False, "error": f"{op} needs a device (twin-wide proxy op: proxy.reset)"}
-            for proxy in self.proxies.values():
-                proxy.reset()
+            for each in self.proxies.values():
+                each.reset()
             return {"ok": True, "result": None}
         proxy = self.proxies.get(device)
         if proxy is None:
@@ -427,7 +433,7 @@ def _update_toxic(
     return proxy.update_toxic_from(name, toxicity, _attributes(attributes))
 
 
-_PROXY_OPS = {
+_PROXY_OPS: dict[str, Callable[..., Any]] = {
     "proxy.add_toxic": _add_toxic,
     "proxy.update_toxic": _update_toxic,
     "proxy.remove_toxic": lambda proxy, name: proxy.remove_toxic(name),
@@ -600,7 +606,7 @@ class TwinProcess:
                     buf += chunk
         return buf.partition(b"\n")[0].decode(errors="replace")
 
-    def _fail(self, what: str) -> None:
+    def _fail(self, what: str) -> NoReturn:
         assert self.process is not None and self._stderr is not None
         if self.process.poll() is None:
             self.process.kill()

@@ -26,6 +26,7 @@ import os
 import socket
 import threading
 import time
+from typing import BinaryIO
 
 from hostside.fabric_protocol import (
     ENV_ADDRESS,
@@ -108,7 +109,7 @@ class FabricClient:
         self.answer_timeout_s = answer_timeout_s
         self.connections = 0  # made so far: more than one means the client reconnected
         self._sock: socket.socket | None = None
-        self._rfile = None
+        self._rfile: BinaryIO | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 

@@ -94,7 +94,7 @@ class Release(ConfigRequest):
 
 
 Request = Hello | Setup | Prepare | Release
-CONFIG_OPS: dict[str, type[ConfigRequest]] = {"setup": Setup, "prepare": Prepare, "release": Release}
+CONFIG_OPS: dict[str, type[Setup | Prepare | Release]] = {"setup": Setup, "prepare": Prepare, "release": Release}
 
 
 @dataclass(frozen=True)
@@ -256,17 +256,17 @@ def parse_answer(line: bytes | str) -> Answer:
     rid = None if obj["id"] is None else _request_id(obj["id"])
     if not isinstance(obj["ok"], bool):
         raise ProtocolError(f"'ok' must be a boolean, not {_shown(obj['ok'])}", rid)
-    times = {key: _nonnegative(obj, key, rid) for key in ("t_received_ns", "t_answered_ns") if key in obj}
+    received, answered = (_nonnegative(obj, k, rid) if k in obj else None for k in ("t_received_ns", "t_answered_ns"))
     if obj["ok"]:
         if "error" in obj or "kind" in obj:
             raise ProtocolError("an ok answer with an error", rid)
-        return Answer(id=rid, ok=True, **times)
+        return Answer(id=rid, ok=True, t_received_ns=received, t_answered_ns=answered)
     error, kind = obj.get("error"), obj.get("kind")
     if not isinstance(error, str) or len(error) > MAX_LINE:
         raise ProtocolError("an error answer's 'error' must be a string", rid)
     if kind not in ERROR_KINDS:
         raise ProtocolError(f"an error answer's 'kind' must be one of {', '.join(ERROR_KINDS)}", rid)
-    return Answer(id=rid, ok=False, error=error, kind=kind, **times)
+    return Answer(id=rid, ok=False, t_received_ns=received, t_answered_ns=answered, error=error, kind=kind)
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -39,6 +39,7 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -240,9 +241,9 @@ class PhaseNet:
                     key.data.event()
         got = {s: np.frombuffer(self.inbox.pop((iteration, k, s)), dtype=np.float64) for _, _, s in wanted}
         for s in sends:
-            key = (phase.name, s.partner)
-            self.sent[key] = self.sent.get(key, 0) + len(s.message)
-            self.written[key] = self.written.get(key, 0) + s.written
+            link = (phase.name, s.partner)
+            self.sent[link] = self.sent.get(link, 0) + len(s.message)
+            self.written[link] = self.written.get(link, 0) + s.written
         return got
 
     def _accept(self) -> None:
@@ -268,7 +269,7 @@ class PhaseNet:
 
     def close(self) -> None:
         for key in list(self.sel.get_map().values()):
-            key.fileobj.close()
+            cast(socket.socket, key.fileobj).close()  # only sockets are registered
         self.sel.close()
         for sock in self.kept.values():
             sock.close()

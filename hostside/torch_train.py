@@ -29,6 +29,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 PROG = "testbed-torch-train"
 EXIT_COMM = 3  # as testbed-train: a peer is gone
@@ -80,7 +81,9 @@ def latest_checkpoint(directory: Path | None) -> tuple[int, Path | None]:
 
 
 def _step_of(path: Path) -> int:
-    return int(CHECKPOINT.fullmatch(path.name).group(1))
+    m = CHECKPOINT.fullmatch(path.name)
+    assert m is not None  # asked only of the names that match (save_checkpoint)
+    return int(m.group(1))
 
 
 def save_checkpoint(torch, directory: Path, rank: int, step: int, state: dict, keep: int = 3) -> None:
@@ -159,7 +162,7 @@ def train(torch, args: argparse.Namespace, say) -> int:
         start = int(steps.max())
         if start > 0:
             source = int(torch.nonzero(steps == start)[0])
-            box = [torch.load(path, weights_only=True) if rank == source else None]
+            box: list[Any] = [torch.load(path, weights_only=True) if rank == source else None]  # the source's, for all
             dist.broadcast_object_list(box, src=source)
             student.load_state_dict(box[0]["model"])
             optimizer.load_state_dict(box[0]["optimizer"])

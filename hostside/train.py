@@ -410,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     true_w = np.random.default_rng(args.seed).standard_normal(args.dim)
     w = np.zeros(args.dim)
     ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+    ring: Gloo | Ring
     try:
         if args.backend == "gloo":
             ring = Gloo(rank, world, args.timeout)
@@ -428,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         source = int(np.argmax(steps))
         if start > 0:
             if rank == source:
+                assert path is not None  # the rank that holds the newest checkpoint
                 w = np.load(path)["w"]
             w = ring.allreduce(w if rank == source else np.zeros(args.dim), 0)
             say(f"resumed from step {start} (checkpoint of rank {source})")

@@ -27,12 +27,16 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from testbed.contracts.errors import UserError
 from testbed.documents.inventory import Inventory
 from testbed.engine.ray_session import RayStart
+
+if TYPE_CHECKING:  # imported where they are brought up (_devices_for)
+    from testbed.engine.devices import Devices
 
 DEFAULT_INVENTORY = "playbooks/inventory/emulated-rack.yaml"
 
@@ -83,7 +87,7 @@ class Lab:
         if not emulate:
             _require_a_lab(self.inventory, self.inventory_file)
         self._ray = ray_start if ray_start is not None else RayStart(ray_address)  # starts now
-        self._devices = None  # testbed.engine.devices.Devices, while they serve
+        self._devices: Devices | None = None  # while they serve
         self._closed = False
 
     # -- runs -----------------------------------------------------------------------------------------
@@ -222,7 +226,7 @@ def refuse_on_a_lab(plan, inventory_file: str, *, confirmed: bool) -> None:
 
     _require_a_lab(plan.inventory, inventory_file)
     kinds = {s.kind for s in plan.all_steps() if getattr(s, "faults", 0) and hasattr(s, "kind")}
-    not_on_a_lab = {k: FAULT_KINDS.get(k).lab_support for k in kinds if FAULT_KINDS.get(k).lab_support is not None}
+    not_on_a_lab = {k: support for k in kinds if (support := FAULT_KINDS.get(k).lab_support) is not None}
     for kind in sorted(kinds - set(not_on_a_lab)):
         refusal = getattr(FAULT_KINDS.get(kind), "lab_refusal", None)
         why = refusal(plan.inventory, _fault_targets(plan, kind)) if refusal is not None else None

@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, field, replace
 
 from testbed.config.device import SwitchConfig
-from testbed.config.sections import Configuration
+from testbed.config.sections import Configuration, JobFabric
 from testbed.documents.inventory import Inventory
 from testbed.documents.playbook import Playbook
 from testbed.fabric.circuits import PathError, links_to_circuits, parse_link
@@ -104,7 +104,7 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
         return tuple(p for s in steps for p in s.plan(ctx))
 
     points = _sweep_points(playbook.sweep)
-    trial_plans = []
+    trial_plans: list[TrialPlan] = []
     for point in points:
         for _ in range(n_trials):
             index = len(trial_plans)
@@ -112,12 +112,13 @@ def make_plan(playbook: Playbook, inventory: Inventory, *, trials: int | None = 
             _check_concurrent_faults(trial_plans[-1].steps, playbook.max_concurrent_faults, f"trial {index}")
 
     job_hosts = set(playbook.job.ranks) if playbook.job else set()
-    job_managed, job_circuits, spares = {}, {}, ()
+    job_managed, job_circuits = {}, {}
+    spares: tuple[str, ...] = ()
     if playbook.job is not None and playbook.job.fabric is not None:
         if any(s.action == "failover" for sec in (playbook.setup, playbook.steps) for s in walk(sec)):
             spares = tuple(playbook.job.spares if playbook.job.spares is not None else inventory.spares)
             job_hosts |= set(spares)  # a failover may move a rank to any spare
-        job_managed = _job_managed(playbook, inventory, job_hosts)
+        job_managed = _job_managed(playbook.job.fabric, inventory, job_hosts)
         _check_interlocks(job_managed, inventory)
         if len(set(playbook.job.ranks)) == len(playbook.job.ranks):  # else job.start refuses, saying why
             try:
@@ -169,8 +170,8 @@ def _check_concurrent_faults(steps, limit: int, where: str) -> None:
             )
 
 
-def _job_managed(playbook: Playbook, inv: Inventory, hosts: set[str]) -> dict[str, tuple[int, ...]]:
-    ports = fabric_ports(playbook.job.fabric)
+def _job_managed(fabric: JobFabric, inv: Inventory, hosts: set[str]) -> dict[str, tuple[int, ...]]:
+    ports = fabric_ports(fabric)
     managed: dict[str, set[int]] = {}
     for host in hosts:
         for port in ports:
@@ -195,8 +196,8 @@ def _resolve(name: str, conf: Configuration, inv: Inventory) -> dict[str, tuple[
         out = {sw: set(pairs) for sw, pairs in links_to_circuits(links, inv).items()}
     except PathError as exc:
         raise PlanError(f"configuration {name!r}: {exc}") from None
-    for sw, pairs in conf.circuits.items():
-        out.setdefault(sw, set()).update(tuple(p) for p in pairs)
+    for sw, raw in conf.circuits.items():
+        out.setdefault(sw, set()).update((ingress, egress) for ingress, egress in raw)
     for sw, pairs in out.items():
         for index, what in ((0, "ingress"), (1, "egress")):
             ports = [p[index] for p in pairs]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from drivers.capabilities import JobHandle, WatchEvent
 from drivers.errors import DeviceCommandError
@@ -38,7 +38,7 @@ def line_event(raw: bytes, rx: re.Pattern | None, ns: int) -> WatchEvent:
 
 def follow(
     shell: HostShell, job: JobHandle, *, heartbeat_s: float, progress: str | None, lines: int | None
-) -> Iterator[WatchEvent]:
+) -> Generator[WatchEvent, None, None]:
     """GpuHostSsh.watch: the job's log lines as they arrive, an idle per silent heartbeat, then "exited"."""
     if not heartbeat_s > 0:
         raise ValueError(f"heartbeat_s must be > 0, got {heartbeat_s!r}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -270,7 +271,7 @@ class NetconfSession:
                 "set known_hosts in the inventory's netconf transport to a readable OpenSSH known_hosts file",
                 exc,
             ) from exc
-        entry = keys.lookup(name) or {}
+        entry: Mapping[str, paramiko.PKey] = keys.lookup(name) or {}
         for kind in (*HOST_KEY_ORDER, *entry.keys()):
             if kind in entry:
                 return entry[kind]

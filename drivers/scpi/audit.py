@@ -44,7 +44,7 @@ class _Node:
         self.suffixed = spelling.endswith("#")  # NETWork#: a numeric suffix may follow
         word = spelling.rstrip("#")
         self.long = word.upper()
-        self.short = re.match(r"[A-Z0-9_]*", word).group(0) or self.long
+        self.short = re.match(r"[A-Z0-9_]*", word).group(0) or self.long  # type: ignore[union-attr]  # `*` always matches
         self.children: list[_Node] = []
         self.write: _Command | None = None  # set on the nodes whose set form changes the switch
 
@@ -152,11 +152,12 @@ def _units(line: str) -> list[tuple[str, _Command, list[str] | None]]:
         if _COMMON_RE.fullmatch(header):
             command = _RST if header.upper() == "*RST" else None  # the other common commands change nothing
         elif _HEADER_RE.fullmatch(header):
-            node, parent = (_ROOT if header.startswith(":") else path), None
+            node = parent = _ROOT if header.startswith(":") else path  # parent: set again by every step down
             for mnemonic in header.strip(":?").split(":"):
-                parent, node = node, next((c for c in node.children if c.match(mnemonic)), None)
-                if node is None:
+                child = next((c for c in node.children if c.match(mnemonic)), None)
+                if child is None:
                     break
+                parent, node = node, child
             else:
                 path = parent  # even when the leaf has no such command: the switch moves the path first
                 command = None if header.endswith("?") else node.write

@@ -126,7 +126,7 @@ def _numbers(text: str, lo: int | None = None, hi: int | None = None) -> list[in
         if len(ports) + abs(b - a) + 1 > MAX_LIST:
             raise _Denied
         ports.extend(range(a, b + 1) if a <= b else range(a, b - 1, -1))
-    if lo is not None and any(not lo <= p <= hi for p in ports):
+    if lo is not None and hi is not None and any(not lo <= p <= hi for p in ports):  # given together
         raise _Denied
     return ports
 

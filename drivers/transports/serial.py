@@ -18,6 +18,7 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import serial
 from serial.urlhandler import protocol_socket
@@ -33,6 +34,7 @@ try:  # a vanished USB adapter fails tcflush() with termios.error, which is not 
     _PORT_ERRORS: tuple[type[BaseException], ...] = (serial.SerialException, OSError, termios.error)
 except ImportError:  # Windows
     _PORT_ERRORS = (serial.SerialException, OSError)
+_OPEN_ERRORS: tuple[type[BaseException], ...] = (*_PORT_ERRORS, ValueError)  # opening also refuses a malformed address
 
 
 class _SocketPort(protocol_socket.Serial):
@@ -45,6 +47,8 @@ class _SocketPort(protocol_socket.Serial):
     polling another device misses that device's timeout, and a healthy device looks dead.
     """
 
+    _socket: socket.socket | None  # pyserial's: set by open()
+
     def close(self) -> None:
         # Not guarded by is_open: open() assigns the socket before it sets is_open.
         sock, self._socket = getattr(self, "_socket", None), None
@@ -55,14 +59,20 @@ class _SocketPort(protocol_socket.Serial):
     def take_input(self) -> tuple[bytes, bool]:
         """Whatever has arrived, without waiting, and whether the peer has closed (or reset) the connection."""
         data = bytearray()
+        sock = self._socket
+        assert sock is not None  # asked of an open port only (SerialTransport._ready)
         try:
-            while chunk := self._socket.recv(65536, socket.MSG_DONTWAIT):
+            while chunk := sock.recv(65536, socket.MSG_DONTWAIT):
                 data += chunk
         except BlockingIOError:
             return bytes(data), False
         except OSError:
             return bytes(data), True
         return bytes(data), True  # end of stream
+
+
+# What serial_for_url returns for a device (its stubs say serial.Serial), or our socket:// port.
+Port = serial.Serial | _SocketPort
 
 
 class SerialTransport:
@@ -73,7 +83,7 @@ class SerialTransport:
         self.device = device
         self.address = settings.address
         self._audit = audit
-        self._port: serial.SerialBase | None = None
+        self._port: Port | None = None
         self._unanswered = 0  # queries on this connection that timed out: their replies may still come
 
     # -- MessageTransport -------------------------------------------------------------------------
@@ -116,10 +126,10 @@ class SerialTransport:
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _open(self, message: str) -> serial.SerialBase:
+    def _open(self, message: str) -> Port:
         if self._port is not None:
             return self._port
-        options = {
+        options: dict[str, Any] = {
             "baudrate": self.settings.baudrate,
             "timeout": self.settings.timeout_s,
             # Without a write timeout a stuck line (flow control, full buffer) would block forever.
@@ -131,7 +141,7 @@ class SerialTransport:
             else:
                 self._port = serial.serial_for_url(self.address, **options)
             no_delay(getattr(self._port, "_socket", None))  # socket:// and rfc2217:// only
-        except (*_PORT_ERRORS, ValueError) as exc:
+        except _OPEN_ERRORS as exc:
             self.close()
             raise DeviceConnectionError(
                 f"cannot open the serial port, nothing was sent: {exc}",
@@ -142,7 +152,7 @@ class SerialTransport:
             ) from exc
         return self._port
 
-    def _ready(self, message: str, *, discard: bool) -> serial.SerialBase:
+    def _ready(self, message: str, *, discard: bool) -> Port:
         """The port to send `message` on, with input nobody asked for discarded (if `discard`).
 
         A socket:// connection is replaced first if the peer has closed it, or if a query on it timed
@@ -169,7 +179,7 @@ class SerialTransport:
         record(self._audit, self.device, self.address, "tx", data)
         port.write(data)
 
-    def _read_line(self, port: serial.SerialBase) -> bytes:
+    def _read_line(self, port: Port) -> bytes:
         """Read up to and including the terminator, or whatever came before the timeout.
 
         The deadline bounds the wait while nothing arrives; a line that trickles in byte by byte can

@@ -307,7 +307,7 @@ class VisaTransport:
         if not hasattr(socket, "MSG_DONTWAIT"):  # Windows: no non-blocking peek, do without
             return None
         try:
-            sock = res.visalib.sessions[res.session].interface
+            sock = res.visalib.sessions[res.session].interface  # type: ignore[attr-defined]  # pyvisa-py's, guarded
         except (AttributeError, KeyError, pyvisa.errors.Error):
             return None
         return sock if isinstance(sock, socket.socket) else None

@@ -101,6 +101,11 @@ class KernelPlane:
             self._netlink.shutdown()
             self._netlink = None
 
+    def _thread(self) -> ThreadPoolExecutor:
+        """The netlink thread, between up() and close()."""
+        assert self._netlink is not None, "the kernel data plane is not up"
+        return self._netlink
+
     def _close_fabric(self) -> None:
         if self._fabric is not None:
             self._fabric.close()  # it holds the fabric namespace
@@ -154,7 +159,7 @@ class KernelPlane:
         started = time.monotonic()
         changed = self._read_light(started)
         if changed:
-            self._netlink.submit(self._apply_light, changed, started).add_done_callback(self._keep_error)
+            self._thread().submit(self._apply_light, changed, started).add_done_callback(self._keep_error)
         # Reading a large fabric takes a while: the tick stretches so the loop keeps most of its time.
         took = time.monotonic() - started
         self.tick_s = max(TICK_S, took / TICK_SHARE)
@@ -232,7 +237,7 @@ class KernelPlane:
             if (port, peer) not in graph.setdefault(host, []):
                 graph[host].append((port, peer))
                 receiver[(host, port, peer)] = peer_port
-        wanted = {host: {} for host in self.namespaces}
+        wanted: dict[str, dict[str, tuple[str, str, str]]] = {host: {} for host in self.namespaces}  # dst -> via
         for host in graph:
             for dst, (port, hop) in _first_hops(graph, host).items():
                 mac = self.port_mac[(hop, receiver[(host, port, hop)])]
@@ -240,8 +245,8 @@ class KernelPlane:
         # The light as it is now, in the kernel before the launch's ranks start: a frame (a SYN, an ARP request)
         # sent in the tick after a rewiring would be lost and retried only a second later.
         now = time.monotonic()
-        self._netlink.submit(self._apply_light, self._read_light(now), now).result()
-        self._netlink.submit(self._apply_routes, wanted).result()
+        self._thread().submit(self._apply_light, self._read_light(now), now).result()
+        self._thread().submit(self._apply_routes, wanted).result()
         return {h: len(r) for h, r in wanted.items() if r}
 
     def _apply_routes(self, wanted: dict[str, dict[str, tuple[str, str, str]]]) -> None:
@@ -278,7 +283,7 @@ class KernelPlane:
     # ---- state ------------------------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        counters = self._netlink.submit(self._counters).result()
+        counters = self._thread().submit(self._counters).result()
         return {
             "namespace": self.namespace,
             "tick_ms": round(self.tick_s * 1000, 3),

@@ -225,7 +225,7 @@ class LightPaths:
         switch, ingress = src.switch, src.ingress
         crossed: set[TrunkFibre] = set()
         while True:
-            device = self.devices.get(switch)
+            device: Any = self.devices.get(switch)  # an adapter of its kind, or None
             kind = getattr(device, "kind", None)
             if kind == "ocs":
                 egress = device.engine.conn.get(ingress)
@@ -279,7 +279,7 @@ class LightPaths:
         """Light entering switch `name` on ingress i: (the egress it leaves on, what it crossed, loss dB), or
         (None, why it stops here, 0). It goes on only to `want` (dst's egress, on dst's switch) or a trunk.
         """
-        device = self.devices.get(name)
+        device: Any = self.devices.get(name)  # an adapter of its kind, or None
         kind = getattr(device, "kind", None)
         if kind == "ocs":
             engine = device.engine

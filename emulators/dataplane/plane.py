@@ -25,7 +25,7 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from emulators.dataplane.paths import LightPaths, couple_trunk_light
@@ -48,7 +48,7 @@ def _rst_socket(sock: Any) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
 
 
-def _rst_transport(transport: asyncio.BaseTransport | None) -> None:
+def _rst_transport(transport: asyncio.Transport | None) -> None:
     if transport is None or transport.is_closing():
         return
     sock = transport.get_extra_info("socket")
@@ -355,7 +355,8 @@ class DataPlane:
         return self.kernel.routes(links)
 
     def state(self) -> dict[str, Any]:
-        now, cache = time.monotonic(), {}
+        now = time.monotonic()
+        cache: dict = {}  # what the light paths read at this instant, read once
         relays = [r.state(now, cache) for r in self.relays.values()]
         kernel = self.kernel.state() if self.kernel is not None else None
         return {
@@ -392,13 +393,14 @@ class DataPlane:
 
     def control(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """One twin control request (op "dataplane.*") -> response; never raises."""
-        handler = {
+        handlers: dict[str, Callable[..., Any]] = {
             "dataplane.link": self.link,
             "dataplane.path": self.path,
             "dataplane.state": self.state,
             "dataplane.reset": self.reset,
             "dataplane.routes": self.routes,
-        }.get(op)
+        }
+        handler = handlers.get(op)
         if handler is None:
             return {"ok": False, "error": f"unknown op {op!r} (dataplane ops: link, path, state, reset, routes)"}
         try:
@@ -427,7 +429,8 @@ class DataPlane:
 
     def _tick(self) -> None:
         self._timer = None
-        now, cache = time.monotonic(), {}
+        now = time.monotonic()
+        cache: dict = {}  # what the light paths read at this instant, read once
         busy = False
         for relay in list(self.relays.values()):
             if not relay.conns:

@@ -178,7 +178,7 @@ def nvidia_smi(argv: list[str], view: View) -> tuple[str, str, int]:
         return "No devices were found\n", "", RC_NOT_FOUND
     gpus = view.gpus
     if ids is not None:
-        wanted = set()
+        wanted: set[int] = set()
         for part in ids.split(","):
             chosen = [g for g in gpus if part.strip() in (str(g.index), g.uuid, g.bus_id, g.serial)]
             if not chosen:
@@ -224,9 +224,9 @@ def nvidia_smi(argv: list[str], view: View) -> tuple[str, str, int]:
         units = [APP_FIELDS[f.lower()][0] for f in fields]
         rows = []
         for app in view.apps:
-            g = next((g for g in gpus if g.index == app.gpu), None)
-            if g is not None and not g.lost:
-                rows.append([APP_FIELDS[f.lower()][1](view, g, app) for f in fields])
+            on = next((g for g in gpus if g.index == app.gpu), None)
+            if on is not None and not on.lost:
+                rows.append([APP_FIELDS[f.lower()][1](view, on, app) for f in fields])
         out = "".join(_lost_line(g) for g in lost) + _csv(fields, units, rows, fmt_parts)
         return out, "", rc
     return _summary(view, gpus), "", rc

@@ -53,7 +53,7 @@ class _ExecInterface(SshInterface):
         return command, tty
 
 
-class SshServer(SshListener):
+class SshServer(SshListener[_ExecInterface]):
     """The host's exec server: each channel runs its command through `run` and sends what it writes."""
 
     threads = "ssh"

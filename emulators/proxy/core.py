@@ -346,21 +346,22 @@ class _Connection:
         try:
             host, port = self.proxy.upstream
             try:
-                self.server_reader, self.server_writer = await asyncio.wait_for(
+                server_reader, server_writer = await asyncio.wait_for(
                     asyncio.open_connection(host, port, limit=READ_SIZE), CONNECT_TIMEOUT
                 )
+                self.server_reader, self.server_writer = server_reader, server_writer
             except (TimeoutError, OSError):
                 self.close()  # upstream unreachable: the client sees its connection closed
                 return
             if self.closed:  # went down while we were connecting
-                self.server_writer.close()
+                server_writer.close()
                 return
             self.tasks = [
                 self.loop.create_task(self._read("upstream", self.client_reader)),
-                self.loop.create_task(self._read("downstream", self.server_reader)),
+                self.loop.create_task(self._read("downstream", server_reader)),
             ]
             writers = [
-                self.loop.create_task(self._write("upstream", self.server_writer)),
+                self.loop.create_task(self._write("upstream", server_writer)),
                 self.loop.create_task(self._write("downstream", self.client_writer)),
             ]
             self.tasks += writers

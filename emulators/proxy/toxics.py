@@ -125,13 +125,13 @@ def make_toxic(
         attributes = {}
     if not isinstance(attributes, dict):
         raise ValueError(f"attributes must be an object, got {attributes!r}")
-    schema, aliases = SCHEMA[type], (ALIASES[type] if aliases else {})
+    schema, spelled = SCHEMA[type], (ALIASES[type] if aliases else {})  # alias -> attribute
     values: dict[str, int | float] = {key: 0 for key in schema}
     seen: set[str] = set()
     for raw_key, value in attributes.items():
-        key = aliases.get(raw_key, raw_key)
+        key = spelled.get(raw_key, raw_key)
         if key not in schema:
-            allowed = sorted([*schema, *aliases])
+            allowed = sorted([*schema, *spelled])
             raise ValueError(f"{type} toxic has no attribute {raw_key!r} (attributes: {', '.join(allowed)})")
         if key in seen:
             raise ValueError(f"{type} toxic attribute {key!r} given twice (once by its alias)")

@@ -27,6 +27,7 @@ import ssl
 import tempfile
 import threading
 from pathlib import Path
+from typing import cast
 
 from emulators.redfish.service import PowerTarget, RedfishService, Response, error
 
@@ -186,7 +187,7 @@ class RedfishServer:
                 if key.data is None:  # woken by close()
                     return
                 try:
-                    conn, _ = key.fileobj.accept()
+                    conn, _ = cast(socket.socket, key.fileobj).accept()  # the listeners: sockets
                 except (BlockingIOError, InterruptedError):
                     continue  # another wake-up took it
                 except OSError:
@@ -204,7 +205,8 @@ class RedfishServer:
             conn.close()  # not TLS, a client that refused our certificate, or one that hung up
             return
         try:
-            _Handler(tls, ("127.0.0.1", 0), _Owner(service))
+            # the connection is served here, not by a socketserver: the handler reads only its server's .service
+            _Handler(tls, ("127.0.0.1", 0), _Owner(service))  # type: ignore[arg-type]
         except (OSError, ssl.SSLError):
             pass  # the client went away mid-request
         finally:
@@ -226,7 +228,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server_version = "testbed-twin-bmc"
     sys_version = ""
     timeout = IDLE_S
-    server: _Owner
+    server: _Owner  # type: ignore[assignment]  # what _serve passes (see there)
 
     def do_GET(self) -> None:
         self._answer("GET")

@@ -113,7 +113,7 @@ class _Node:
         self.suffixed = spelling.endswith("#")
         word = spelling.rstrip("#")
         self.long = word.upper()
-        self.short = re.match(r"[A-Z0-9_]*", word).group(0) or self.long
+        self.short = re.match(r"[A-Z0-9_]*", word).group(0) or self.long  # type: ignore[union-attr]  # `*` always matches
         self.children: list[_Node] = []
         self.set: _Entry | None = None
         self.query: _Entry | None = None

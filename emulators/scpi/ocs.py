@@ -246,12 +246,18 @@ class PolatisEngine(ScpiEngine):
             raise ScpiError(-222, f"port {bad} not in {lo}..{hi}")
         return ports
 
-    def _pairs(self, call: Call, *, allow_empty_egress: bool = False) -> list[tuple[int, int | None]]:
+    def _pairs(self, call: Call) -> list[tuple[int, int]]:
+        ingress, egress = self._ingress_egress(call)
+        return self._paired(ingress, egress)
+
+    def _ingress_egress(self, call: Call) -> tuple[list[int], list[int]]:
         n = self.size
         ingress = self._ports(call.args[0], 1, n)
         egress = self._ports(call.args[1], n + 1, 2 * n) if len(call.args) > 1 else []
-        if allow_empty_egress and not egress:
-            return [(i, None) for i in ingress]
+        return ingress, egress
+
+    @staticmethod
+    def _paired(ingress: list[int], egress: list[int]) -> list[tuple[int, int]]:
         if len(egress) < len(ingress):
             raise ScpiError(-109, "fewer egress than ingress ports")
         if len(egress) > len(ingress):
@@ -318,9 +324,14 @@ class PolatisEngine(ScpiEngine):
 
     def _sub(self, call: Call) -> None:
         new = dict(self.conn)
-        for i, e in self._pairs(call, allow_empty_egress=True):
-            if i in new and (e is None or new[i] == e):
-                del new[i]
+        ingress, egress = self._ingress_egress(call)
+        if not egress:  # each ingress port's circuit, whatever its egress
+            for i in ingress:
+                new.pop(i, None)
+        else:
+            for i, e in self._paired(ingress, egress):
+                if new.get(i) == e:
+                    del new[i]
         self._apply(new, call.now)
 
     def _conn_state(self, call: Call) -> str:

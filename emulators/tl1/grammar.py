@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 MAX_COMMAND = 64 * 1024  # a client streaming bytes without a `;` must not eat the twin's memory
@@ -237,7 +238,7 @@ def quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def response(sid: str, ctag: str, lines: list[str] = (), *, wall: float | None = None) -> bytes:
+def response(sid: str, ctag: str, lines: Iterable[str] = (), *, wall: float | None = None) -> bytes:
     """A COMPLD block; `lines` are sent as they are (quote them with quoted())."""
     body = "".join(f"   {line}\r\n" for line in lines)
     return (header(sid, wall) + f"M  {ctag} COMPLD\r\n" + body + ";").encode("ascii")

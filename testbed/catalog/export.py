@@ -9,7 +9,6 @@ nested (the sweep point, versions, notes) is JSON text; each sweep key also gets
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 import sys
@@ -17,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TextIO
 
 from testbed.catalog.query import select_runs, span_samples
 from testbed.contracts.errors import UserError
@@ -90,6 +90,7 @@ class Table:
         if cell is not None:
             values = [cell(v) for v in values]
         if name in self.per_run:
+            assert self.repeat is not None  # a table with per-run columns has each row's run
             return [values[i] for i in self.repeat]
         return values
 
@@ -183,7 +184,7 @@ def write(selection: Selection, out: str | Path, fmt: str) -> list[tuple[Path | 
     writer = _write_parquet if fmt == "parquet" else _csv_file
     if fmt == "parquet":
         require_pyarrow("--format parquet")
-    done = []
+    done: list[tuple[Path | None, int]] = []
     for table, target in ((selection.samples, path), (selection.runs, runs_path)):
         aside = target.with_name(f".{target.name}.{os.getpid()}.part")
         try:
@@ -205,7 +206,7 @@ def _csv_cell(value) -> str:
     return str(value)  # a float's str is its repr: read back, the same number
 
 
-def _write_csv(table: Table, stream: io.TextIOBase) -> None:
+def _write_csv(table: Table, stream: TextIO) -> None:
     out = csv.writer(stream, lineterminator="\n")
     out.writerow(table.columns)
     out.writerows(zip(*(table.column(name, _csv_cell) for name in table.columns), strict=True))

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from testbed.catalog.annotations import ANNOTATIONS_FILE, read_annotations
 from testbed.events import JsonlError, Op, read_events, read_faults
@@ -62,11 +63,8 @@ def read_run(run_dir: Path, indexed_at: float) -> RunRows:
     records = events.records if events is not None else []
     folder = run_dir.name
     commit, dirty = _commit(info.get("git_revision"))
-    host = info.get("host") if isinstance(info.get("host"), dict) else {}
-    playbook = info.get("playbook") if isinstance(info.get("playbook"), dict) else {}
-    inventory = info.get("inventory") if isinstance(info.get("inventory"), dict) else {}
-    versions = info.get("versions") if isinstance(info.get("versions"), dict) else {}
-    clock = info.get("clock") if isinstance(info.get("clock"), dict) else {}
+    host, playbook, inventory = _section(info, "host"), _section(info, "playbook"), _section(info, "inventory")
+    versions, clock = _section(info, "versions"), _section(info, "clock")
     trials = _trials(records)
     walls = [r["wall"] for r in records]
     run = {
@@ -162,12 +160,12 @@ def _trials(records: list[dict]) -> list[dict]:
 
 
 def _devices(inventory: dict, twin) -> list[dict]:
-    devices = inventory.get("devices") if isinstance(inventory.get("devices"), dict) else {}
+    devices = _section(inventory, "devices")
     served = (twin or {}).get("devices", {}) if isinstance(twin, dict) else {}
     rows = []
     for name, device in devices.items():
         device = device if isinstance(device, dict) else {}
-        transport = device.get("transport") if isinstance(device.get("transport"), dict) else {}
+        transport = _section(device, "transport")
         interface = served.get(name, {}).get("interfaces") if isinstance(served.get(name), dict) else None
         rows.append(
             {
@@ -225,3 +223,9 @@ def _float(value) -> float | None:
 def iso(wall: float | None) -> str | None:
     """A wall time as UTC ISO 8601 (how the catalog's answers show times)."""
     return None if wall is None else datetime.fromtimestamp(wall, UTC).isoformat(timespec="seconds")
+
+
+def _section(info: dict[str, Any], key: str) -> dict[str, Any]:
+    """run.json's `key` section, or {} when it is missing or not an object (a damaged or older folder)."""
+    value = info.get(key)
+    return value if isinstance(value, dict) else {}

@@ -86,7 +86,9 @@ def gate(
             f"the baseline and the candidate share {len(overlap)} run(s) (e.g. {min(overlap)}): select disjoint runs"
         )
     limit = 1 + max_slowdown_pct / 100
-    out = {"max_slowdown_pct": max_slowdown_pct, "limit": limit, "spans": {}, "failed": []}
+    by_span: dict[str, dict] = {}
+    failed: list[str] = []
+    out = {"max_slowdown_pct": max_slowdown_pct, "limit": limit, "spans": by_span, "failed": failed}
     for span in names:
         groups = {side: [r for r in runs if span in r["spans"]] for side, runs in sides.items()}
         stats = median_ratio_interval(
@@ -101,7 +103,7 @@ def gate(
             verdict = OK
         else:
             verdict = UNSURE
-        out["spans"][span] = {
+        by_span[span] = {
             **stats,
             "baseline_runs": [r["run_id"] for r in groups["baseline"]],
             "candidate_runs": [r["run_id"] for r in groups["candidate"]],
@@ -110,5 +112,5 @@ def gate(
             "verdict": verdict,
         }
         if verdict == SLOWER:
-            out["failed"].append(span)
+            failed.append(span)
     return out

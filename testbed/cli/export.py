@@ -4,8 +4,6 @@ runs, as files for an analysis elsewhere (docs/catalog.md).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.console import Console
 
 from testbed.contracts.errors import EXIT_OK, UserError
@@ -44,5 +42,5 @@ def cmd_export(args, console: Console) -> int:
         return EXIT_OK  # the samples went to stdout: nothing else on it
     say = Console(stderr=True, highlight=False)
     for (path, rows), what in zip(written, ("samples", "runs"), strict=False):
-        say.print(f"wrote {Path(path)}: {rows} {what}", markup=False, soft_wrap=True)
+        say.print(f"wrote {path}: {rows} {what}", markup=False, soft_wrap=True)
     return EXIT_OK

@@ -10,11 +10,15 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape  # messages quote user text such as [rows, cols]: never markup
 
 from testbed.contracts.errors import EXIT_BAD_INPUT, EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
+
+if TYPE_CHECKING:  # the documents load when a command needs them
+    from testbed.documents.inventory import Inventory
 
 DEFAULT_INVENTORY = "playbooks/inventory/emulated-rack.yaml"
 
@@ -151,7 +155,7 @@ def cmd_validate(args, console: Console) -> int:
     from testbed.documents import detect_kind, load_inventory, load_playbook
 
     problems: list[str] = []
-    inventories: dict[str, object] = {}  # each inventory loaded once, whatever number of playbooks use it
+    inventories: dict[str, Inventory] = {}  # each inventory loaded once, whatever number of playbooks use it
     for path in args.files:
         try:
             kind = detect_kind(path)

@@ -170,6 +170,7 @@ def _compress_lists(node: Tree, known: set[str]) -> None:
 
 def _job(root: Tree, plan: Plan) -> None:
     job = plan.playbook.job
+    assert job is not None  # shown only for a playbook with a job
     node = root.add(escape(f"job: {' '.join(job.command)}"))
     node.add(escape("ranks: " + _ranks(job.ranks)))
     if job.fabric is not None:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import typing
-from typing import Annotated, Union
+from typing import TYPE_CHECKING, Annotated, Union
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
@@ -22,8 +22,11 @@ TRANSPORTS: Registry[type[TransportConfig]] = Registry(
 for _model in (VisaTransport, SerialTransport, SshTransport, Tl1Transport, NetconfTransport):
     TRANSPORTS.register(_model, builtin=True)
 
-# The transport union, from every registered transport type (another package's too).
-Transport = Annotated[Union[tuple(TRANSPORTS)], Field(discriminator="type")]  # noqa: UP007 (built at run time)
+if TYPE_CHECKING:
+    Transport = TransportConfig  # every transport model is one; the union below is built at run time
+else:
+    # The transport union, from every registered transport type (another package's too).
+    Transport = Annotated[Union[tuple(TRANSPORTS)], Field(discriminator="type")]  # noqa: UP007 (built at run time)
 
 
 class FaultProxyConfig(Strict):

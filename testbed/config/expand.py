@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,7 +169,7 @@ class _Expander:
                 out[name] = device
         return out
 
-    def _names(self, key: Any, loc: Loc) -> list[tuple[Any, int | None]]:
+    def _names(self, key: Any, loc: Loc) -> Sequence[tuple[Any, int | None]]:
         """The names `key` stands for: itself, or (name, number) for each name of a range."""
         try:
             rng = parse_range(key) if isinstance(key, str) else None
@@ -181,7 +182,7 @@ class _Expander:
         self.shorthands.append(f"{format_loc(loc)} ({len(rng)})")
         return rng.names()
 
-    def _collisions(self, key: Any, names: list[tuple[Any, int | None]], defined: dict[str, Any]) -> None:
+    def _collisions(self, key: Any, names: Sequence[tuple[Any, int | None]], defined: dict[str, Any]) -> None:
         clashes = [name for name, _ in names if name in defined]
         if not clashes:
             return
@@ -321,7 +322,7 @@ def _compile(value: Any, known: set[str], loc: Loc, note: str) -> Any:
     return value
 
 
-def _fill(value: Any, env: dict[str, Value], loc: Loc, note: str) -> Any:
+def _fill(value: Any, env: Mapping[str, Value], loc: Loc, note: str) -> Any:
     """A compiled value rendered with `env`; a problem (division by zero, arithmetic on a name) stops the entry."""
     if isinstance(value, Template):
         try:

@@ -13,6 +13,7 @@ number fields can be computed; anything else gives a string.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -126,17 +127,19 @@ def _variables(node: Node) -> set[str]:
     return set().union(*(_variables(child) for child in node[1:]))
 
 
-def _evaluate(node: Node, env: dict[str, Value]) -> Value:
+def _evaluate(node: Node, env: Mapping[str, Value]) -> Value:
     kind = node[0]
     if kind == "int":
         return node[1]
     if kind == "var":
         return env[node[1]]  # presence is checked before rendering (Template.check)
-    operands = [_evaluate(child, env) for child in node[1:]]
-    for child, value in zip(node[1:], operands, strict=True):
+    values = [_evaluate(child, env) for child in node[1:]]
+    operands: list[int] = []
+    for child, value in zip(node[1:], values, strict=True):
         if not isinstance(value, int):
             what = f"{child[1]!r} is text" if child[0] == "var" else "text"
             raise TemplateError(f"{what}: arithmetic works on integers only")
+        operands.append(value)
     if kind == "neg":
         return _bounded(-operands[0])
     left, right = operands
@@ -169,7 +172,7 @@ class Template:
     parts: tuple[str | _Field, ...]
     variables: frozenset[str]  # every variable the fields use (computed once: a pattern renders thousands of times)
 
-    def check(self, known: set[str] | dict) -> None:
+    def check(self, known: Collection[str]) -> None:
         """Every variable the template uses is in `known` (raised once, before rendering many times)."""
         unknown = sorted(self.variables.difference(known))
         if unknown:
@@ -177,7 +180,7 @@ class Template:
             allowed = ", ".join(f"{{{n}}}" for n in sorted(known)) or "none"
             raise TemplateError(f"unknown placeholder {names} (known here: {allowed})")
 
-    def render(self, env: dict[str, Value]) -> Value:
+    def render(self, env: Mapping[str, Value]) -> Value:
         if len(self.parts) == 1 and isinstance(self.parts[0], _Field) and self.parts[0].width is None:
             return _evaluate(self.parts[0].node, env)
         out = []
@@ -247,7 +250,7 @@ def _field(body: str) -> _Field:
     return _Field(expression.strip(), _Parser(expression).parse(), width)
 
 
-def render(text: str, env: dict[str, Value]) -> Value:
+def render(text: str, env: Mapping[str, Value]) -> Value:
     """Compile, check and render in one go (for one-off use and tests)."""
     template = compile_template(text)
     template.check(env)

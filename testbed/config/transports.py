@@ -99,17 +99,16 @@ class VisaTransport(TransportConfig):
             r = rname.parse_resource_name(self.resource)
         except rname.InvalidResourceName:
             return Endpoint("visa", None, self.resource.upper())
-        kind = type(r).__name__
-        if kind == "TCPIPSocket":
+        if isinstance(r, rname.TCPIPSocket):
             return Endpoint("tcp", r.host_address, str(int(r.port)))
-        if kind == "TCPIPInstr":
+        if isinstance(r, rname.TCPIPInstr):
             return Endpoint("vxi11", r.host_address, r.lan_device_name.lower())
-        if kind == "ASRLInstr":
+        if isinstance(r, rname.ASRLInstr):
             return Endpoint("serial", None, _serial_port(r.board))
-        if kind == "USBInstr":
+        if isinstance(r, rname.USBInstr):
             ids = f"{int(r.manufacturer_id, 0):04x}:{int(r.model_code, 0):04x}:{r.serial_number}"
             return Endpoint("usb", None, f"{ids}:{int(r.usb_interface_number or 0)}")
-        if kind == "GPIBInstr":
+        if isinstance(r, rname.GPIBInstr):
             return Endpoint("gpib", None, f"{int(r.board or 0)}:{r.primary_address}:{r.secondary_address or ''}")
         return Endpoint("visa", None, str(r).upper())
 

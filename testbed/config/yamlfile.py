@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from testbed.contracts.errors import ConfigError, ConfigProblem
 
@@ -173,6 +174,7 @@ def _refuse_deep_nesting(text: str, name: str) -> None:
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
+                assert event.start_mark is not None  # the parser marks every event it makes
                 line = event.start_mark.line + 1
                 raise ConfigError(
                     [ConfigProblem(name, line, "", f"nested more than {MAX_DEPTH} deep: not an inventory or playbook")]
@@ -254,7 +256,7 @@ def validate(model: type[BaseModel], located: LocatedData, context: dict | None 
         raise ConfigError(located.problems(found)) from None
 
 
-def _error_loc(err: dict) -> tuple:
+def _error_loc(err: ErrorDetails) -> tuple:
     loc = tuple(err["loc"])
     if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
         # The problem is the value of the tag key (e.g. `kind: oxc`), so point at that key.
@@ -283,7 +285,7 @@ def _data_loc(loc: tuple, data: Any) -> Loc:
     return tuple(out)
 
 
-def _message(err: dict) -> str:
+def _message(err: ErrorDetails) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         return "unknown key (check the spelling; `testbed schema` lists the allowed keys)"

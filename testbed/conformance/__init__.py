@@ -73,6 +73,7 @@ def circuit_switch_suite(
     if unknown:
         raise ValueError(f"unknown check(s) {unknown}; checks: {', '.join(CIRCUIT_SWITCH_CHECKS)}")
     lit = tuple(lit_ingress)
+    factories: dict[str, str | Callable[[], Any]]
     if isinstance(driver, Mapping):
         factories = dict(driver)
     elif isinstance(driver, str) or callable(driver):

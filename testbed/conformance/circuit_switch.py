@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import cast
 
 from drivers.capabilities import CircuitSwitch
 from drivers.errors import DeviceError
@@ -50,7 +51,7 @@ class CheckSkipped(Exception):
 class SwitchUnderTest:
     """A driver and what the check needs to know about the switch behind it."""
 
-    driver: object
+    driver: CircuitSwitch  # as the checks call it; check_capability judges whether it has every method
     inputs: int  # ingress ports 1..inputs
     outputs: int  # egress ports inputs+1..inputs+outputs
     lit_ingress: tuple[int, ...]  # ingress ports with light arriving (for the optical checks)
@@ -139,7 +140,7 @@ def check_identify(s: SwitchUnderTest) -> str | None:
                 f"identify().{name} is {value!r}; expected a non-empty string without surrounding whitespace "
                 "(a stray '\\r' usually means the read termination is wrong)"
             )
-    return ", ".join(fields.values())
+    return ", ".join(str(value) for value in fields.values())  # each checked to be a str above
 
 
 @_check("size")
@@ -256,13 +257,13 @@ def check_out_of_range_deferred(s: SwitchUnderTest) -> str | None:
     what = f"connect([({i}, {s.beyond})], check=False)"
     try:
         s.driver.connect([(i, s.beyond)], check=False)
-    except DeviceError as err:
-        return f"refused at once ({type(err).__name__})"  # allowed: the driver validated before sending
+    except DeviceError as refused:
+        return f"refused at once ({type(refused).__name__})"  # allowed: the driver validated before sending
     except Exception as exc:
         raise CheckFailed(f"{what} raised {_qualname(exc)} ({exc}), not a drivers.errors.DeviceError") from exc
-    err = _expect_device_error(f"check_errors() after {what}", s.driver.check_errors)
+    deferred = _expect_device_error(f"check_errors() after {what}", s.driver.check_errors)
     s.driver.check_errors()  # the queue was drained: a second look finds nothing
-    return type(err).__name__
+    return type(deferred).__name__
 
 
 @_check("out_of_range_port_power")
@@ -290,7 +291,8 @@ def switch_under_test(
     driver: object, *, size: int | tuple[int, int], lit_ingress: Iterable[int] = (), min_power_dbm: float = -20.0
 ) -> SwitchUnderTest:
     inputs, outputs = (size, size) if isinstance(size, int) else tuple(size)
-    return SwitchUnderTest(driver, inputs, outputs, tuple(lit_ingress), min_power_dbm)
+    # Any object is accepted: whether it is a CircuitSwitch is what the checks find out (check_capability first).
+    return SwitchUnderTest(cast(CircuitSwitch, driver), inputs, outputs, tuple(lit_ingress), min_power_dbm)
 
 
 def run_check(name: str, switch: SwitchUnderTest) -> CheckResult:

@@ -77,12 +77,12 @@ class StepEngine(Protocol):
     def operation(self, device: str, name: str) -> str:
         """The procedure that does a generic operation (identify, reconfigure, clear...) on the device's family."""
 
-    def call(self, calls: Mapping[str, tuple[str, dict[str, Any]]], step: str) -> dict[str, Outcome]:
+    def call(self, calls: Mapping[str, tuple[str, dict[str, Any]]], step: str) -> Mapping[str, Outcome]:
         """One procedure on each of several devices at once, every call recorded; StepFailed if any did not succeed."""
 
     def dispatch(
         self, programs: Mapping[str, Sequence[Call]], *, observe: bool = True
-    ) -> dict[str, list[Outcome | None]]:
+    ) -> Mapping[str, Sequence[Outcome | None]]:
         """Each device's calls in order on its actor, all devices at once, every call recorded. None for a call
         not run after an earlier one of its program failed; the results are not raised on.
         """

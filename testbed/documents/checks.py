@@ -34,10 +34,8 @@ def check_inventory(inv: Inventory, describe: Callable[[tuple], str] = format_lo
         host = hosts.get(f.host)
         if host is None:
             problems.append(((*loc, "host"), _unknown("GPU host", f.host, inv, hosts)))
-        elif f.port not in host.ports:
-            problems.append(
-                ((*loc, "port"), f"host {f.host} has no port {f.port!r} (its ports: {', '.join(host.ports)})")
-            )
+        elif f.port not in (ports := host.ports):  # type: ignore[attr-defined]  # a host family's model has them
+            problems.append(((*loc, "port"), f"host {f.host} has no port {f.port!r} (its ports: {', '.join(ports)})"))
         switch = inv.devices.get(f.switch)
         if not isinstance(switch, SwitchConfig):
             problems.append(((*loc, "switch"), _unknown("switch", f.switch, inv, inv.switches())))
@@ -61,9 +59,9 @@ def check_inventory(inv: Inventory, describe: Callable[[tuple], str] = format_lo
             other = seen_switch_ports.setdefault((f.switch, port), loc)
             if other != loc:
                 problems.append(((*loc, key), f"{f.switch} port {port} is already cabled by {describe(other)}"))
-        other = seen_host_ports.setdefault((f.host, f.port), i)
-        if other != i:
-            problems.append(((*loc, "port"), f"{f.host}:{f.port} is already cabled by {describe(('fibres', other))}"))
+        first = seen_host_ports.setdefault((f.host, f.port), i)
+        if first != i:
+            problems.append(((*loc, "port"), f"{f.host}:{f.port} is already cabled by {describe(('fibres', first))}"))
     for i, t in enumerate(inv.trunks):
         problems += _check_trunk(inv, i, t, seen_switch_ports, describe)
     for i, spare in enumerate(inv.spares):
@@ -199,6 +197,7 @@ def check_playbook(pb, inv: Inventory | None) -> list[Problem]:
         loc = ("configurations", cname)
         for i, link in enumerate(conf.links):
             m = LINK_PATTERN.match(link)
+            assert m is not None  # the configuration's model accepted only links of this pattern
             for host, port in ((m.group(1), m.group(2)), (m.group(4), m.group(5))):
                 if inv.fibre_of(host, port) is None:
                     problems.append(

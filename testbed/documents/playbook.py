@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -10,8 +10,11 @@ from testbed.config.common import Name, Strict
 from testbed.config.sections import Configuration, Job, Schedule, Workload
 from testbed.steps import step_union
 
-# Every registered step kind (testbed/steps; another package's too), discriminated by `action`.
-Step = step_union()
+if TYPE_CHECKING:
+    from testbed.steps.base import StepModel as Step  # every step kind is one; the union is built at run time
+else:
+    # Every registered step kind (testbed/steps; another package's too), discriminated by `action`.
+    Step = step_union()
 
 __all__ = ["Playbook", "Step"]
 

@@ -27,13 +27,14 @@ def measure_clocks(dispatcher, devices: list[str]) -> dict:
 
 
 def _measure(dispatcher, device: str) -> dict:
-    best = None
+    best: tuple[float, float, dict] | None = None
     for _ in range(SAMPLES):
         t0 = time.time()
         where = dispatcher.call(device, "where").result()
         t1 = time.time()
         if best is None or t1 - t0 < best[0]:
             best = (t1 - t0, where["wall"] - (t0 + t1) / 2, where)
+    assert best is not None  # SAMPLES > 0: the loop ran
     rtt, offset, where = best
     return {
         "node_id": where["node_id"],

@@ -22,10 +22,10 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from testbed.contracts.engine import Executable
 from testbed.contracts.errors import ActorDied, ExperimentFailed, StepFailed, interruption, raise_failures
@@ -136,7 +136,9 @@ class Coordinator:
 
     # --- devices ------------------------------------------------------------------------------------
 
-    def dispatch(self, programs: dict[str, list[Call]], *, observe: bool = True) -> dict[str, list[OpResult | None]]:
+    def dispatch(
+        self, programs: Mapping[str, Sequence[Call]], *, observe: bool = True
+    ) -> dict[str, list[OpResult | None]]:
         """Run each device's calls in order on its actor, all devices at once. A None result is a call
         that was not run because an earlier call of its program failed. Raises ActorDied once every
         result is recorded if an actor died (after reading back its switch, when `observe`).
@@ -178,7 +180,7 @@ class Coordinator:
         return out
 
     def _record_answers(
-        self, device: str, program: list[Call], answers: list | None, death: str | None, closed: dict[str, int]
+        self, device: str, program: Sequence[Call], answers: list | None, death: str | None, closed: dict[str, int]
     ) -> list[OpResult | None]:
         """Record the outcome of each call of one device's program (counted in `closed` as it goes): its answer,
         None for a call not run after an earlier one failed, or `info` for every call when its actor died.
@@ -189,6 +191,7 @@ class Coordinator:
                 self.recorder.emit("info", procedure, device=device, step=label, data=data)
                 closed[device] = closed.get(device, 0) + 1
             return []
+        assert answers is not None  # the caller passes them whenever the actor answered (death is None)
         results: list[OpResult | None] = list(answers) + [None] * (len(program) - len(answers))
         for (label, procedure, _), result in zip(program, results, strict=True):
             self.record(device, label, procedure, result)
@@ -196,7 +199,12 @@ class Coordinator:
         return results
 
     def _close_unanswered(
-        self, programs: dict[str, list[Call]], invoked: dict[str, int], closed: dict[str, int], done: dict, reason: str
+        self,
+        programs: Mapping[str, Sequence[Call]],
+        invoked: dict[str, int],
+        closed: dict[str, int],
+        done: dict,
+        reason: str,
     ) -> None:
         """Close the invokes a dispatch opened and has not closed when it was interrupted: with the device's answer
         where it came, else as `info` (their audit records are not collected: the calls may still be running on
@@ -224,12 +232,12 @@ class Coordinator:
                 self.recorder.emit("mark", Op.LEASE_LAPSED, data={"error": str(exc)})
             raise
 
-    def call(self, calls: dict[str, tuple[str, dict]], step: str) -> dict[str, OpResult]:
+    def call(self, calls: Mapping[str, tuple[str, dict[str, Any]]], step: str) -> dict[str, OpResult]:
         """One procedure on each of several devices at once; raises StepFailed if any did not succeed."""
         results = self.dispatch({d: [(step, p, k)] for d, (p, k) in calls.items()})
         first = {d: r[0] for d, r in results.items()}
         raise_failures(first.values())
-        return first
+        return cast(dict[str, OpResult], first)  # raise_failures let no None through
 
     def actor_pids(self) -> dict[str, int]:
         """Each actor's worker process now; kept, to tell a restarted actor from the one before."""
@@ -292,7 +300,8 @@ class Coordinator:
             kwargs = {"expected_size": dev.size} if hasattr(dev, "size") else {}
             calls[name] = (self.operation(name, "identify"), kwargs)
         results = self.call(calls, "identify devices")
-        return {name: {"node": r.node, **(r.value or {})} for name, r in results.items()}
+        # identify's value is a dict (the family's identify procedure)
+        return {name: {"node": r.node, **cast(dict, r.value or {})} for name, r in results.items()}
 
     def fabric_devices(self) -> list[str]:
         """The run's devices whose circuits are lab state (their family holds a fabric)."""
@@ -302,7 +311,7 @@ class Coordinator:
         """The circuits every switch of the run holds now."""
         devices = self.fabric_devices()
         results = self.call({d: (self.operation(d, "read_fabric"), {}) for d in devices}, "final read-back")
-        return {d: r.value for d, r in results.items()}
+        return {d: cast(dict[int, int], r.value) for d, r in results.items()}  # read_fabric's value
 
     def record(self, device: str, label: str, procedure: str, result: OpResult | None) -> None:
         self.recorder.outcome(device, label, procedure, result)

@@ -9,6 +9,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -20,6 +21,10 @@ from testbed.families import family_of
 from testbed.families.interlocks import Policy
 from testbed.leases.identity import device_identity
 from testbed.plan import Plan
+
+if TYPE_CHECKING:  # both imported where they are started (start_twin, _leases): a lab run never loads the twin
+    from testbed.leases import HeldLeases
+    from testbed.twin.bridge import TwinHandle
 
 
 def devices_key(plan: Plan, emulate: bool, netns: bool = False) -> tuple:
@@ -42,11 +47,11 @@ class Devices:
     key: tuple
     inventory: Inventory  # pointed at the twin when emulating
     dispatcher: RayDispatcher
-    twin: object | None = None  # testbed.twin.bridge.TwinHandle
+    twin: TwinHandle | None = None
     notes: list[str] = field(default_factory=list)
     startup_s: dict[str, float] = field(default_factory=dict)  # where bringing them up went (run.json)
     ray_session_dir: str | None = None  # the local Ray instance's folder (None on a cluster): heal's leftovers
-    leases: object | None = None  # testbed.leases.HeldLeases on a lab (None emulated): checked before every command
+    leases: HeldLeases | None = None  # on a lab (None emulated): checked before every command
     told_leased: bool = False  # the identities the devices told at identify leased too (a lab, once)
     runs: int = 0  # how many runs they served
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)

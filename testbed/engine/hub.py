@@ -113,7 +113,7 @@ class _Lane:
             threading.Thread(target=self._serve, name=f"{name}-{i}", daemon=True).start()
         self._threads = threads
 
-    def start(self, seq: int, fn: Callable, args: tuple, done: Callable[[Any, BaseException | None], None]) -> None:
+    def start(self, seq: int, fn: Callable, args: tuple, done: Callable[[Any, BaseException | None], object]) -> None:
         """Start `fn(*args)` as the device's `seq`-th call, once the calls numbered before it have started; then
         `done(result, exception)` on the device's thread.
         """
@@ -218,7 +218,7 @@ class DeviceHub:
         return await future
 
     def call_threadsafe(
-        self, device: str, seq: int, method: str, args: tuple, done: Callable[[Any, BaseException | None], None]
+        self, device: str, seq: int, method: str, args: tuple, done: Callable[[Any, BaseException | None], object]
     ) -> None:
         """`method(*args)` as the device's `seq`-th call, from any thread (a direct channel's reader, or `call`):
         started in the dispatcher's numbered order whichever way each came; `done(result, exception)` runs on the

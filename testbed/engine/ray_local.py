@@ -132,6 +132,7 @@ class LocalHead:
         """Tell the head to stop the instance (its standard input closes); with wait, until it has (killed if it
         takes longer than STOP_TIMEOUT_S).
         """
+        assert self.process.stdin is not None and self.process.stdout is not None  # both are pipes (__init__)
         with contextlib.suppress(OSError):
             self.process.stdin.close()
         if not wait:
@@ -147,6 +148,7 @@ class LocalHead:
     def _read_line(self, timeout_s: float) -> str:
         deadline = time.monotonic() + timeout_s
         out = self.process.stdout
+        assert out is not None  # a pipe (__init__)
         while time.monotonic() < deadline:
             ready, _, _ = select.select([out], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
             if ready:
@@ -187,7 +189,7 @@ def main() -> int:
             object_store_memory=LOCAL_OBJECT_STORE_BYTES,
             include_dashboard=False,
             no_monitor=True,
-            include_log_monitor=False,
+            include_log_monitor=False,  # type: ignore[arg-type]  # a flag, as Ray's docstring says; its hint is wrong
             _system_config=known_system_config(ray),  # a copy: Ray adds its own keys to it
         )
     except (ImportError, AttributeError, TypeError) as exc:  # Ray's internals moved: its own start, slower

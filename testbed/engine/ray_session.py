@@ -25,6 +25,7 @@ import stat
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from testbed.engine.processes import start_ticks
 from testbed.engine.ray_local import LOCAL_CPUS, LOCAL_OBJECT_STORE_BYTES, PrivateStartUnavailable
@@ -142,7 +143,7 @@ def _init(address: str | None, head, abandoned):
 
     if ray.is_initialized():
         return ray, False  # someone else's: not ours to shut down
-    common = dict(log_to_driver=False, configure_logging=False, namespace="testbed")
+    common: dict[str, Any] = dict(log_to_driver=False, configure_logging=False, namespace="testbed")
     if head is None and address is None:  # Ray was initialised here when this start began, and is no longer
         from testbed.contracts.errors import UserError
 

@@ -124,7 +124,9 @@ def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: 
     try:
         with contextlib.ExitStack() as stack:
             devices = devices_for(plan, run_dir / TRUTH_FILE, run_id)
-            startup = dict(devices.startup_s) if devices.runs == 0 else {"devices_reused": True}
+            startup: dict[str, float | bool] = (
+                dict(devices.startup_s) if devices.runs == 0 else {"devices_reused": True}
+            )
             mark = time.monotonic()
             inventory, twin, dispatcher = devices.inventory, devices.twin, devices.dispatcher
             if twin is not None:
@@ -299,7 +301,8 @@ def _job_controller(plan: Plan, inv: Inventory, coordinator: Coordinator, twin, 
     """
 
     job = plan.playbook.job
-    over_fabric = job is not None and (job.fabric is not None or job.fabric_service is not None)
+    assert job is not None  # called only for a playbook with a job
+    over_fabric = job.fabric is not None or job.fabric_service is not None
 
     def management_of(host: str) -> str:
         # Where the control side reaches the host (the fabric service looks up its route there): on a lab the host's

@@ -3,9 +3,7 @@ its fields: `python -m testbed.results.event_tables --readme results/README.md` 
 equal.
 """
 
-from typing import Any
-
-from testbed.events.schema import SCHEMA, Measure, OperationFailed, OperationOk
+from testbed.events.schema import SCHEMA, Measure, OperationFailed, OperationOk, payload_keys
 
 FIELD_DOCS: dict[str, str] = {
     "trials": "number of trials planned",
@@ -119,9 +117,10 @@ BEGIN = "<!-- events: generated from testbed/events/schema.py; do not edit by ha
 END = "<!-- end of events -->"
 
 
-def _fields(payload: Any) -> str:  # payload: a TypedDict class
-    required = [f"`{k}`" for k in payload.__annotations__ if k in payload.__required_keys__]
-    optional = [f"`{k}`?" for k in payload.__annotations__ if k in payload.__optional_keys__]
+def _fields(payload: type) -> str:
+    required_keys, optional_keys = payload_keys(payload)
+    required = [f"`{k}`" for k in payload.__annotations__ if k in required_keys]
+    optional = [f"`{k}`?" for k in payload.__annotations__ if k in optional_keys]
     return ", ".join(required + optional) or "(none)"
 
 

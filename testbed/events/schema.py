@@ -565,10 +565,17 @@ def _is_device_mark(op: str, procedures: Mapping[str, tuple[str, ...]]) -> bool:
     return op in marks if marks is not None else any(op in m for m in procedures.values())
 
 
-def _check_payload(op: str, payload: Any, data: dict) -> None:  # payload: a TypedDict class
+def payload_keys(payload: type) -> tuple[frozenset[str], frozenset[str]]:
+    """(required, optional) keys of a payload, a TypedDict class."""
+    # A TypedDict class has both at run time; mypy has no type for such a class that says so.
+    return payload.__required_keys__, payload.__optional_keys__  # type: ignore[attr-defined]
+
+
+def _check_payload(op: str, payload: type, data: dict) -> None:
     keys = set(data)
-    missing = payload.__required_keys__ - keys
-    extra = keys - payload.__required_keys__ - payload.__optional_keys__
+    required, optional = payload_keys(payload)
+    missing = required - keys
+    extra = keys - required - optional
     if missing or extra:
         raise SchemaError(
             f"event {op!r}: payload {payload.__name__} "

@@ -80,16 +80,20 @@ def links_to_circuits(links: Iterable[Link], inv: InventoryView) -> dict[str, tu
     return {sw: tuple(sorted(pairs)) for sw, pairs in out.items()}
 
 
+def _fibre(inv: InventoryView, end: tuple[str, str]) -> Fibre:
+    fibre = inv.fibre_of(*end)
+    if fibre is None:
+        raise PathError(f"{end[0]}:{end[1]} has no fibre in the inventory's fibre map")
+    return fibre
+
+
 def route_link(link: Link, inv: InventoryView, busy: Mapping[int, str] | None = None) -> Route:
     """The route of one link, avoiding the trunks in `busy` (index -> the link using it); PathError when
     there is none or it does not fit the loss budget.
     """
     src, dst = link
     label = link_label(link)
-    f_src, f_dst = inv.fibre_of(*src), inv.fibre_of(*dst)
-    for end, fibre in ((src, f_src), (dst, f_dst)):
-        if fibre is None:
-            raise PathError(f"{end[0]}:{end[1]} has no fibre in the inventory's fibre map")
+    f_src, f_dst = _fibre(inv, src), _fibre(inv, dst)
     hops = _fewest_switches(f_src.switch, f_dst.switch, inv, busy or {})
     if hops is None:
         raise PathError(_no_path(label, f_src.switch, f_dst.switch, inv, busy or {}))

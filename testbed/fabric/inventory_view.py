@@ -15,7 +15,9 @@ from testbed.config.device import DeviceConfig, SwitchConfig
 
 
 class InventoryView(Protocol):
-    devices: Mapping[str, DeviceConfig]
+    @property
+    def devices(self) -> Mapping[str, DeviceConfig]: ...  # read only: an inventory's dict is one
+
     fibres: list[Fibre]
     trunks: list[Trunk]
     spares: list[str]

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def fabric_links(fabric: JobFabric, hosts: list[str]) -> list[Link]:
     """The directed links of the fabric over `hosts` (hosts[rank] runs that rank)."""
     if fabric.topology == "torus2d":
-        rows, cols = fabric.dims
+        rows, cols = _dims(fabric)
         return torus2d_ring(hosts, rows, cols, _ports(fabric), _reverse_ports(fabric))
     if fabric.reverse_port:
         return duplex_ring(hosts, fabric.port, fabric.reverse_port)
@@ -42,16 +42,30 @@ def ring_link_ports(fabric: JobFabric, rank: int) -> tuple[str, str] | None:
     if fabric.reverse_port is None:
         return None
     if fabric.topology == "torus2d":
-        rows, cols = fabric.dims
-        return torus_ring_ports(rank, rows, cols, _ports(fabric), _reverse_ports(fabric))
+        rows, cols = _dims(fabric)
+        reverse = _reverse_ports(fabric)
+        assert reverse is not None  # reverse_port is set, so y_reverse_port is (the check of a duplex torus)
+        return torus_ring_ports(rank, rows, cols, _ports(fabric), reverse)
     return fabric.port, fabric.reverse_port
 
 
+# A torus2d fabric has its dims and y_port, and y_reverse_port when it has reverse_port: the playbook's checks
+# refuse one without (testbed/documents/checks.py), before any of these runs.
+
+
+def _dims(fabric: JobFabric) -> tuple[int, int]:
+    assert fabric.dims is not None
+    rows, cols = fabric.dims
+    return rows, cols
+
+
 def _ports(fabric: JobFabric) -> tuple[str, str]:
+    assert fabric.y_port is not None
     return fabric.port, fabric.y_port
 
 
 def _reverse_ports(fabric: JobFabric) -> tuple[str, str] | None:
     if fabric.reverse_port is None:
         return None
+    assert fabric.y_reverse_port is not None
     return fabric.reverse_port, fabric.y_reverse_port

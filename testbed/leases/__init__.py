@@ -28,7 +28,8 @@ WAIT_POLL_S = 1.0
 
 
 class LeaseStore(Protocol):
-    where: str
+    @property
+    def where(self) -> str: ...
 
     def acquire(
         self, devices: dict[str, str], holder: Holder, kind: Kind, duration_s: float, note: str = ""

@@ -18,6 +18,7 @@ later boot, and by the boot-time clock (which neither a wall-clock step nor a su
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import hashlib
@@ -203,7 +204,7 @@ class FileLeaseStore:
                 os.unlink(tmp, dir_fd=fd)
             raise
 
-    def _scan(self, fd: int) -> tuple[list[Lease], list[Damaged]]:
+    def _scan(self, fd: int) -> tuple[builtins.list[Lease], builtins.list[Damaged]]:
         """Every lease file of the folder that can be believed, and every one that cannot."""
         leases, damaged = [], []
         for name in os.listdir(fd):
@@ -219,7 +220,7 @@ class FileLeaseStore:
                 leases.append(lease)
         return leases, damaged
 
-    def _own(self, fd: int) -> list[tuple[Lease, str]]:
+    def _own(self, fd: int) -> builtins.list[tuple[Lease, str]]:
         uid = os.geteuid()
         found = []
         for name in os.listdir(fd):

@@ -50,7 +50,7 @@ def canonical_host(name: str) -> str:
         infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError):
         return host
-    addresses = sorted({ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos}, key=_ipv4_first)
+    addresses = sorted({ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos}, key=_ipv4_first)
     return _address_text(addresses[0]) if addresses else host
 
 

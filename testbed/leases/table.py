@@ -52,7 +52,7 @@ class Lease:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict) -> Lease:
+    def from_json(cls, data: object) -> Lease:
         """Raises ValueError for anything but a lease as to_json writes it."""
         if not isinstance(data, dict) or not isinstance(data.get("holder"), dict):
             raise ValueError(f"not a lease: {data!r:.80}")

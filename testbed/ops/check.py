@@ -181,7 +181,7 @@ def _writes_allowed(audit: list[dict], inv: Inventory) -> list[str]:
     for a in audit:
         if a["direction"] != "tx":
             continue
-        dev = inv.devices.get(a["device"])
+        dev: Any = inv.devices.get(a["device"])  # a switch's config (size, port_allowed, read_only) when it has a model
         if a["device"] not in models:
             models[a["device"]] = _audit_model(dev)
         model = models[a["device"]]

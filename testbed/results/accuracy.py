@@ -33,7 +33,8 @@ def failover_accuracy(run_dir: Path, progress: str, clock_offset_ns: int = 0) ->
     events = read_jsonl(run_dir / "events.jsonl").records
     truth = read_jsonl(truth_path).records
     pattern = re.compile(progress)
-    rows, unmatched = [], []
+    rows: list[dict] = []
+    unmatched: list[dict] = []
     for failover in _failovers(events):
         row = _match(failover, truth, pattern, clock_offset_ns)
         (rows if "truth_ms" in row else unmatched).append(row)

@@ -40,7 +40,7 @@ def collective_data(run_dir: Path, summary: dict | None = None) -> tuple[list[in
         return None  # no all-reduce measured: the events need not be read
     events = read_jsonl(Path(run_dir) / "events.jsonl", missing_ok=True).records
     cases: dict[str, Case] = {}
-    of_step: dict[str, Case] = {}  # step label -> the case its all-reduces ran
+    of_step: dict[str | None, Case] = {}  # step label -> the case its all-reduces ran
     for e in events:
         data = e.get("data")
         if e.get("type") == "measure" and isinstance(data, dict) and "algorithm" in data and "size_bytes" in data:
@@ -50,17 +50,18 @@ def collective_data(run_dir: Path, summary: dict | None = None) -> tuple[list[in
             of_step[e.get("step")] = case
     serving: Case | None = None  # the case whose job the fabric service is serving
     for e in events:
-        data = e.get("data") if isinstance(e.get("data"), dict) else {}
+        raw = e.get("data")
+        fields: dict = raw if isinstance(raw, dict) else {}
         if e["op"] == "fabric_service.start":
             serving = of_step.get(e.get("step"))
         elif e["op"] == "fabric_service.stop":
             serving = None
         elif serving is None:
             continue
-        elif e["op"] == "fabric_service.change" and "error" not in data and data.get("t_received_ns"):
-            serving.changes[data["t_received_ns"]] = {k: v for k, v in data.items() if k.startswith("t_") and v}
-        elif e["op"] == "fabric_service.change_time" and data.get("start_ns") in serving.changes:
-            serving.changes[data["start_ns"]]["t_answered_ns"] = data["end_ns"]  # the last rank answered
+        elif e["op"] == "fabric_service.change" and "error" not in fields and fields.get("t_received_ns"):
+            serving.changes[fields["t_received_ns"]] = {k: v for k, v in fields.items() if k.startswith("t_") and v}
+        elif e["op"] == "fabric_service.change_time" and fields.get("start_ns") in serving.changes:
+            serving.changes[fields["start_ns"]]["t_answered_ns"] = fields["end_ns"]  # the last rank answered
     if not any(c.times for c in cases.values()):
         return None
     # the rings first (the others are read against them), then in the order the run measured them
@@ -72,12 +73,17 @@ def baseline(cases: dict[str, Case], name: str) -> str | None:
     """The ring a case is compared with: the one on the same fabric, else the first ring measured."""
     rings = [n for n, c in cases.items() if c.algorithm == "ring"]
     same = [n for n in rings if cases[n].fabric == cases[name].fabric]
-    return (same or rings or [None])[0]
+    candidates = same or rings
+    return candidates[0] if candidates else None
 
 
 def crossover(ring: Case, case: Case) -> int | None:
     """The largest message size at which `case` beat the ring (None: at no size)."""
-    faster = [s for s in case.times if s in ring.times and case.p50(s) < ring.p50(s)]
+    faster = []
+    for size in case.times:
+        ms, ring_ms = case.p50(size), ring.p50(size)  # None: no measure of that size
+        if ms is not None and ring_ms is not None and ms < ring_ms:
+            faster.append(size)
     return max(faster) if faster else None
 
 
@@ -104,8 +110,8 @@ def collective_tables(run_dir: Path, summary: dict | None = None) -> list[Table]
         row = [size_text(size)]
         for name, c in cases.items():
             ms, ring = c.p50(size), baseline(cases, name)
-            faster = ring not in (None, name) and ms is not None and cases[ring].p50(size) is not None
-            mark = " *" if faster and ms < cases[ring].p50(size) else ""
+            ring_ms = cases[ring].p50(size) if ring is not None and ring != name else None
+            mark = " *" if ms is not None and ring_ms is not None and ms < ring_ms else ""
             row.append("" if ms is None else f"{ms:.1f}{mark}")
         for name in waiting:
             waits = cases[name].waits.get(size)

@@ -15,6 +15,7 @@ import time
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
+from typing import Literal
 
 from testbed.events import FORMAT_VERSION, Event, Op
 from testbed.results.redact import redact
@@ -94,8 +95,8 @@ class SummaryCollector:
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
-        self.trial_status: dict[int, str] = {}
-        self.sweep_points: dict[int, dict] = {}
+        self.trial_status: dict[int | None, str] = {}  # by trial (None: an event outside the trials)
+        self.sweep_points: dict[int | None, dict] = {}
         self.crosstalk: dict[str, dict] = {}  # device -> {"source": ..., "worst_db": {port: dB}}
         self.health: dict[str, dict] = {}  # host -> the last health check it answered
 
@@ -135,7 +136,7 @@ class SummaryCollector:
         by_point: dict[str, dict[str, list[float]]] = {}
         for row in self.rows:
             by_point.setdefault(row["sweep"], {}).setdefault(row["span"], []).append(row["duration_ms"])
-        out = {
+        out: dict[str, object] = {
             "run": run_id,
             "playbook": playbook,
             "status": status,
@@ -170,8 +171,8 @@ class SummaryCollector:
         return out
 
 
-def _versions() -> dict:
-    out = {}
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             out[name] = metadata.version(name)
@@ -192,6 +193,6 @@ def _git_revision() -> str | None:
     return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-def _clock_info(name: str) -> dict:
+def _clock_info(name: Literal["monotonic", "time"]) -> dict:
     info = time.get_clock_info(name)
     return {"implementation": info.implementation, "resolution": info.resolution}

@@ -92,13 +92,15 @@ def _utc(wall: float | None) -> str:
     return datetime.fromtimestamp(float(wall), UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _mapping(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
 def provenance(run_dir: Path, summary: dict, events: list[dict]) -> list[tuple[str, str]]:
     """(label, value) rows of who ran what, where and when: from run.json, the summary and the run's events."""
     run = _read_json(run_dir / "run.json")
-    playbook = run.get("playbook") if isinstance(run.get("playbook"), dict) else {}
-    inventory = run.get("inventory") if isinstance(run.get("inventory"), dict) else {}
-    host = run.get("host") if isinstance(run.get("host"), dict) else {}
-    versions = run.get("versions") if isinstance(run.get("versions"), dict) else {}
+    playbook, inventory = _mapping(run.get("playbook")), _mapping(run.get("inventory"))
+    host, versions = _mapping(run.get("host")), _mapping(run.get("versions"))
     trials = summary.get("trials", {})
     start = next((ev.get("wall") for ev in events if ev.get("op") == "run.start"), None)
     if start is None:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 
-def summarize(durations_ms: list[float]) -> dict:
+def summarize(durations_ms: Sequence[float] | np.ndarray) -> dict:
     n = len(durations_ms)
     if n == 0:
         return {"n": 0}
@@ -24,7 +25,7 @@ def summarize(durations_ms: list[float]) -> dict:
         "p90_ms": round(float(np.percentile(x, 90)), 4),
         "p99_ms": round(float(np.percentile(x, 99)), 4),
         "max_ms": round(float(x[-1]), 4),
-        "p50_ci95_ms": [round(lo, 4), round(hi, 4)] if lo is not None else None,
+        "p50_ci95_ms": [round(lo, 4), round(hi, 4)] if lo is not None and hi is not None else None,  # both or none
         # A p99 needs >= 100 samples before it is more than the maximum of a few.
         "p99_reliable": n >= 100,
     }
@@ -122,6 +123,7 @@ class _WeightedMedian:
         values = np.concatenate(runs)
         order = np.argsort(values, kind="stable")
         self.sorted = values[order]
+        self.owner: np.ndarray | None
         if by_runs:
             owner = np.repeat(np.arange(len(runs)), [len(r) for r in runs])[order]
             self.units, self.owner = len(runs), owner

@@ -16,6 +16,7 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,15 @@ from testbed.contracts.errors import UserError
 from testbed.documents.inventory import Inventory
 from testbed.families import FAMILIES, family_of
 
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
 
 def emulated_kinds() -> set[str]:
     """The device kinds the twin can stand in for (their family has a TwinSupport)."""
     return {f.kind for f in FAMILIES if f.twin is not None}
 
 
-def _extra_kinds(inv: Inventory) -> dict[str, tuple[str, str]]:
+def _extra_kinds(inv: Inventory) -> dict[str, tuple[str, ...]]:
     """Emulators of families from other packages: kind -> (spec class, adapter class) references."""
     out = {}
     for dev in inv.devices.values():
@@ -45,7 +48,9 @@ def _extra_kinds(inv: Inventory) -> dict[str, tuple[str, str]]:
 
 
 def _device_spec(name: str, dev, inv: Inventory, seed: int, kinds: dict):
-    data = family_of(dev).twin.spec(name, dev, inv, seed)
+    twin = family_of(dev).twin
+    assert twin is not None  # only emulated devices get here (not_emulated refused the others)
+    data = twin.spec(name, dev, inv, seed)
     cls = spec_class(data["kind"], kinds)
     return cls.from_dict(data) if hasattr(cls, "from_dict") else cls(**data)
 
@@ -100,13 +105,13 @@ LOOPBACK = re.compile(
 _ON_A_NETWORK = re.compile(r"^(?:.*@)?(\d+\.\d+\.\d+\.\d+):\d+$")
 
 
-def _inside(address: str, network: ipaddress.IPv4Network | None) -> bool:
+def _inside(address: str, network: IpNetwork | None) -> bool:
     """Whether `address` (user@A:port, A:port) is on the twin's own management network (--netns)."""
     m = _ON_A_NETWORK.match(address)
     return network is not None and m is not None and ipaddress.ip_address(m.group(1)) in network
 
 
-def assert_loopback(inv: Inventory, devices, network: ipaddress.IPv4Network | None = None) -> None:
+def assert_loopback(inv: Inventory, devices, network: IpNetwork | None = None) -> None:
     """An emulated run never opens a real address: refuse to go on if any device still points outside loopback
     (and, with --netns, outside the management network the twin made).
     """
@@ -128,6 +133,7 @@ class TwinHandle:
     """
 
     def __init__(self, process: TwinProcess) -> None:
+        assert process.endpoints is not None and process.process is not None  # a started twin
         self.process = process
         self.control = process.control
         self.endpoints = process.endpoints.to_json()
@@ -155,7 +161,8 @@ class TwinHandle:
         """Where `host`'s ranks listen and are reached by the other ranks: its data address on the kernel data
         plane with --netns (docs/netns.md), else loopback.
         """
-        return self.netns["data"][host] if self.kernel_plane and host in self.netns["data"] else "127.0.0.1"
+        network = self.netns  # the kernel data plane is --netns's
+        return network["data"][host] if network is not None and host in network["data"] else "127.0.0.1"
 
     def call(self, device: str | None, op: str, **args: Any) -> Any:
         return self.control.call(device, op, **args)
@@ -186,7 +193,7 @@ class TwinHandle:
         args = dict(src_host=src_host, src_port=src_port, dst_host=dst_host, dst_port=dst_port)
         return self.control.call(None, "dataplane.link", **args, target_port=target_port)
 
-    def dataplane_commit(self, fabric: list[tuple[tuple[str, str], tuple[str, str]]] = ()) -> None:
+    def dataplane_commit(self, fabric: Iterable[tuple[tuple[str, str], tuple[str, str]]] = ()) -> None:
         """A launch's links are all given (and `fabric`, its job fabric's, each ((host, port), (peer, port)): host
         transmits to peer): with --netns, its hosts' routes over them, in place before any rank starts; nothing
         on loopback, where each link is a relay already.
@@ -201,13 +208,14 @@ class TwinHandle:
         error by half of it). On one machine both read CLOCK_MONOTONIC, so the offset should be 0 within the
         bound: the run records it as evidence, and the accuracy comparison uses 0.
         """
-        best = None
+        best: tuple[int, int] | None = None
         for _ in range(samples):
             t0 = time.monotonic_ns()
             remote = self.control.call(None, "clock")["mono_ns"]
             t1 = time.monotonic_ns()
             if best is None or t1 - t0 < best[0]:
                 best = (t1 - t0, remote - (t0 + t1) // 2)
+        assert best is not None, "samples must be at least 1"
         rtt, offset = best
         return {"offset_ms": round(offset / 1e6, 4), "error_bound_ms": round(rtt / 2e6, 4), "clock": "CLOCK_MONOTONIC"}
 

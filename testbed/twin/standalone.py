@@ -96,6 +96,7 @@ def serve_twin(inventory_file: str, seed: int, console: Console, fault_proxy: bo
     spec.fault_proxy = fault_proxy  # a lab's Toxiproxy, as the twin's proxy with its HTTP API (emulators/twin.py)
     spec.password = secrets.token_urlsafe(16)  # its own: other accounts of the machine reach its endpoints too
     with TwinProcess(spec) as twin:
+        assert twin.endpoints is not None and twin.process is not None  # the `with` started it
         endpoints = twin.endpoints.to_json()
         # Plain lines, not a table: endpoints are for copying into other tools and must never wrap.
         console.print(f"emulated twin of {inv.name} ({inventory_file})", style="bold")

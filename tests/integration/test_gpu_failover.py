@@ -119,8 +119,8 @@ def test_the_measured_failover_agrees_with_the_twins_ground_truth(run_dir):
     more (a watch that starts late, or a coordinator busy as the step arrives, each once added 2 to 90 ms: the
     median catches that), and never by a tenth of a second. Single trials are as late as the machine schedules
     them (tens of ms on a 2-core machine kept busy by other work), so the tail against the 2 ms p99 target is a
-    figure of `python bench/run_all.py`, measured on a quiet machine, not an assertion here. The fault is a timed trigger: the twin
-    never applies it before the moment the framework records as fault_injected.
+    figure of `python bench/run_all.py`, measured on a quiet machine, not an assertion here. The fault is a timed
+    trigger: the twin never applies it before the moment the framework records as fault_injected.
     """
     truth = json.loads((run_dir / "summary.json").read_text())["ground_truth"]
     assert truth["failovers"] == truth["matched"] == TRIALS, truth["unmatched"]

@@ -145,7 +145,12 @@ def rendezvous(cfg: Config, keep: list) -> Assignment:
     """
     deadline = time.monotonic() + cfg.rdzv_timeout_s
     host, port = cfg.endpoint
-    join = {"run_id": cfg.run_id, "backend": cfg.rdzv_backend, "nproc": cfg.nproc_per_node, "pid": os.getpid()}
+    join: dict[str, object] = {
+        "run_id": cfg.run_id,
+        "backend": cfg.rdzv_backend,
+        "nproc": cfg.nproc_per_node,
+        "pid": os.getpid(),
+    }
     if cfg.rdzv_backend == "static":
         join["node_rank"] = cfg.node_rank
         if cfg.node_rank == 0:
@@ -159,8 +164,8 @@ def rendezvous(cfg: Config, keep: list) -> Assignment:
             keep.append(listener)
             Store(listener, cfg, deadline)
     else:
-        join["addr"] = cfg.local_addr or socket.getfqdn()
-        holder = _bind(join["addr"] if cfg.local_addr else "", 0)  # MASTER_PORT, should this node be node 0
+        addr = join["addr"] = cfg.local_addr or socket.getfqdn()
+        holder = _bind(addr if cfg.local_addr else "", 0)  # MASTER_PORT, should this node be node 0
         keep.append(holder)
         join["master_port"] = holder.getsockname()[1]
         if _is_local(host):  # c10d_rendezvous_backend: a host matching the endpoint tries to serve, else joins
@@ -183,9 +188,10 @@ def _is_local(host: str) -> bool:
     except OSError:
         return False
     for *_, addr in infos:
+        ip = str(addr[0])  # an address string for TCP (the stubs allow an int for other families)
         try:
-            with socket.socket(socket.AF_INET6 if ":" in addr[0] else socket.AF_INET) as probe:
-                probe.bind((addr[0], 0))
+            with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as probe:
+                probe.bind((ip, 0))
             return True
         except OSError:
             continue

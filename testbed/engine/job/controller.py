@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 from testbed.config.sections import Job
 from testbed.contracts.errors import StepFailed, raise_failures
-from testbed.contracts.job import JobStartSpec, RankEnv, RankFaultSpec
+from testbed.contracts.job import JobStartSpec, RankEnv, RankFaultSpec, RankView
 from testbed.documents.inventory import Inventory
+from testbed.engine.device_actor import OpResult
 from testbed.engine.job import injection
 from testbed.engine.job.direct_launcher import DirectLauncher
 from testbed.engine.job.fabric import fabric_step, rewire
@@ -71,7 +74,7 @@ class JobController:
         self.ports: list[int] = []  # rank -> its listen port, in the last launch
         self.handles: dict[int, dict] = {}  # rank -> job handle (pid, log) while running
         self.launchers: dict[str, dict] = {}  # host -> its torchrun's job handle (launcher: torchrun)
-        self.served = None  # the fabric service while the job runs (job.fabric_service), a ServedFabric
+        self.served: ServedFabric | None = None  # the fabric service while the job runs (job.fabric_service)
         # More of a rank's environment, computed at launch once its listen ports are known (rail.train's routes)
         self.rank_env: Callable[[Rank], dict[str, str]] | None = None
         self.assign(list(job.ranks))
@@ -90,6 +93,8 @@ class JobController:
         """The spare that takes host `failed`'s place (testbed/fabric/spares.py), counted as used: the next
         failover's draw and the policy's wear count see it.
         """
+        if self.inventory is None:
+            raise StepFailed(f"no spare for {failed}: the job was given no inventory to choose one from")
         spare = choose_spare(
             failed,
             self.inventory,
@@ -128,7 +133,7 @@ class JobController:
 
     def launch(
         self, label: str, watch: int | None = None, timeout_s: float = 120.0, *, relaunch: bool = False
-    ) -> tuple[dict[int, object], object | None]:
+    ) -> tuple[dict[int, OpResult], OpResult | None]:
         """Start every rank at once; returns each rank's start result (its job_started mark) and, for the
         rank `watch`, the result of following its log to its ready line (job_ready) and on to its first
         training step (first_step).
@@ -223,7 +228,7 @@ class JobController:
             label=label,
             in_place=in_place,
             hosts=hosts,
-            controller_address=self.inventory.controller_address if on_lab else None,
+            controller_address=self.inventory.controller_address if self.inventory is not None and on_lab else None,
         )
 
     def close_service(self) -> None:
@@ -255,20 +260,22 @@ class JobController:
 
     # --- the fabric ------------------------------------------------------------------------------
 
-    def apply_fabric(self, label: str, hosts: list[str] | None = None) -> dict:
+    def apply_fabric(self, label: str, hosts: Sequence[str] | None = None) -> dict[str, OpResult]:
         """Make the switches hold the job's topology over the current assignment (or `hosts`: the minimal
         change, on every switch at once); returns each switch's result with its sent / acked / lit marks.
         """
-        hosts = self.assignment if hosts is None else hosts
+        hosts = self.assignment if hosts is None else list(hosts)
+        # only a job with a fabric applies one (start, failover), and every run passes its inventory (run.py)
+        assert self.job.fabric is not None and self.inventory is not None
         return rewire(self.c, fabric_step(self.job.fabric, hosts, self.inventory, self.managed, label), label)
 
     # --- faults and detection ---------------------------------------------------------------------
 
-    def fault_data(self, kind: str, target: Rank) -> dict:
+    def fault_data(self, kind: str, target: RankView) -> dict[str, Any]:
         """The fault's description in its events: what hit which rank (`testbed heal` needs the pid)."""
         return injection.fault_data(kind, target, self.handles)
 
-    def fault(self, step: RankFaultSpec):
+    def fault(self, step: RankFaultSpec) -> AbstractContextManager[injection.RankFault]:
         """The step's fault on its rank, every rank watched (a context manager yielding an injection.RankFault):
         healed, and every watcher's outcome recorded, when the block ends, however it ends. Detecting it stops
         the job (keeping its fabric service for a relaunch); a stop that fails on the host the fault hit is that

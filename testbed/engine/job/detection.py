@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 from testbed.engine.job.ranks import Rank
 from testbed.events import Op
+
+if TYPE_CHECKING:
+    from testbed.engine.device_actor import OpResult
 
 WATCH_READY_TIMEOUT_S = 20.0
 # What gpu.watch_job reports when the host itself shows the fault, not just the process's exit.
@@ -102,18 +106,20 @@ class Watches:
             raise errors[0]  # a watcher's actor died, or a watch did not end: recorded as info, the trial fails
         for rank, result in results.items():
             mark = result.marks.get(Op.FAILURE_DETECTED) if result.status == "ok" else None
-            if mark and (result.value or {}).get("detected"):
-                detections.append((rank, mark[0], result.value))
+            watched = cast(dict, result.value or {})  # gpu.watch_job's value is a dict (the gpu_host family)
+            if mark and watched.get("detected"):
+                detections.append((rank, mark[0], watched))
         return failed_rank(detections)
 
-    def close(self) -> tuple[dict[int, object], list[Exception]]:
+    def close(self) -> tuple[dict[int, OpResult], list[Exception]]:
         """Every watcher's outcome recorded, once: each watch ends when its rank's job does (the job is stopped
         by now, or its host is gone) or at its own time limit. A watcher that does not answer within that limit,
         or whose actor died, is recorded as `info` (its outcome unknown). Returns the outcomes that came back, and
         why the others did not.
         """
         deadline = time.monotonic() + self.step.timeout_s + WATCH_READY_TIMEOUT_S
-        results, errors = {}, []
+        results: dict[int, OpResult] = {}
+        errors: list[Exception] = []
         for rank, call in self.pending.items():
             if rank in self.recorded:
                 continue

@@ -25,7 +25,7 @@ RETRYABLE = {"DeviceConnectionError", "DeviceTimeout"}
 def fabric_step(
     fabric: JobFabric,
     hosts: list[str],
-    inventory: Inventory | None,
+    inventory: Inventory,
     managed: dict[str, tuple[int, ...]],
     label: str,
 ) -> ApplyStep:
@@ -67,7 +67,7 @@ def rewire(coordinator, step: ApplyStep, label: str) -> dict:
         retry = all(r is not None and r.error_type in RETRYABLE for r in failed.values())
         if failed and deadline is None:
             deadline = time.monotonic() + FABRIC_RETRY_S
-        if not failed or not retry or time.monotonic() >= deadline:
+        if not failed or not retry or (deadline is not None and time.monotonic() >= deadline):  # set if failed
             raise_failures(done.values())
             return done
         calls = {d: calls[d] for d in failed}

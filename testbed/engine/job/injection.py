@@ -7,14 +7,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from testbed.contracts.errors import StepFailed
+from testbed.contracts.job import RankView
 from testbed.engine.job.detection import Detection, Watches
 from testbed.engine.job.ranks import Rank
 from testbed.faults import RankTarget, recording
 
 
-def fault_data(kind: str, target: Rank, handles: dict[int, dict]) -> dict:
+def fault_data(kind: str, target: RankView, handles: dict[int, dict]) -> dict[str, Any]:
     """The fault's description in its events: what hit which rank (`testbed heal` needs the pid)."""
     return {
         "fault": f"{kind}@rank{target.index}",

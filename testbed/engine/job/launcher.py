@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from testbed.config.sections import Job
+from testbed.engine.device_actor import OpResult
 from testbed.engine.job.layout import Layout
 from testbed.engine.job.ranks import Rank
 from testbed.events import Op
@@ -56,7 +57,7 @@ class Launch:
 
     def watch_step(self, job_name: str) -> tuple[str, str, dict]:
         """The call that follows the watched rank's log (named job_name) to its ready line and first step."""
-        args = {"job": job_name, "progress": self.job.progress, "ready": READY}
+        args: dict[str, object] = {"job": job_name, "progress": self.job.progress, "ready": READY}
         args.update(min_step=0, max_s=self.timeout_s, mark=Op.FIRST_STEP)
         return (self.label, "gpu.wait_step", args)
 
@@ -67,10 +68,10 @@ class Started:
     ranks and launchers that did start, the watched rank's result, and the start results to raise on (each once).
     """
 
-    results: dict[int, object] = field(default_factory=dict)
+    results: dict[int, OpResult] = field(default_factory=dict)
     handles: dict[int, dict] = field(default_factory=dict)
     launchers: dict[str, dict] = field(default_factory=dict)
-    watched: object | None = None
+    watched: OpResult | None = None
     failures: list = field(default_factory=list)
 
 

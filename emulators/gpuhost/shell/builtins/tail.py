@@ -106,7 +106,8 @@ def tail(args: list[str], ctx: Context) -> Result:
         return follow(
             o.files[0], o.part, by_name=o.follow == "name", retry=o.retry, interval=o.interval, pid=o.pid, ctx=ctx
         )
-    out, err, rc = [], "", 0
+    out: list[str] = []
+    err, rc = "", 0
     for name in o.files:
         data, e = read_file("tail", name, ctx)
         if data is None:
