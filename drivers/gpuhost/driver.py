@@ -71,7 +71,7 @@ class GpuHostSsh:
 
         details=True adds what `nvidia-smi -q -x` says of each GPU (`readings`: ECC, retired pages, remapped
         rows, clocks event reasons, persistence, NVLink fabric, ...; a slower command on a real host, so not
-        for a tight loop) and `problems`: {gpu, bus_id, condition, detail} for each condition a lab acts on
+        for a tight loop) and `conditions`: {gpu, bus_id, condition, detail} for each condition a lab acts on
         (smi_xml.CONDITIONS: pending retired pages, remapped rows pending or failed, uncorrected ECC errors,
         a hardware slowdown or power brake, ...); any makes ok false. A report that cannot be read is in
         readings_error, not unhealthy on its own.

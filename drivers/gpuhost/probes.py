@@ -106,7 +106,7 @@ class HostProbes:
         }
         if details:
             probe.update(self._details(r.command, xml_out, r.stderr, xml_status))
-            probe["ok"] = probe["ok"] and not probe["problems"]
+            probe["ok"] = probe["ok"] and not probe["conditions"]
         return probe
 
     def _details(self, command: str, out: str, stderr: str, status: int) -> dict:
@@ -117,16 +117,16 @@ class HostProbes:
         try:
             report = self._report(command, self._listing(command, out, stderr, status))
         except DeviceError as exc:
-            return {"readings": [], "problems": [], "readings_error": exc.message}
-        readings, problems = [], []
+            return {"readings": [], "conditions": [], "readings_error": exc.message}
+        readings, conditions = [], []
         for gpu in report.gpus:
             index = self._bus_index.get(bus_key(gpu.bus_id))
             readings.append({"index": index, **dataclasses.asdict(gpu)})
-            problems += [
+            conditions += [
                 {"gpu": index, "bus_id": gpu.bus_id, "condition": name, "detail": CONDITIONS[name]}
                 for name in gpu.conditions()
             ]
-        return {"readings": readings, "problems": problems, "readings_error": None}
+        return {"readings": readings, "conditions": conditions, "readings_error": None}
 
     def _report(self, command: str, out: str) -> SmiReport:
         try:

@@ -1,6 +1,6 @@
 """The GPU host driver's detailed health (`nvidia-smi -q -x`, drivers/gpuhost/smi_xml.py) against the emulated host
 over its SSH endpoint: the emulator's report, generated from its state, reads with the parser a real H200's report
-reads with; a GPU put in a condition (degrade_gpu, or an Xid that leaves one) is named in the probe's problems.
+reads with; a GPU put in a condition (degrade_gpu, or an Xid that leaves one) is named in the probe's conditions.
 And against a scripted host (ssh_scripted.py) that prints the real H200's report, or a garbled one.
 """
 
@@ -49,9 +49,9 @@ def test_the_emulators_report_reads_as_its_gpus_are(driver, gpu_host):
     assert [g.conditions() for g in report.gpus] == [[], [], [], []]
 
 
-def test_a_healthy_host_has_readings_and_no_problems_in_one_exec(driver):
+def test_a_healthy_host_has_readings_and_no_conditions_in_one_exec(driver):
     probe = driver.health(details=True)
-    assert probe["ok"] and probe["problems"] == [] and probe["readings_error"] is None
+    assert probe["ok"] and probe["conditions"] == [] and probe["readings_error"] is None
     assert [r["index"] for r in probe["readings"]] == [0, 1, 2, 3]  # by bus id, from the listing
     assert probe["readings"][2]["bus_id"] == probe["gpus"][2]["bus_id"] == "00000000:3A:00.0"
     tx = [r.data for r in driver.audit_records if r.direction == "tx"]
@@ -63,27 +63,29 @@ def test_a_healthy_host_has_readings_and_no_problems_in_one_exec(driver):
     "condition",
     ["pending_retired_pages", "remapped_rows_pending", "remapped_rows_failure", "uncorrected_ecc", "hw_slowdown"],
 )
-def test_a_degraded_gpu_is_named_in_the_problems_and_the_host_is_not_ok(driver, gpu_host, condition):
+def test_a_degraded_gpu_is_named_in_the_conditions_and_the_host_is_not_ok(driver, gpu_host, condition):
     gpu_host.degrade_gpu(2, condition)
     probe = driver.health(details=True)
     assert not probe["ok"] and probe["lost"] == [] and probe["xids"] == []  # nothing else says so
-    assert [(p["gpu"], p["bus_id"], p["condition"]) for p in probe["problems"]] == [(2, "00000000:3A:00.0", condition)]
-    assert probe["problems"][0]["detail"]
+    assert [(p["gpu"], p["bus_id"], p["condition"]) for p in probe["conditions"]] == [
+        (2, "00000000:3A:00.0", condition)
+    ]
+    assert probe["conditions"][0]["detail"]
     gpu_host.recover_gpu(2)
-    assert driver.health(details=True)["problems"] == []
+    assert driver.health(details=True)["conditions"] == []
 
 
 def test_a_power_brake_shows_as_a_hardware_slowdown_and_its_cause(driver, gpu_host):
     gpu_host.degrade_gpu(0, "hw_power_brake_slowdown")
-    problems = driver.health(details=True)["problems"]
-    assert [(p["gpu"], p["condition"]) for p in problems] == [(0, "hw_slowdown"), (0, "hw_power_brake_slowdown")]
+    conditions = driver.health(details=True)["conditions"]
+    assert [(p["gpu"], p["condition"]) for p in conditions] == [(0, "hw_slowdown"), (0, "hw_power_brake_slowdown")]
 
 
 def test_an_xid_for_row_remapping_leaves_it_pending_in_the_report(driver, gpu_host):
     gpu_host.raise_xid(1, xid=63)
     probe = driver.health(details=True)
     assert probe["xid_codes"] == [63]
-    assert [(p["gpu"], p["condition"]) for p in probe["problems"]] == [(1, "remapped_rows_pending")]
+    assert [(p["gpu"], p["condition"]) for p in probe["conditions"]] == [(1, "remapped_rows_pending")]
     assert probe["readings"][1]["recovery_action"] == "Reset"
 
 
@@ -128,7 +130,7 @@ def test_the_real_h200_report_over_ssh_is_a_healthy_probe(tmp_path):
     finally:
         driver.close()
         server.stop()
-    assert probe["ok"] and probe["problems"] == [] and probe["readings_error"] is None
+    assert probe["ok"] and probe["conditions"] == [] and probe["readings_error"] is None
     (reading,) = probe["readings"]
     assert (reading["index"], reading["bus_id"], reading["serial"]) == (0, "00000000:00:06.0", "1653824070105")
     assert reading["remapped_rows"] == {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False}
