@@ -1,10 +1,10 @@
 """`nvidia-smi` as a pure function of the emulated GPUs (docs/protocols.md §4).
 
 Supported: `--query-gpu=F,...` and `--query-compute-apps=F,...` with `--format=csv[,noheader][,nounits]`,
-`-L` / `--list-gpus`, `-q -x` (the XML report, nvsmi_xml.py), `-i/--id` to select GPUs, and a bare
-`nvidia-smi` (a short summary). Failure
-outputs: the driver gone (exit 9), a lost GPU ("Unable to determine the device handle ...", exit 15,
-the healthy GPUs still listed), an unknown field (exit 2). Like the real tool, errors go to stdout.
+`-L` / `--list-gpus`, `-i/--id` to select GPUs, and a bare `nvidia-smi` (a short summary); `-q -x`, the XML
+report, is nvsmi_xml.py's. Failure outputs: the driver gone (exit 9), a lost GPU ("Unable to determine the
+device handle ...", exit 15, the healthy GPUs still listed), an unknown field (exit 2). Like the real tool,
+errors go to stdout.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def _csv(fields: list[str], units: list[str | None], rows: list[list[object]], f
 def nvidia_smi(argv: list[str], view: View) -> tuple[str, str, int]:
     """Run `nvidia-smi ARGV` against the view; returns (stdout, stderr, exit code)."""
     query_gpu = query_apps = fmt = ids = None
-    list_gpus = query = xml = False
+    list_gpus = False
     it = iter(argv)
     for arg in it:
         key, eq, value = arg.partition("=")
@@ -170,12 +170,6 @@ def nvidia_smi(argv: list[str], view: View) -> tuple[str, str, int]:
             ids = value
         elif arg in ("-L", "--list-gpus"):
             list_gpus = True
-        elif arg in ("-q", "--query"):
-            query = True
-        elif arg in ("-x", "--xml-format"):
-            xml = True
-        elif arg in ("-qx", "-xq"):
-            query = xml = True
         elif arg in ("-h", "--help"):
             return "NVIDIA System Management Interface (emulated by testbed)\n", "", 0
         else:
@@ -199,12 +193,6 @@ def nvidia_smi(argv: list[str], view: View) -> tuple[str, str, int]:
     if list_gpus:
         out = "".join(_lost_line(g) if g.lost else f"GPU {g.index}: {g.name} (UUID: {g.uuid})\n" for g in gpus)
         return out, "", rc
-    if query or xml:
-        if not (query and xml) or query_gpu is not None or query_apps is not None or list_gpus:
-            return _usage("The emulated nvidia-smi prints its -q report as XML only: give -q -x.")
-        from emulators.gpuhost.nvsmi_xml import report  # it renders this module's Gpu and View
-
-        return "".join(_lost_line(g) for g in lost) + report(view, gpus), "", rc
     if query_gpu is not None or query_apps is not None:
         if fmt is None:
             return _usage("--format must be specified when using --query-gpu or --query-compute-apps.")

@@ -12,7 +12,17 @@ from __future__ import annotations
 import time
 import xml.etree.ElementTree as ET
 
-from emulators.gpuhost.nvsmi import Gpu, View, _used, _util
+from emulators.gpuhost.nvsmi import (
+    DRIVER_GONE,
+    RC_DRIVER_NOT_LOADED,
+    RC_GPU_LOST,
+    RC_NOT_FOUND,
+    Gpu,
+    View,
+    _lost_line,
+    _used,
+    _util,
+)
 
 HEADER = '<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v13.dtd">\n'
 CUDA_VERSION = "12.4"
@@ -45,6 +55,30 @@ REASONS = (
     "sw_thermal_slowdown",
     "display_clocks_setting",
 )
+
+
+REPORT_ARGS = {"-q", "--query", "-x", "--xml-format", "-qx", "-xq"}
+
+
+def asks_for_report(argv: list[str]) -> bool:
+    """Whether `nvidia-smi ARGV` asks for the -q report (answered here, not by nvsmi.nvidia_smi)."""
+    return any(arg in REPORT_ARGS for arg in argv)
+
+
+def nvidia_smi_report(argv: list[str], view: View) -> tuple[str, str, int]:
+    """`nvidia-smi -q -x` against the view: (stdout, stderr, exit code). A lost GPU's line comes first (exit 15)
+    and the report lists the others; the driver gone and no GPUs fail as nvsmi.nvidia_smi does.
+    """
+    flags = "".join(sorted(arg.lstrip("-")[0] for arg in argv if arg in REPORT_ARGS))
+    if set(argv) - REPORT_ARGS or "q" not in flags or "x" not in flags:
+        usage = "The emulated nvidia-smi prints its -q report as XML only, for every GPU: give -q -x."
+        return f"{usage}\n\nPlease run 'nvidia-smi -h' for help.\n\n", "", 2
+    if not view.driver_loaded:
+        return DRIVER_GONE, "", RC_DRIVER_NOT_LOADED
+    if not view.gpus:
+        return "No devices were found\n", "", RC_NOT_FOUND
+    lost = "".join(_lost_line(g) for g in view.gpus if g.lost)
+    return lost + report(view, view.gpus), "", RC_GPU_LOST if lost else 0
 
 
 def report(view: View, gpus: list[Gpu]) -> str:

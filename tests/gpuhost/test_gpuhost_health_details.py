@@ -104,6 +104,12 @@ def test_a_driver_gone_is_the_listings_error_and_the_reports(driver, gpu_host):
     assert probe["readings"] == [] and "exit status 9" in probe["readings_error"]
 
 
+@pytest.mark.parametrize("args", ["-q", "-x", "-q -x -i 0", "-q --query-gpu=index --format=csv"])
+def test_the_emulator_prints_the_report_only_as_xml_for_every_gpu(driver, args):
+    r = driver.exec(f"nvidia-smi {args}", check=False)
+    assert r.status == 2 and "give -q -x" in r.stdout
+
+
 def test_degrade_gpu_refuses_a_condition_it_does_not_know(gpu_host):
     with pytest.raises(ValueError, match="unknown GPU condition 'melted'; known: pending_retired_pages"):
         gpu_host.degrade_gpu(0, "melted")
