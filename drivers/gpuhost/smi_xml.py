@@ -125,6 +125,8 @@ class GpuReading:
 
 @dataclass(frozen=True)
 class SmiReport:
+    """The whole report: the driver's and CUDA's versions, and the GPUs nvidia-smi reached, in its order."""
+
     driver_version: str | None
     cuda_version: str | None
     gpus: list[GpuReading]
