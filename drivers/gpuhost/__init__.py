@@ -2,8 +2,8 @@
 
 Everything is plain POSIX shell + nvidia-smi, so the same calls work on a lab host's OpenSSH server and
 on an emulated host. `GpuHostSsh` (driver.py) composes the parts: what nvidia-smi and the kernel say
-(telemetry.py, read by probes.py), jobs (jobs.py), the failure watch (watch.py), the straggler agent
-(straggle.py), over one shared SSH session (shell.py).
+(telemetry.py; the XML report: smi_xml.py; read by probes.py), jobs (jobs.py), the failure watch (watch.py),
+the straggler agent (straggle.py), over one shared SSH session (shell.py).
 """
 
 from drivers.gpuhost.driver import GpuHostSsh

@@ -12,6 +12,7 @@ from drivers.capabilities import GpuInfo, GpuProcess, Identity, JobHandle, JobSt
 from drivers.gpuhost.jobs import Jobs
 from drivers.gpuhost.probes import HostProbes
 from drivers.gpuhost.shell import HostShell
+from drivers.gpuhost.smi_xml import SmiReport
 from drivers.gpuhost.straggle import StraggleAgents
 from drivers.gpuhost.watch import follow
 from drivers.transports.ssh import ExecResult, SshTransport
@@ -61,14 +62,25 @@ class GpuHostSsh:
         """The kernel log's `NVRM: Xid` lines (dmesg, or journalctl -k where dmesg is restricted)."""
         return self._probes.kernel_xids()
 
-    def health(self) -> dict:
+    def health(self, details: bool = False) -> dict:
         """One probe: GPUs as nvidia-smi lists them (lost ones too), the kernel log's Xid lines.
 
         ok is false when nvidia-smi fails (driver gone), a GPU is lost or the kernel log holds an Xid line
         (since boot: compare `xids` with an earlier probe to see new ones). A kernel log that cannot be
         read is reported in kernel_log_error and does not make the host unhealthy on its own.
+
+        details=True adds what `nvidia-smi -q -x` says of each GPU (`readings`: ECC, retired pages, remapped
+        rows, clocks event reasons, persistence, NVLink fabric, ...; a slower command on a real host, so not
+        for a tight loop) and `conditions`: {gpu, bus_id, condition, detail} for each condition a lab acts on
+        (smi_xml.CONDITIONS: pending retired pages, remapped rows pending or failed, uncorrected ECC errors,
+        a hardware slowdown or power brake, ...); any makes ok false. A report that cannot be read is in
+        readings_error, not unhealthy on its own.
         """
-        return self._probes.health()
+        return self._probes.health(details)
+
+    def gpu_report(self) -> SmiReport:
+        """`nvidia-smi -q -x` read into typed readings per GPU (drivers/gpuhost/smi_xml.py)."""
+        return self._probes.report()
 
     # --- jobs ----------------------------------------------------------------------------------
 

@@ -1,18 +1,22 @@
-"""Asking a GPU host what it has and how it is: identity, GPUs, compute processes, kernel Xids, health."""
+"""Asking a GPU host what it has and how it is: identity, GPUs, compute processes, kernel Xids, health (with
+details: the XML report's readings per GPU, drivers/gpuhost/smi_xml.py).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 
 from drivers.capabilities import GpuInfo, GpuProcess, Identity
-from drivers.errors import DeviceCommandError
+from drivers.errors import DeviceCommandError, DeviceError
 from drivers.gpuhost.reply import BadReply
 from drivers.gpuhost.shell import HostShell
+from drivers.gpuhost.smi_xml import CONDITIONS, SmiReport, read_report
 from drivers.gpuhost.telemetry import (
     APP_QUERY,
     GPUS_ARGS,
     IDENTITY_QUERY,
     STATUS_MARK,
+    bus_key,
     read_gpus,
     read_identity,
     read_processes,
@@ -22,6 +26,8 @@ from drivers.gpuhost.telemetry import (
     xid_lines,
 )
 from drivers.transports.ssh import ExecResult
+
+REPORT_ARGS = "-q -x"  # the XML report (drivers/gpuhost/smi_xml.py)
 
 
 class HostProbes:
@@ -64,11 +70,19 @@ class HostProbes:
             r = self.shell.exec("journalctl -k --no-pager -o short", check=True)
         return xid_lines(r.stdout)
 
-    def health(self) -> dict:
+    def report(self) -> SmiReport:
+        r = self.shell.exec(f"nvidia-smi {REPORT_ARGS}", check=False)
+        return self._report(r.command, self._listing(r.command, r.stdout, r.stderr, r.status))
+
+    def health(self, details: bool = False) -> dict:
         error = kernel_error = None
-        # One exec for both (a round trip and a channel fewer per probe): nvidia-smi, its exit status, dmesg.
-        r = self.shell.exec(f"nvidia-smi {GPUS_ARGS} ; echo {STATUS_MARK} $? ; dmesg", check=False)
+        # One exec for all (a round trip and a channel fewer per probe): nvidia-smi, its exit status, (with
+        # details: the XML report and its exit status), dmesg.
+        report = f"nvidia-smi {REPORT_ARGS} ; echo {STATUS_MARK} $? ; " if details else ""
+        r = self.shell.exec(f"nvidia-smi {GPUS_ARGS} ; echo {STATUS_MARK} $? ; {report}dmesg", check=False)
         smi_out, status, kernel = self._split_status(r, r.stdout)
+        if details:
+            xml_out, xml_status, kernel = self._split_status(r, kernel)
         try:
             gpus = self._gpus(r.command, self._listing(r.command, smi_out, r.stderr, status))
         except DeviceCommandError as exc:
@@ -81,7 +95,7 @@ class HostProbes:
             except DeviceCommandError as exc:
                 xids, kernel_error = [], exc.message
         lost = [g.index for g in gpus if g.lost]
-        return {
+        probe = {
             "ok": error is None and not lost and not xids,
             "gpus": [dataclasses.asdict(g) for g in gpus],
             "lost": lost,
@@ -90,6 +104,35 @@ class HostProbes:
             "error": error,
             "kernel_log_error": kernel_error,
         }
+        if details:
+            probe.update(self._details(r.command, xml_out, r.stderr, xml_status))
+            probe["ok"] = probe["ok"] and not probe["conditions"]
+        return probe
+
+    def _details(self, command: str, out: str, stderr: str, status: int) -> dict:
+        """The XML report's readings per GPU (with its index, by bus id) and the conditions a lab acts on. A
+        report that cannot be read is in readings_error and does not make the host unhealthy on its own (the
+        CSV listing says whether nvidia-smi works).
+        """
+        try:
+            report = self._report(command, self._listing(command, out, stderr, status))
+        except DeviceError as exc:
+            return {"readings": [], "conditions": [], "readings_error": exc.message}
+        readings, conditions = [], []
+        for gpu in report.gpus:
+            index = self._bus_index.get(bus_key(gpu.bus_id))
+            readings.append({"index": index, **dataclasses.asdict(gpu)})
+            conditions += [
+                {"gpu": index, "bus_id": gpu.bus_id, "condition": name, "detail": CONDITIONS[name]}
+                for name in gpu.conditions()
+            ]
+        return {"readings": readings, "conditions": conditions, "readings_error": None}
+
+    def _report(self, command: str, out: str) -> SmiReport:
+        try:
+            return read_report(out)
+        except BadReply as bad:
+            raise self.shell.rejected(bad, sent=command, received=out) from bad.__cause__
 
     def _split_status(self, r: ExecResult, out: str) -> tuple[str, int, str]:
         try:

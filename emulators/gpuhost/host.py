@@ -8,6 +8,7 @@ the host's private directory; nothing outside the allowlist is ever executed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 import shutil
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emulators.gpuhost.nvsmi import App, Gpu, View
+from emulators.gpuhost.nvsmi_xml import CONDITIONS, XID_CONDITIONS
 from emulators.gpuhost.spec import GpuHostSpec
 from emulators.netns import entered
 from emulators.truth import GroundTruth
@@ -273,6 +275,7 @@ class GpuHostEngine:
     control_ops = (
         "fail_gpu",
         "raise_xid",
+        "degrade_gpu",
         "recover_gpu",
         "unload_driver",
         "load_driver",
@@ -313,12 +316,26 @@ class GpuHostEngine:
             gpu = self._gpu(index)
             pci = f"PCI:0000:{gpu.short_bus_id[5:7]}:00"
             self.kernel.add(f"NVRM: Xid ({pci}): {int(xid)}, {XID_TEXT.get(int(xid), 'Unknown Error')}")
+            if int(xid) in XID_CONDITIONS:  # the report (nvidia-smi -q -x) shows what the Xid left
+                self._add_condition(gpu, XID_CONDITIONS[int(xid)])
             return {"gpu": index, "xid": int(xid)}
+
+    def degrade_gpu(self, index: int, condition: str) -> dict:
+        """The GPU stays visible and its processes run, but its report shows `condition` (one of
+        nvsmi_xml.CONDITIONS: pending_retired_pages, hw_slowdown, ...) until recover_gpu or reset.
+        """
+        if condition not in CONDITIONS:
+            raise ValueError(f"unknown GPU condition {condition!r}; known: {', '.join(CONDITIONS)}")
+        with self._lock:
+            gpu = self._gpu(index)
+            self._add_condition(gpu, condition)
+            self.record_truth("fault", op="degrade_gpu", gpu=index, condition=condition)
+            return {"gpu": index, "conditions": list(gpu.conditions)}
 
     def recover_gpu(self, index: int) -> dict:
         with self._lock:
             gpu = self._gpu(index)
-            gpu.lost, gpu.xid = False, None
+            gpu.lost, gpu.xid, gpu.conditions = False, None, ()
             self.kernel.add(f"NVRM: GPU {gpu.short_bus_id}: GPU recovered after reset.")
             return {"gpu": index}
 
@@ -390,7 +407,7 @@ class GpuHostEngine:
             killed = self._kill_all()
             self.jobs.clear()
             for g in self.gpus:
-                g.lost, g.xid = False, None
+                g.lost, g.xid, g.conditions = False, None, ()
             self.driver_loaded = True
             self.kernel = self._boot_log()
         for child in self.home.iterdir():
@@ -408,7 +425,10 @@ class GpuHostEngine:
                 "powered": self.powered,
                 "driver_loaded": self.driver_loaded,
                 "home": str(self.home),
-                "gpus": [{"index": g.index, "uuid": g.uuid, "lost": g.lost, "xid": g.xid} for g in self.gpus],
+                "gpus": [
+                    {"index": g.index, "uuid": g.uuid, "lost": g.lost, "xid": g.xid, "conditions": list(g.conditions)}
+                    for g in self.gpus
+                ],
                 "jobs": [
                     {
                         "pid": j.pid,
@@ -429,6 +449,10 @@ class GpuHostEngine:
             self._kill_all()
 
     # --- internals -----------------------------------------------------------------------------
+
+    def _add_condition(self, gpu: Gpu, condition: str) -> None:
+        if condition not in gpu.conditions:
+            gpu.conditions = (*gpu.conditions, condition)
 
     def _gpu(self, index: int) -> Gpu:
         if not 0 <= int(index) < len(self.gpus):
@@ -485,7 +509,7 @@ def _text(line: bytes) -> str:
 
 
 def _copy_gpu(g: Gpu) -> Gpu:
-    return Gpu(g.index, g.name, g.uuid, g.serial, g.memory_mib, g.driver_version, g.base_temp, g.lost, g.xid)
+    return dataclasses.replace(g)
 
 
 def _visible(value: str | None, count: int) -> list[int]:

@@ -1,9 +1,10 @@
 """`nvidia-smi` as a pure function of the emulated GPUs (docs/protocols.md §4).
 
 Supported: `--query-gpu=F,...` and `--query-compute-apps=F,...` with `--format=csv[,noheader][,nounits]`,
-`-L` / `--list-gpus`, `-i/--id` to select GPUs, and a bare `nvidia-smi` (a short summary). Failure
-outputs: the driver gone (exit 9), a lost GPU ("Unable to determine the device handle ...", exit 15,
-the healthy GPUs still listed), an unknown field (exit 2). Like the real tool, errors go to stdout.
+`-L` / `--list-gpus`, `-i/--id` to select GPUs, and a bare `nvidia-smi` (a short summary); `-q -x`, the XML
+report, is nvsmi_xml.py's. Failure outputs: the driver gone (exit 9), a lost GPU ("Unable to determine the
+device handle ...", exit 15, the healthy GPUs still listed), an unknown field (exit 2). Like the real tool,
+errors go to stdout.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Gpu:
     base_temp: int = 30
     lost: bool = False
     xid: int | None = None
+    conditions: tuple[str, ...] = ()  # health conditions the XML report shows (nvsmi_xml.CONDITIONS)
 
     @property
     def bus_id(self) -> str:  # as --query-gpu=pci.bus_id prints it

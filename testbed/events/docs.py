@@ -31,6 +31,11 @@ FIELD_DOCS: dict[str, str] = {
     "xids": "kernel log lines with an Xid",
     "xid_codes": "the Xid codes",
     "kernel_log_error": "why the kernel log could not be read (not unhealthy on its own)",
+    "readings": "each GPU as `nvidia-smi -q -x` describes it {index, bus_id, ecc, retired_pages, remapped_rows, "
+    "clocks_event_reasons, persistence_mode, fabric, ...}",
+    "conditions": "{gpu, bus_id, condition, detail} for each GPU condition a lab acts on (pending_retired_pages, "
+    "remapped_rows_pending, remapped_rows_failure, uncorrected_ecc, hw_slowdown, hw_power_brake_slowdown ...)",
+    "readings_error": "why `nvidia-smi -q -x` could not be read (not unhealthy on its own)",
     "source": "where a figure comes from (`twin ground truth`)",
     "per_port_db": "{output port: crosstalk in dB}",
     "fault": "the fault's name, `kind@target` (fault.heal closes the fault.inject of the same name)",

@@ -141,6 +141,10 @@ class Health(TypedDict):
     xid_codes: list
     error: str | None
     kernel_log_error: str | None
+    # gpu.health's details (nvidia-smi -q -x); a detection's probe, and a run before them, have none
+    readings: NotRequired[list]
+    conditions: NotRequired[list]
+    readings_error: NotRequired[str | None]
 
 
 class Crosstalk(TypedDict):

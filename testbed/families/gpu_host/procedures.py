@@ -128,9 +128,19 @@ def stop_job(host: GpuHost, ctx: ProcedureContext, *, job: JobDict, grace_s: flo
 PROGRESS = r"^step (\d+)\b"  # testbed-train's `step N loss L`; anchored so `resumed from step N` is no step
 
 
-def health(host: GpuHost, ctx: ProcedureContext) -> JsonObject:
-    """One health probe: GPUs (lost ones too), the kernel's Xid lines, ok."""
-    return host.health()
+class DetailedHealthHost(GpuHost, Protocol):
+    """A GpuHost whose health probe can add the XML report's readings (drivers.gpuhost.GpuHostSsh is one)."""
+
+    def health(self, details: bool = False) -> dict: ...
+
+
+def health(host: DetailedHealthHost, ctx: ProcedureContext) -> JsonObject:
+    """One health probe: GPUs (lost ones too), the kernel's Xid lines, each GPU's readings from `nvidia-smi -q -x`
+    (ECC, retired pages, remapped rows, clocks event reasons, ...) and the conditions they show, named (pending
+    retired pages, remapped rows pending or failed, uncorrected ECC errors, a hardware slowdown or power brake);
+    ok is false if there is any.
+    """
+    return host.health(details=True)
 
 
 def kill_job(host: GpuHost, ctx: ProcedureContext, *, job: JobDict, signal: str = "KILL") -> JsonObject:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from emulators.gpuhost.nvsmi import nvidia_smi as render
+from emulators.gpuhost.nvsmi_xml import asks_for_report, nvidia_smi_report
 from emulators.gpuhost.shell.context import Context, Result
 
 
@@ -15,4 +16,6 @@ def whoami(args: list[str], ctx: Context) -> Result:
 
 
 def nvidia_smi(args: list[str], ctx: Context) -> Result:
+    if asks_for_report(args):
+        return nvidia_smi_report(args, ctx.engine.view())
     return render(args, ctx.engine.view())
