@@ -7,7 +7,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast
 
 from drivers.capabilities import GpuHost, JobHandle
 from drivers.errors import DeviceCommandError, DeviceTimeout
@@ -131,7 +131,9 @@ PROGRESS = r"^step (\d+)\b"  # testbed-train's `step N loss L`; anchored so `res
 class DetailedHealthHost(GpuHost, Protocol):
     """A GpuHost whose health probe can add the XML report's readings (drivers.gpuhost.GpuHostSsh is one)."""
 
-    def health(self, details: bool = False) -> dict: ...
+    def health(self, details: bool = False) -> dict[str, Any]:
+        """The host's health; with `details`, the `nvidia-smi -q -x` readings and the conditions they show."""
+        ...
 
 
 def health(host: DetailedHealthHost, ctx: ProcedureContext) -> JsonObject:
