@@ -11,6 +11,7 @@ running are lost with their audit records; the coordinator records them as `info
 
 from __future__ import annotations
 
+import collections
 import os
 import socket
 import sys
@@ -50,6 +51,9 @@ class OpResult:
     audit: list[AuditRecord] = field(default_factory=list)
 
 
+KEPT_TOKENS = 256  # the ended runs whose tokens (and milestones) an actor remembers for a late wait
+
+
 class DeviceActor:
     def __init__(
         self, device: str, driver: str, settings, policy: Policy | None = None, kind: str | None = None
@@ -68,24 +72,49 @@ class DeviceActor:
             self._driver = GuardedSwitch(self._driver, policy)
         self._cache: dict = {}
         self._node = socket.gethostname()
-        self._marks_seen: set[str] = set()
+        # The milestones each watched run has passed, by the token its caller gave it, and the tokens whose run
+        # has ended: a wait for a token's milestone ends when the milestone comes or when its run ends without it.
+        self._marks_seen: dict[str | None, set[str]] = {}
+        self._ended: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._marked = threading.Condition()
         # The driver's I/O thread (paramiko's transport) hands data to the procedure's thread; at Python's
         # default switch interval that hand-over would delay every timestamp taken here (docs/tuning.md).
         sys.setswitchinterval(0.0005)
 
-    def wait_mark(self, name: str, timeout_s: float) -> bool:
-        """Block until the running procedure passes milestone `name` (True), or `timeout_s` passes.
+    def wait_mark(self, name: str, timeout_s: float, token: str | None = None) -> bool:
+        """Block until the run started with `token` passes milestone `name` (True), or that run ends without it,
+        or `timeout_s` passes (False). The run may not have started yet, or may have ended already.
 
         Needs an actor started with max_concurrency >= 2: the procedure runs on one thread while the
-        coordinator waits here on another (a watcher must be watching before a fault is injected).
+        coordinator waits here on another (a watcher must be watching before a fault is injected). A wait ends
+        with its run, so no wait outlives the step that asked: one left waiting would hold one of the actor's
+        threads, and the next step's wait would queue behind the next run (a failover whose first trial had
+        powered a host off waited out the second trial's whole watch before injecting its fault).
         """
-        with self._marked:
-            return self._marked.wait_for(lambda: name in self._marks_seen, timeout_s)
 
-    def _seen(self, name: str) -> None:
+        def settled() -> bool:
+            return name in self._marks_seen.get(token, ()) or (token is not None and token in self._ended)
+
         with self._marked:
-            self._marks_seen.add(name)
+            self._marked.wait_for(settled, timeout_s)
+            return name in self._marks_seen.get(token, ())
+
+    def _seen(self, token: str | None, name: str) -> None:
+        with self._marked:
+            self._marks_seen.setdefault(token, set()).add(name)
+            self._marked.notify_all()
+
+    def _begin(self, token: str | None) -> None:
+        with self._marked:
+            self._marks_seen[token] = set()
+
+    def _end(self, token: str | None) -> None:
+        with self._marked:
+            if token is not None:
+                self._ended[token] = None
+                while len(self._ended) > KEPT_TOKENS:
+                    old, _ = self._ended.popitem(last=False)
+                    self._marks_seen.pop(old, None)
             self._marked.notify_all()
 
     def where(self) -> dict:
@@ -102,10 +131,18 @@ class DeviceActor:
             "wall": time.time(),
         }
 
-    def run(self, procedure: str, kwargs: dict) -> OpResult:
-        with self._marked:
-            self._marks_seen.clear()
-        ctx = ProcedureContext(self.device, self.address, cache=self._cache, on_mark=self._seen)
+    def run(self, procedure: str, kwargs: dict, token: str | None = None) -> OpResult:
+        """One procedure on the device; its milestones can be waited for by `token` (wait_mark) while it runs."""
+        self._begin(token)
+        try:
+            return self._run(procedure, kwargs, token)
+        finally:
+            self._end(token)
+
+    def _run(self, procedure: str, kwargs: dict, token: str | None) -> OpResult:
+        ctx = ProcedureContext(
+            self.device, self.address, cache=self._cache, on_mark=lambda name: self._seen(token, name)
+        )
         start = (time.monotonic_ns(), time.time())
         status, value, error, error_type = "ok", None, None, None
         try:
@@ -127,7 +164,7 @@ class DeviceActor:
             self.device, procedure, self._node, status, start, end, value, error, error_type, dict(ctx.marks), audit
         )
 
-    def run_program(self, calls: list[tuple[str, dict]]) -> list[OpResult]:
+    def run_program(self, calls: list[tuple[str, dict]], token: str | None = None) -> list[OpResult]:
         """Several procedures in order, in one round trip; stops after the first that does not succeed.
 
         Ray's round trip after the actor has waited on its device is a few ms on a small machine, and a
@@ -135,7 +172,7 @@ class DeviceActor:
         """
         results = []
         for procedure, kwargs in calls:
-            results.append(self.run(procedure, kwargs))
+            results.append(self.run(procedure, kwargs, token))
             if results[-1].status != "ok":
                 break
         return results

@@ -73,17 +73,17 @@ class _Broken:
         self.spec, self.error, self.error_type = spec, error, error_type
         self._node = socket.gethostname()
 
-    def run(self, procedure: str, kwargs: dict) -> OpResult:
+    def run(self, procedure: str, kwargs: dict, token: str | None = None) -> OpResult:
         now = (time.monotonic_ns(), time.time())
         return OpResult(
             self.spec.device, procedure, self._node, "fail", now, now,
             error=self.error, error_type=self.error_type,
         )  # fmt: skip
 
-    def run_program(self, calls: list[tuple[str, dict]]) -> list[OpResult]:
+    def run_program(self, calls: list[tuple[str, dict]], token: str | None = None) -> list[OpResult]:
         return [self.run(calls[0][0], calls[0][1])] if calls else []
 
-    def wait_mark(self, name: str, timeout_s: float) -> bool:
+    def wait_mark(self, name: str, timeout_s: float, token: str | None = None) -> bool:
         return False
 
     def close(self) -> None:

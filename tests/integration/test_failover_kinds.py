@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from failover_every_kind import assert_each_failover_replaced_the_host_its_fault_hit, playbook
+from failover_every_kind import TRIALS, assert_each_failover_replaced_the_host_its_fault_hit, playbook
 
 from testbed.cli import main
 from testbed.ops.check import check_run
@@ -33,7 +33,7 @@ def test_a_failover_on_every_fault_kind_replaces_the_host_the_fault_hit(repo, tm
     checked = check_run(run_dir)
     assert checked.ok, checked.checks
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["trials"]["ok"] == 1
+    assert summary["trials"]["ok"] == TRIALS
 
 
 def test_a_fault_kind_that_fails_no_rank_is_refused_in_a_failover_at_its_line(repo, tmp_path, capsys):

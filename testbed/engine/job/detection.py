@@ -6,6 +6,7 @@ failure is seen; the first failure names the rank that failed.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
@@ -42,17 +43,18 @@ class Watches:
     together, each following its rank's job for `progress`.
     """
 
-    def __init__(self, coordinator, ranks: list[Rank], step, pending: dict) -> None:
+    def __init__(self, coordinator, ranks: list[Rank], step, pending: dict, tokens: dict[int, str]) -> None:
         self.c = coordinator
         self.ranks = ranks
         self.step = step
         self.pending = pending  # rank -> its watcher's call
+        self.tokens = tokens  # rank -> the token its watch runs under: a wait for its milestones ends with it
         self.recorded: set[int] = set()  # ranks whose watcher's outcome is in the history
 
     @classmethod
     def start(cls, coordinator, ranks: list[Rank], handles: dict[int, dict], progress: str, step) -> Watches:
         """Start every rank's watcher, each recorded (`gpu.watch_job` invoked) as it is started."""
-        pending = {}
+        pending, tokens = {}, {}
         for r in ranks:
             kwargs = {
                 "job": handles[r.index],
@@ -62,14 +64,18 @@ class Watches:
                 "max_s": step.timeout_s,
             }
             coordinator.recorder.emit("invoke", "gpu.watch_job", device=r.host, step=step.label, data={"rank": r.index})
-            pending[r.index] = coordinator.dispatcher.call(watcher(r.host), "run_program", [("gpu.watch_job", kwargs)])
-        return cls(coordinator, ranks, step, pending)
+            tokens[r.index] = token = uuid.uuid4().hex
+            pending[r.index] = coordinator.dispatcher.call(
+                watcher(r.host), "run_program", [("gpu.watch_job", kwargs)], token
+            )
+        return cls(coordinator, ranks, step, pending, tokens)
 
     def ready(self) -> bool:
         """Wait until every watcher is watching (or WATCH_READY_TIMEOUT_S); whether all of them are."""
         dispatcher = self.c.dispatcher
         watching = [
-            dispatcher.call(watcher(r.host), "wait_mark", "watching", WATCH_READY_TIMEOUT_S) for r in self.ranks
+            dispatcher.call(watcher(r.host), "wait_mark", "watching", WATCH_READY_TIMEOUT_S, self.tokens[r.index])
+            for r in self.ranks
         ]
         return all([w.result() for w in watching])
 
@@ -87,7 +93,9 @@ class Watches:
             # a watcher still takes a health probe for the evidence, which the failover need not wait for.
             # (Once the job is stopped every watcher marks an exit, so none of these waits lingers.)
             seen = {
-                dispatcher.call(watcher(self.ranks[rank].host), "wait_mark", Op.FAILURE_DETECTED, limit): rank
+                dispatcher.call(
+                    watcher(self.ranks[rank].host), "wait_mark", Op.FAILURE_DETECTED, limit, self.tokens[rank]
+                ): rank
                 for rank in self.pending
             }
             waiting = list(seen)
