@@ -1,7 +1,7 @@
 """The failure watch: a running job's log followed on one SSH channel, without polling from here, until its
 process has exited.
 
-    while grep -sqE ALIVE /proc/PID/stat ; do sleep 0.05 ; done & tail -n 0 -s 0.05 --pid $! -F LOG ; exit $?
+    while grep -sqE ALIVE /proc/PID/stat ; do sleep 0.05 ; done & tail -n 0 -s 0.01 --pid $! -F LOG ; exit $?
 
 GNU tail prints each new log line as it is written and, with --pid, exits 0 once that process is gone, after a
 last read of the log. It is not given the job's pid: tail's check (kill -0) counts a zombie as running, and a
@@ -27,6 +27,7 @@ from drivers.gpuhost.shell import HostShell
 # /proc/PID/stat is "PID (COMM) STATE ..." and every field after the state is a number, so the state is the one
 # letter between the last ") " and an all-numeric rest of the line (COMM may itself hold ") " and letters).
 ALIVE = r"\) [^ZX]( -?[0-9]+)+$"
+TAIL_CHECKS = 5  # how many times a heartbeat tail checks whether the loop has ended
 
 
 def alive_test(pid: int) -> str:
@@ -39,10 +40,11 @@ def watch_command(job: JobHandle, heartbeat_s: float, lines: int | None) -> str:
     for all).
     """
     first = "+1" if lines is None else str(int(lines))
-    beat = f"{heartbeat_s:g}"
+    # The loop reads the state once a heartbeat (a grep and a sleep started each time); tail's check of the loop
+    # is a system call, made TAIL_CHECKS times as often, so the exit is seen within about one heartbeat.
     return (
-        f"while {alive_test(job.pid)} ; do sleep {beat} ; done & "
-        f"tail -n {first} -s {beat} --pid $! -F {shlex.quote(job.log)} ; exit $?"
+        f"while {alive_test(job.pid)} ; do sleep {heartbeat_s:g} ; done & "
+        f"tail -n {first} -s {heartbeat_s / TAIL_CHECKS:g} --pid $! -F {shlex.quote(job.log)} ; exit $?"
     )
 
 

@@ -16,13 +16,13 @@ STEP = re.compile(r"step (\d+)")
 def test_the_watch_follows_the_log_until_the_pid_has_exited_zombie_or_not():
     assert watch_command(JOB, 0.05, 0) == (
         r"while grep -sqE '\) [^ZX]( -?[0-9]+)+$' /proc/4242/stat ; do sleep 0.05 ; done & "
-        "tail -n 0 -s 0.05 --pid $! -F 'testbed-jobs/my train/train.log' ; exit $?"
+        "tail -n 0 -s 0.01 --pid $! -F 'testbed-jobs/my train/train.log' ; exit $?"
     )
 
 
 def test_the_whole_log_first_or_its_last_lines():
-    assert " tail -n +1 -s 0.25 " in watch_command(JOB, 0.25, None)
-    assert " tail -n 20 -s 1 " in watch_command(JOB, 1.0, 20)
+    assert " tail -n +1 -s 0.05 " in watch_command(JOB, 0.25, None)
+    assert " tail -n 20 -s 0.2 " in watch_command(JOB, 1.0, 20)
     assert "do sleep 1 ;" in watch_command(JOB, 1.0, 20)
 
 
