@@ -46,10 +46,14 @@ def sleep(args: list[str], ctx: Context) -> Result:
         return "", "sleep: missing operand\nTry 'sleep --help' for more information.\n", 1
     total = 0.0
     for a in args:
-        m = re.fullmatch(r"([0-9]*\.?[0-9]+)([smhd]?)", a)
-        if m is None:
+        number, unit = (a[:-1], a[-1]) if a[-1:] in "smhd" and len(a) > 1 else (a, "")
+        try:
+            seconds = float(number)  # as strtod reads it: 0.05, 5e-2, inf
+        except ValueError:
+            seconds = -1.0
+        if not seconds >= 0 or number.strip() != number:
             return "", f"sleep: invalid time interval '{a}'\nTry 'sleep --help' for more information.\n", 1
-        total += float(m.group(1)) * SLEEP_UNITS[m.group(2)]
+        total += seconds * SLEEP_UNITS[unit]
     end = time.monotonic() + total
     while (left := end - time.monotonic()) > 0 and not ctx.cancelled():
         if ctx.ended.wait(min(left, SLEEP_SLICE_S)):
