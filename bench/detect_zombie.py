@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from benchlib import stats, write_out
 from rich.console import Console
@@ -179,11 +180,13 @@ def local_host(folder: Path, wrapper: str | None) -> Iterator[Callable]:
             command = [sys.executable, "-c", wrapper, *command]
         starter = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         adopters.append(starter)
+        assert starter.stdout is not None
         pid = int(starter.stdout.readline())
         if wrapper is None:
             starter.wait()
         job = JobHandle("local", "rank", pid, str(log), str(folder))
         proc = subprocess.Popen([BASH, "-c", watch(job, heartbeat_s)], stdout=subprocess.PIPE)
+        assert proc.stdout is not None
         try:
             proc.stdout.readline()  # the first step line after the watch began
             killed_ns = time.monotonic_ns()
@@ -241,7 +244,7 @@ def measure(
                         seen[name].append(sample(watch, heartbeat_s, give_up_s))
         for name, got in seen.items():
             ended = [x for x in got if x is not None]
-            row = {
+            row: dict[str, Any] = {
                 "adopter": adopter,
                 "watch": name,
                 "ms": stats(ended),
