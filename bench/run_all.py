@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 
 import catalog_scale
+import detect_zombie
 import fabric_service
 import failover
 import health_fanout
@@ -36,6 +37,7 @@ from benchlib import OUT, REPO, compile_project, machine, write_out
 from rich.console import Console
 
 FULL = {
+    "detect_zombie": {"samples": 20},
     "startup": {"rounds": 5, "warm_runs": 10},
     "ocs_overhead": {"reconfigs": 300, "rounds": 3},
     "health_fanout": {"hosts": 64, "rounds": 3, "checks": 5},
@@ -63,6 +65,7 @@ FULL = {
     },
 }
 QUICK = {
+    "detect_zombie": {"samples": 5},
     "startup": {"rounds": 1, "warm_runs": 2},
     "ocs_overhead": {"reconfigs": 30, "rounds": 1},
     "health_fanout": {"hosts": 8, "rounds": 1, "checks": 2},
@@ -96,6 +99,7 @@ MODULES = {
     "torch_failover": torch_failover,
     "catalog_scale": catalog_scale,
     "netns_plane": netns_plane,
+    "detect_zombie": detect_zombie,
 }
 
 
@@ -982,12 +986,14 @@ Start-up: TwinProcess start to endpoints announced for the Opus lab cut to N hos
 alternating. Opus: the two opus-2048 playbooks through the CLI with `--emulate --netns`, memory as for **Opus runs**
 (process tree PSS / RSS sums every 0.5 s) and the drop of /proc/meminfo MemAvailable (kernel objects included, but also
 anything else running on the machine); a run that leaves namespaces is healed.""",
+    "detect_zombie": detect_zombie.HOW,
 }
 
 
 # The benches whose rows are made by a function of their figures: name -> (that function, what the row measures
 # and its target, shown when the bench failed).
 ROWS_OF = {
+    "detect_zombie": (detect_zombie.rows, "Detection of a SIGKILLed rank, kill -> the watch's exit", "p50 <= 100 ms"),
     "catalog_scale": (_catalog_rows, "Catalog: a trend query over 1,000 runs, indexing", "< 1 s; < 5 %"),
     "rail_hiding": (
         _rail_hiding_rows,

@@ -159,13 +159,13 @@ class GpuHostSsh:
         progress: str | None = r"step (\d+)",
         lines: int | None = 0,
     ) -> Iterator[WatchEvent]:
-        """Follow the job's log on one channel until its process is gone.
+        """Follow the job's log on one channel until its process has exited.
 
         Yields "progress" / "line" events for each log line as it arrives (lines: how many existing lines
         to report first, None for the whole log), "idle" when nothing arrived for heartbeat_s, and a final
-        "exited" once the process has died (noticed by the host's tail within heartbeat_s). A line's time is
-        its arrival on this machine (never earlier than the line before); an idle's is when the silence was
-        noticed, so a line read just after a tick can carry an earlier time than the tick. Stop iterating
-        (or close the generator) to end the watch early; that closes the channel.
+        "exited" once the process has died, a zombie or reaped (noticed on the host within about a heartbeat:
+        watch.py). A line's time is its arrival on this machine (never earlier than the line before); an
+        idle's is when the silence was noticed, so a line read just after a tick can carry an earlier time
+        than the tick. Stop iterating (or close the generator) to end the watch early; that closes the channel.
         """
         return follow(self._shell, job, heartbeat_s=heartbeat_s, progress=progress, lines=lines)

@@ -70,6 +70,13 @@ def started_pid(stdout: str) -> int | None:
     return int(text) if NUMBER.match(text) and int(text) > 1 else None
 
 
+def has_exited(stat: str) -> bool:
+    """Whether `ps -o stat=` says the process has exited: nothing (gone), a zombie (Z: dead, not yet reaped by
+    its parent, which for a job started with setsid is PID 1 or a subreaper) or dead (X).
+    """
+    return not stat or stat[0] in "ZX"
+
+
 def read_job_status(job: JobHandle, output: str, progress: str | None) -> JobStatus:
     """The job's state and progress from `ps -o stat= -p PID ; echo MARK ; tail -n N LOG`'s output.
 
@@ -85,7 +92,7 @@ def read_job_status(job: JobHandle, output: str, progress: str | None) -> JobSta
             hint="the output was cut short or the host's ps is not procps (`ps -o stat= -p PID` must print "
             "a code like 'Ss' or nothing)",
         )
-    if not stat or stat[0] in "ZX":
+    if has_exited(stat):
         state = "exited"
     elif stat[0] in "Tt":
         state = "stopped"
@@ -173,5 +180,4 @@ class Jobs:
 
     def alive(self, pid: int) -> bool:
         """Whether pid is a process still running (a zombie is not)."""
-        stat = self.shell.exec(f"ps -o stat= -p {int(pid)}", check=False).stdout.strip()
-        return bool(stat) and stat[0] not in "ZX"
+        return not has_exited(self.shell.exec(f"ps -o stat= -p {int(pid)}", check=False).stdout.strip())

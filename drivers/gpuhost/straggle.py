@@ -9,7 +9,7 @@ import time
 
 from drivers.capabilities import JobHandle
 from drivers.errors import DeviceCommandError, DeviceError, DeviceProtocolError, DeviceTimeout
-from drivers.gpuhost.jobs import started_pid
+from drivers.gpuhost.jobs import has_exited, started_pid
 from drivers.gpuhost.reply import NUMBER
 from drivers.gpuhost.shell import HostShell
 from drivers.gpuhost.watch import follow
@@ -41,7 +41,7 @@ def agent_line(job: JobHandle, duty: float, period_ms: float) -> str:
 def living(ps_output: str) -> list[int]:
     """The pids `ps -o pid=,stat=` lists as running (a zombie is not), in order."""
     rows = [line.split() for line in ps_output.splitlines() if line.strip()]
-    return sorted(int(row[0]) for row in rows if len(row) == 2 and NUMBER.match(row[0]) and row[1][0] not in "ZX")
+    return sorted(int(row[0]) for row in rows if len(row) == 2 and NUMBER.match(row[0]) and not has_exited(row[1]))
 
 
 class StraggleAgents:
@@ -123,7 +123,9 @@ class StraggleAgents:
                 received=r.stdout + r.stderr,
                 hint="the host needs procps' pgrep (-f matches the whole command line)",
             )
-        return sorted(int(p) for p in found)
+        # pgrep matches command lines and says nothing of state; ps says whether each still runs. An agent
+        # killed outright is a zombie until its reaper gets to it (on a host whose PID 1 never reaps: never).
+        return self._living([int(p) for p in found]) if found else []
 
     def stop(self, job: JobHandle, agent: int | None, grace_s: float, poll_s: float) -> dict:
         agents = self.running(job.pid)
@@ -139,7 +141,7 @@ class StraggleAgents:
                 self.shell.exec("kill -KILL " + " ".join(str(a) for a in alive), check=False)
             ended = {a: "killed" if a in alive else "terminated" for a in agents}
         stat = self.shell.exec(f"ps -o stat= -p {int(job.pid)}", check=False).stdout.strip()
-        if not stat or stat[0] in "ZX":
+        if has_exited(stat):
             rank, left_stopped = "not running", False
         else:
             left_stopped = stat[0] in "Tt"

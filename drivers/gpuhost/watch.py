@@ -1,9 +1,16 @@
-"""The failure watch: a running job's log followed on one SSH channel, without polling, until its process is gone.
+"""The failure watch: a running job's log followed on one SSH channel, without polling from here, until its
+process has exited.
 
-    tail -n 0 -s 0.05 --pid=PID -F LOG
+    while grep -sqE ALIVE /proc/PID/stat ; do sleep 0.05 ; done & tail -n 0 -s 0.01 --pid $! -F LOG ; exit $?
 
-(GNU coreutils) prints each new log line as it is written and exits 0 once PID is gone, checking every
--s seconds; `follow` turns that into progress / line / idle / exited events timestamped on receipt.
+GNU tail prints each new log line as it is written and, with --pid, exits 0 once that process is gone, after a
+last read of the log. It is not given the job's pid: tail's check (kill -0) counts a zombie as running, and a
+job started with setsid that dies is reaped by PID 1 (or the nearest subreaper) when that gets round to it,
+which on a container whose PID 1 never reaps is never. The loop before it reads the job's state in
+/proc/PID/stat every heartbeat and ends once the job is a zombie (Z), dead (X) or gone; tail follows the loop
+instead, which the login shell reaps as soon as it ends. `; exit $?` keeps tail from being exec'd in the
+shell's place (bash -c does that to a line's last command): tail would then inherit the loop and never reap it.
+`follow` turns tail's output into progress / line / idle / exited events timestamped on receipt.
 """
 
 from __future__ import annotations
@@ -17,11 +24,28 @@ from drivers.errors import DeviceCommandError
 from drivers.gpuhost.reply import NUMBER
 from drivers.gpuhost.shell import HostShell
 
+# /proc/PID/stat is "PID (COMM) STATE ..." and every field after the state is a number, so the state is the one
+# letter between the last ") " and an all-numeric rest of the line (COMM may itself hold ") " and letters).
+ALIVE = r"\) [^ZX]( -?[0-9]+)+$"
+TAIL_CHECKS = 5  # how many times a heartbeat tail checks whether the loop has ended
+
+
+def alive_test(pid: int) -> str:
+    """A command that exits 0 while pid runs (a zombie does not): 1 for a zombie or dead process, 2 once gone."""
+    return f"grep -sqE {shlex.quote(ALIVE)} /proc/{int(pid)}/stat"
+
 
 def watch_command(job: JobHandle, heartbeat_s: float, lines: int | None) -> str:
-    """The `tail` that follows the job's log (lines: how many existing lines first, None for all)."""
+    """The loop and `tail` that follow the job's log until it exits (lines: how many existing lines first, None
+    for all).
+    """
     first = "+1" if lines is None else str(int(lines))
-    return f"tail -n {first} -s {heartbeat_s:g} --pid={int(job.pid)} -F {shlex.quote(job.log)}"
+    # The loop reads the state once a heartbeat (a grep and a sleep started each time); tail's check of the loop
+    # is a system call, made TAIL_CHECKS times as often, so the exit is seen within about one heartbeat.
+    return (
+        f"while {alive_test(job.pid)} ; do sleep {heartbeat_s:g} ; done & "
+        f"tail -n {first} -s {heartbeat_s / TAIL_CHECKS:g} --pid $! -F {shlex.quote(job.log)} ; exit $?"
+    )
 
 
 def line_event(raw: bytes, rx: re.Pattern | None, ns: int) -> WatchEvent:
@@ -68,5 +92,6 @@ def follow(
                 f"{errors.strip()[:300]}",
                 sent=command,
                 received=errors,
-                hint="the host needs GNU coreutils tail (--pid, -F, fractional -s); busybox tail lacks --pid",
+                hint="the host needs GNU coreutils tail and sleep (--pid, -F, fractional -s; busybox tail lacks "
+                "--pid), grep -E and Linux's /proc",
             )

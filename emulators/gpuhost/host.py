@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,6 +117,7 @@ class GpuHostEngine:
             for i in range(spec.gpus)
         ]
         self.jobs: dict[int, Job] = {}
+        self.subshells: dict[int, threading.Event] = {}  # background loops of command lines, by pid (subshell)
         self.powered = True
         self.driver_loaded = True
         self.kernel = self._boot_log()
@@ -144,6 +145,24 @@ class GpuHostEngine:
                 for g in j.gpus
             ]
             return View([_copy_gpu(g) for g in self.gpus], apps, self.driver_loaded)
+
+    @contextlib.contextmanager
+    def subshell(self) -> Iterator[tuple[int, threading.Event]]:
+        """A background loop of a command line, while it runs: its pid (the native id of the thread running it:
+        a pid of this machine no other process has meanwhile) and the event that `kill`ing it sets.
+        """
+        pid, ended = threading.get_native_id(), threading.Event()
+        with self._lock:
+            self.subshells[pid] = ended
+        try:
+            yield pid, ended
+        finally:
+            with self._lock:
+                del self.subshells[pid]
+
+    def live_subshells(self) -> dict[int, threading.Event]:
+        with self._lock:
+            return dict(self.subshells)
 
     def live_jobs(self) -> list[Job]:
         with self._lock:
@@ -480,6 +499,8 @@ class GpuHostEngine:
         job.signal_group(signal.SIGCONT)
 
     def _kill_all(self) -> list[int]:
+        for ended in self.subshells.values():
+            ended.set()
         victims = [j for j in self.jobs.values() if j.alive]
         for j in victims:
             if j.straggle is not None:

@@ -4,20 +4,42 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from drivers.capabilities import JobHandle, WatchEvent
-from drivers.gpuhost.watch import line_event, watch_command
+from drivers.gpuhost.watch import ALIVE, line_event, watch_command
 
 JOB = JobHandle("gpu01", "train", 4242, "testbed-jobs/my train/train.log", "testbed-jobs/my train")
 STEP = re.compile(r"step (\d+)")
 
 
-def test_the_watch_follows_the_log_until_the_pid_is_gone():
-    assert watch_command(JOB, 0.05, 0) == "tail -n 0 -s 0.05 --pid=4242 -F 'testbed-jobs/my train/train.log'"
+def test_the_watch_follows_the_log_until_the_pid_has_exited_zombie_or_not():
+    assert watch_command(JOB, 0.05, 0) == (
+        r"while grep -sqE '\) [^ZX]( -?[0-9]+)+$' /proc/4242/stat ; do sleep 0.05 ; done & "
+        "tail -n 0 -s 0.01 --pid $! -F 'testbed-jobs/my train/train.log' ; exit $?"
+    )
 
 
 def test_the_whole_log_first_or_its_last_lines():
-    assert watch_command(JOB, 0.25, None).startswith("tail -n +1 -s 0.25 ")
-    assert watch_command(JOB, 1.0, 20).startswith("tail -n 20 -s 1 ")
+    assert " tail -n +1 -s 0.05 " in watch_command(JOB, 0.25, None)
+    assert " tail -n 20 -s 0.2 " in watch_command(JOB, 1.0, 20)
+    assert "do sleep 1 ;" in watch_command(JOB, 1.0, 20)
+
+
+@pytest.mark.parametrize(
+    ("stat", "alive"),
+    [
+        ("4242 (python3) S 1 4242 4242 0 -1 4194560 0 0 0 0 -2 0", True),
+        ("4242 (python3) R 1 4242 4242 0 -1 4194560 0 0 0 0 -2 0", True),
+        ("4242 (python3) T 1 4242 4242 0 -1 4194560 0 0 0 0 -2 0", True),
+        ("4242 (python3) Z 1 4242 4242 0 -1 4194560 0 0 0 0 -2 0", False),
+        ("4242 (python3) X 1 4242 4242 0 -1 4194560 0 0 0 0 -2 0", False),
+        ("4242 (a) R 1 (b) Z 1 4242 0 -1 4194560 0 0 0 0 -2 0", False),  # a name holding ") R 1 ("
+        ("4242 (a) Z 1 (b) S 1 4242 0 -1 4194560 0 0 0 0 -2 0", True),
+    ],
+)
+def test_the_alive_pattern_reads_the_state_after_the_last_parenthesis(stat, alive):
+    assert (re.search(ALIVE, stat) is not None) == alive
 
 
 def test_a_line_matching_the_progress_pattern_is_progress_with_its_step():

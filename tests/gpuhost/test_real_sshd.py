@@ -2,8 +2,8 @@
 
 The server gets temporary keys, a known_hosts entry written by the test (never learned from the server),
 and a stand-in `nvidia-smi` and `dmesg` first on the PATH of its sessions (SetEnv). It runs under a tiny
-subreaper, like an init, so that a job that dies is reaped (under a PID 1 that does not reap, a dead job
-stays a zombie, and GNU `tail --pid` waits for ever). Skips, saying why, only when sshd is missing or does
+subreaper, like an init, so that a job that dies is reaped; test_zombie_real_sshd.py runs one under a subreaper
+that never reaps (a container whose PID 1 does not). Skips, saying why, only when sshd is missing or does
 not start. As root, sshd needs /run/sshd (its privilege-separation directory): the test creates it as the
 Debian service would.
 """
@@ -88,6 +88,21 @@ while True:
 sys.exit(code)
 """
 
+# A subreaper that never reaps, as a container's PID 1 that is no init: a job that dies stays a zombie.
+HOARDER = r"""
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come to us
+child = os.fork()
+if child == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+def end(*_):
+    os.kill(child, signal.SIGTERM)
+    os._exit(0)
+signal.signal(signal.SIGTERM, end)
+while True:
+    signal.pause()
+"""
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -122,6 +137,17 @@ SetEnv PATH={d / "bin"}:/usr/local/bin:/usr/bin:/bin
 
 @pytest.fixture(scope="module")
 def real_sshd(tmp_path_factory):
+    yield from serve_sshd(tmp_path_factory, REAPER)
+
+
+@pytest.fixture(scope="module")
+def hoarding_sshd(tmp_path_factory):
+    """sshd under a subreaper that never reaps: (its settings, its folder)."""
+    yield from serve_sshd(tmp_path_factory, HOARDER)
+
+
+def serve_sshd(tmp_path_factory, wrapper: str):
+    """Run sshd under `wrapper` (a Python program given sshd's command line) until the generator is closed."""
     if not os.path.exists(SSHD):
         unavailable(f"{SSHD} is not installed (Debian: apt-get install openssh-server)")
     d = tmp_path_factory.mktemp("sshd")
@@ -148,7 +174,7 @@ def real_sshd(tmp_path_factory):
         unavailable(f"sshd rejects the test configuration: {check.stderr.strip()}")
     log = open(d / "sshd.log", "w+")  # noqa: SIM115 - closed at teardown
     proc = subprocess.Popen(
-        [sys.executable, "-c", REAPER, SSHD, "-D", "-e", "-f", str(cfg)], stdout=log, stderr=subprocess.STDOUT
+        [sys.executable, "-c", wrapper, SSHD, "-D", "-e", "-f", str(cfg)], stdout=log, stderr=subprocess.STDOUT
     )
     deadline = time.monotonic() + 15
     while True:
@@ -179,7 +205,12 @@ def real_sshd(tmp_path_factory):
 
 @pytest.fixture
 def real(real_sshd):
-    settings, d = real_sshd
+    yield from connected(real_sshd)
+
+
+def connected(sshd):
+    """A driver connected to the sshd; the jobs a test records in its `started` are killed after it."""
+    settings, d = sshd
     drv = make_driver("ssh", "real", settings)
     drv.jobdir = d / "jobs"
     drv.started = []

@@ -265,6 +265,9 @@ def test_heal_continues_a_rank_a_dead_runs_killed_agent_left_stopped(tmp_path, s
     (agent,) = [j["pid"] for j in agents_on(gpu_host)]
     assert wait_state(rank.pid, {"T"}) == "T"
     drv.signal(agent, "KILL", group=False)  # the agent killed outright, mid-stop: nobody continues the rank
+    # kill returns once the signal is sent, before the agent has died: heal comes after its death (a zombie
+    # until the host reaps it, which heal must count as not running, or gone).
+    assert wait_state(agent, {"Z", None}) in ("Z", None)
     assert state(rank.pid) == "T"
     how, _ = heal_dead(tmp_path, settings)
     assert how == (

@@ -5,6 +5,7 @@ outputs; and the one rule of paths on an emulated host, that they resolve inside
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ class Context:
     err: Output = field(default_factory=Output)
     exited: bool = False
     stream: Stream | None = None
+    ended: threading.Event = field(default_factory=threading.Event)  # set when a subshell running this is killed
 
     @property
     def home(self) -> Path:

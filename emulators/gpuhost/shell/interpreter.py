@@ -2,12 +2,15 @@
 
 Each simple command's words are expanded (`$!`, `$?`, `~`), then it runs as a built-in (builtins/) or as a job
 program on the host's allowlist (jobs.py). Nothing else runs: an unknown word gives
-`bash: X: command not found` (exit 127).
+`bash: X: command not found` (exit 127). A `while` loop runs its condition and body as lists of these; one put
+in the background (`&`) runs on a thread of its own, a subshell of the host (GpuHostEngine.subshell).
+Deviation from bash: a background loop's output is discarded, as a background job's is without redirections.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 from emulators.gpuhost.host import GpuHostEngine
 from emulators.gpuhost.shell import jobs
@@ -15,11 +18,15 @@ from emulators.gpuhost.shell.builtins import BUILTINS
 from emulators.gpuhost.shell.context import Context, PathEscape, Result
 from emulators.gpuhost.shell.output import Stream, streamed
 from emulators.gpuhost.shell.redirect import deliver
-from emulators.gpuhost.shell.syntax import Segment, ShellSyntaxError, parse_line, parse_simple
+from emulators.gpuhost.shell.syntax import Loop, Segment, ShellSyntaxError, parse_line, parse_simple
 
 SYNTAX_ERROR = 2  # bash's status for a command line it cannot parse
 NOT_FOUND = 127
 ENV_FAILED = 125  # env's own failure (its -C directory), before it runs anything
+# Built-ins that are programs on a real host: in the foreground one runs here as a built-in (it prints nothing
+# and is gone before the next command: only ps could tell), in the background it is a job like any program,
+# if the host's allowlist has it.
+PROGRAMS = {"sleep"}
 
 
 class Shell:
@@ -41,18 +48,56 @@ class Shell:
         ctx = Context(engine=self.engine, cwd=self.engine.home, stream=stream)
         if stream is not None:
             ctx.out, ctx.err = streamed(stream)
-        rc, prev = 0, None
         try:
-            for segment in segments:
-                if prev in (None, ";", "&") or (prev == "&&" and rc == 0) or (prev == "||" and rc != 0):
-                    rc = ctx.status = self._simple(segment, ctx)
-                prev = segment.separator
-                if ctx.exited:
-                    break
+            rc = self._list(segments, ctx)
         finally:
             if not ctx.cancelled():
                 ctx.out.flush()
         return "".join(ctx.out), "".join(ctx.err), rc
+
+    def _list(self, segments: list[Segment], ctx: Context) -> int:
+        rc, prev = 0, None
+        for segment in segments:
+            if prev in (None, ";", "&") or (prev == "&&" and rc == 0) or (prev == "||" and rc != 0):
+                if segment.loop is None:
+                    rc = self._simple(segment, ctx)
+                elif segment.background:
+                    rc = self._background(segment.loop, ctx)
+                else:
+                    rc = self._loop(segment.loop, ctx, ctx.ended)
+                ctx.status = rc
+            prev = segment.separator
+            if ctx.exited:
+                break
+        return rc
+
+    def _loop(self, loop: Loop, ctx: Context, ended: threading.Event) -> int:
+        """`while`: its status is its body's last, 0 if the body never ran."""
+        rc = 0
+        while not ctx.cancelled() and not ended.is_set():
+            if self._list(loop.condition, ctx) != 0 or ctx.exited:
+                break
+            rc = self._list(loop.body, ctx)
+            if ctx.exited:
+                break
+        return rc
+
+    def _background(self, loop: Loop, ctx: Context) -> int:
+        """`while ... done &`: the loop runs on as a subshell of the host; `$!` is its pid."""
+        started = threading.Event()
+        pid: list[int] = []
+
+        def run() -> None:
+            with self.engine.subshell() as (me, ended):
+                pid.append(me)
+                started.set()
+                sub = Context(engine=self.engine, cwd=ctx.cwd, last_bg=ctx.last_bg, status=ctx.status, ended=ended)
+                self._loop(loop, sub, ended)
+
+        threading.Thread(target=run, name="subshell", daemon=True).start()
+        started.wait()
+        ctx.last_bg = pid[0]
+        return 0
 
     def _simple(self, segment: Segment, ctx: Context) -> int:
         try:
@@ -73,7 +118,7 @@ class Shell:
                 ctx.err.append(f"env: cannot change directory to '{command.chdir}': No such file or directory\n")
                 return ENV_FAILED
         name, args = command.words[0], command.words[1:]
-        builtin = BUILTINS.get(name)
+        builtin = None if segment.background and name in PROGRAMS else BUILTINS.get(name)
         if builtin is not None:
             try:
                 out, err, rc = builtin(args, ctx)

@@ -4,6 +4,8 @@ command cut into its assignments, its words, its redirections and the directory 
 A command line is split as shlex splits it (operators must stand apart from words, as the driver writes them,
 except a `;` ending a word). A simple command is
 `[NAME=VALUE ...] [setsid|nohup|env [-C DIR] [NAME=VALUE ...]|exec] WORD ARGS [REDIRECTION ...]`.
+The one compound command is `while LIST ; do LIST ; done`, which may stand wherever a simple command does
+(without redirections of its own).
 """
 
 from __future__ import annotations
@@ -28,14 +30,23 @@ class ShellSyntaxError(Exception):
 
 @dataclass
 class Segment:
-    """One simple command's words, and the operator after it (None at the end of the line)."""
+    """One simple command's words (or a loop), and the operator after it (None at the end of the line)."""
 
     words: list[str]
     separator: str | None
+    loop: Loop | None = None
 
     @property
     def background(self) -> bool:
         return self.separator == "&"
+
+
+@dataclass
+class Loop:
+    """`while CONDITION ; do BODY ; done`: BODY runs as long as CONDITION's last command succeeds."""
+
+    condition: list[Segment]
+    body: list[Segment]
 
 
 @dataclass
@@ -76,26 +87,71 @@ def tokens(command: str) -> list[str]:
 
 
 def parse_line(command: str) -> list[Segment]:
-    """The simple commands of a command line, in order; ShellSyntaxError for what bash or this host refuses."""
+    """The commands of a command line, in order; ShellSyntaxError for what bash or this host refuses."""
     try:
         toks = tokens(command)
     except ValueError as exc:
         raise ShellSyntaxError(f"-c: line 1: syntax error: {exc}") from None
+    segments, end = _list(toks, 0, ())
+    if end < len(toks):
+        raise _unexpected(toks[end])
+    return segments
+
+
+def _list(toks: list[str], i: int, stops: tuple[str, ...]) -> tuple[list[Segment], int]:
+    """The commands from toks[i] up to the end or a word of `stops` where a command would begin (bash's
+    reserved words count only there); returns them and where they ended.
+    """
     segments: list[Segment] = []
     current: list[str] = []
-    for tok in toks:
+    while i < len(toks):
+        tok = toks[i]
+        if not current and tok in stops:
+            break
         if tok in OPERATORS:
             if not current:
-                raise ShellSyntaxError(f"-c: line 1: syntax error near unexpected token `{tok}'")
+                raise _unexpected(tok)
             segments.append(Segment(current, tok))
             current = []
         elif tok in UNSUPPORTED:
             raise ShellSyntaxError(f"emulated host: `{tok}' is not supported")
+        elif not current and tok == "while":
+            loop, i = _while(toks, i + 1)
+            if i < len(toks) and toks[i] not in OPERATORS and toks[i] not in stops:
+                if toks[i].startswith(REDIRECTS):
+                    raise ShellSyntaxError(f"emulated host: a loop's redirection `{toks[i]}' is not supported")
+                raise _unexpected(toks[i])
+            separator = toks[i] if i < len(toks) and toks[i] in OPERATORS else None
+            segments.append(Segment(["while"], separator, loop))
+            i += separator is not None
+            continue
+        elif not current and tok in ("do", "done"):
+            raise _unexpected(tok)
         else:
             current.append(tok)
+        i += 1
     if current:
         segments.append(Segment(current, None))
-    return segments
+    return segments, i
+
+
+def _while(toks: list[str], i: int) -> tuple[Loop, int]:
+    """The loop whose condition starts at toks[i]; returns it and the index after its `done`."""
+    condition, i = _list(toks, i, ("do",))
+    if i == len(toks):
+        raise ShellSyntaxError("-c: line 1: syntax error: unexpected end of file")
+    if not condition:
+        raise _unexpected("do")
+    body, i = _list(toks, i + 1, ("done",))
+    if i == len(toks):
+        raise ShellSyntaxError("-c: line 1: syntax error: unexpected end of file")
+    if not body:
+        raise _unexpected("done")
+    return Loop(condition, body), i + 1
+
+
+def _unexpected(tok: str) -> ShellSyntaxError:
+    return ShellSyntaxError(f"-c: line 1: syntax error near unexpected token `{tok}'")
 
 
 def parse_simple(expanded: list[str]) -> SimpleCommand:

@@ -7,7 +7,7 @@ context's outputs as it goes.
 
 from __future__ import annotations
 
-from emulators.gpuhost.shell.builtins import control, files, host, logs, processes, tail
+from emulators.gpuhost.shell.builtins import control, files, grep, host, logs, processes, tail
 from emulators.gpuhost.shell.context import Builtin
 
 BUILTINS: dict[str, Builtin] = {
@@ -29,6 +29,8 @@ BUILTINS: dict[str, Builtin] = {
     "whoami": host.whoami,
     "pwd": files.pwd,
     "exit": control.exit_,
+    "grep": grep.grep,
+    "sleep": control.sleep,
 }
 
 __all__ = ["BUILTINS"]

@@ -1,8 +1,14 @@
-"""The host's files, inside its home: cd, pwd, mkdir, cat, ls; and how a tool reads one file."""
+"""The host's files, inside its home: cd, pwd, mkdir, cat, ls; and how a tool reads one file.
+
+The one file outside the home a tool may read is /proc/PID/stat of a process of the host (its jobs, and the
+command lines' background loops): the kernel's own line for it, a zombie's included. Deviation: any other
+process's is missing, as on a host that runs nothing else.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 
 from emulators.gpuhost.shell.context import Context, PathEscape, Result
 
@@ -39,8 +45,14 @@ def mkdir(args: list[str], ctx: Context) -> Result:
     return "", err, rc
 
 
+PROC_STAT = re.compile(r"/proc/([0-9]{1,18})/stat")
+
+
 def read_file(tool: str, name: str, ctx: Context) -> tuple[bytes | None, str]:
     """The bytes of file `name`; or None and the message `tool` prints when it cannot read it."""
+    proc = PROC_STAT.fullmatch(name)
+    if proc is not None:
+        return _proc_stat(tool, name, int(proc.group(1)), ctx)
     try:
         path = ctx.resolve(name)
     except PathEscape:
@@ -82,3 +94,14 @@ def ls(args: list[str], ctx: Context) -> Result:
         else:
             err, rc = err + f"ls: cannot access '{name}': No such file or directory\n", 2
     return "".join(n + "\n" for n in out), err, rc
+
+
+def _proc_stat(tool: str, name: str, pid: int, ctx: Context) -> tuple[bytes | None, str]:
+    engine = ctx.engine
+    if pid in engine.jobs or pid in engine.live_subshells():
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                return f.read(), ""
+        except OSError:
+            pass  # reaped meanwhile
+    return None, f"{tool}: {name}: No such file or directory\n"

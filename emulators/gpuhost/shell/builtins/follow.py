@@ -3,7 +3,7 @@
 `tail [-n N|+N] [-s SECONDS] [--pid=PID] -F FILE` prints the file's end, then what is appended to it, and with
 --pid exits 0 once PID is gone, after a last read of the file. With -F (follow by name) a file replaced under
 the same name is followed anew, and a name that goes away is waited for.
-Deviation: --pid sees only this host's jobs (any other pid counts as gone).
+Deviation: --pid sees only this host's jobs and background loops (any other pid counts as gone).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def follow(
                         continue  # read the new file at once
             now = time.monotonic()
             if pid is not None and (data or now >= next_pid_check):
-                gone = not any(j.pid == pid for j in engine.live_jobs())
+                gone = pid not in engine.live_subshells() and not any(j.pid == pid for j in engine.live_jobs())
                 next_pid_check = now + interval
                 if gone:
                     continue  # read once more, at once

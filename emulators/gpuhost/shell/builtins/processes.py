@@ -1,6 +1,7 @@
 """The host's processes, which are its jobs alone: kill, ps, pgrep.
 
-Only the jobs this host started are seen: any other pid is, to `kill`, someone else's process (or none).
+Only the jobs this host started are seen: any other pid is, to `kill`, someone else's process (or none). A
+command line's background loop (a subshell) can be killed too; ps and pgrep list jobs alone.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import Callable
 from emulators.gpuhost.host import Job, _proc_state
 from emulators.gpuhost.shell.context import Context, Result
 
+# Signals a background loop (a subshell) ignores: any other ends it. Deviation: SIGSTOP ends it too.
+SUBSHELL_IGNORES = {signal.SIGCHLD, signal.SIGCONT, signal.SIGURG, signal.SIGWINCH}
 KILL_USAGE = "kill: usage: kill [-s sigspec | -n signum | -sigspec] pid | jobspec ... or kill -l [sigspec]\n"
 
 
@@ -51,6 +54,10 @@ def kill(args: list[str], ctx: Context) -> Result:
             err, rc = err + f"bash: kill: {t}: arguments must be process or job IDs\n", 1
             continue
         n = int(t)
+        if n > 0 and n in ctx.engine.live_subshells():
+            if sig not in SUBSHELL_IGNORES:
+                ctx.engine.live_subshells()[n].set()
+            continue
         job = jobs.get(abs(n))
         if job is None:
             reason = "Operation not permitted" if _exists(abs(n)) else "No such process"
