@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -71,3 +72,25 @@ def test_heal_ends_nothing_for_a_folder_that_is_not_a_ray_session(tmp_path):
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_a_killed_runner_is_not_running_while_it_waits_to_be_reaped():
+    """heal asks whether the dead run's runner still runs: one killed and not yet reaped (a zombie: its parent,
+    or PID 1, reaps it later or never) has ended, as one that is gone.
+    """
+    from testbed.engine.processes import start_ticks
+    from testbed.engine.ray_session import runner_alive
+
+    runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        identity = {"pid": runner.pid, "start_ticks": start_ticks(runner.pid), "hostname": socket.gethostname()}
+        assert runner_alive(identity)
+        os.kill(runner.pid, signal.SIGKILL)
+        os.waitid(os.P_PID, runner.pid, os.WEXITED | os.WNOWAIT)  # exited, and left unreaped: a zombie
+        with open(f"/proc/{runner.pid}/stat") as f:
+            assert f.read().rpartition(")")[2].split()[0] == "Z"
+        assert not runner_alive(identity)
+    finally:
+        runner.kill()
+        runner.wait()
+    assert not runner_alive(identity)  # reaped: gone

@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from testbed.engine.processes import start_ticks
+from testbed.engine.processes import start_ticks, stat_fields
 from testbed.engine.ray_local import LOCAL_CPUS, LOCAL_OBJECT_STORE_BYTES, PrivateStartUnavailable
 
 
@@ -219,8 +219,9 @@ def runner_alive(runner: dict) -> bool:
     """Whether the process `runner_identity()` described still runs (on this machine)."""
     if runner.get("hostname") not in (None, socket.gethostname()):
         return False  # another machine: heal cannot look (and says so)
-    ticks = start_ticks(int(runner["pid"]))
-    return ticks is not None and ticks == runner.get("start_ticks")
+    fields = stat_fields(int(runner["pid"]))
+    # A zombie (Z) or dead (X) runner has ended, reaped or not (PID 1 may reap it seconds later, or never).
+    return fields is not None and fields[0] not in ("Z", "X") and int(fields[19]) == runner.get("start_ticks")
 
 
 _SESSION_NAME = re.compile(r"^session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_\d+$")

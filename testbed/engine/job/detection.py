@@ -31,7 +31,7 @@ def watcher(host: str) -> str:
 def failed_rank(detections: list[Detection]) -> Detection | None:
     """Which rank failed, from every watcher's (rank, failure_detected ns, watch_job value): the earliest
     with hardware evidence (a GPU lost, a new Xid), else the earliest. When a rank dies its peers exit too,
-    as their ring breaks, and a peer's watcher can see its own rank's exit first: its `tail --pid` checks
+    as their ring breaks, and a peer's watcher can see its own rank's exit first: its liveness check runs
     right after the peer's last words, the failed rank's only at its next heartbeat.
     """
     evidence = [d for d in detections if d[2].get("detected") in HARDWARE_FAILURES]
