@@ -79,3 +79,14 @@ def test_the_command_to_table_on_the_lab_is_a_lab_run_on_hosts_that_are_up(hosts
     info = json.loads((folder / "run.json").read_text())
     assert info["emulate"] is False and "twin" not in info["startup_s"]
     assert set(info["startup_s"]) >= {"ray", "leases", "hubs", "identify"}
+
+
+def test_the_inventory_load_benchmark_compares_the_same_lab_both_ways():
+    import inventory_load
+
+    figures = inventory_load.measure(rounds=1)  # raises if the shorthand file and the plain one differ
+    assert figures["plain_lines"] > 100 * figures["shorthand_lines"]  # the plain file is the lab written out
+    assert {name: set(phases) for name, phases in figures["p50_s"].items()} == {
+        "shorthand": {"load_s", "total_s"},
+        "plain": {"load_s", "total_s"},
+    }

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -57,15 +56,12 @@ def test_opus_yaml_is_exactly_the_lab_the_bench_builds_in_code(repo, opus_scale)
     assert opus_scale.inventory_file(Path("/nowhere"), 256) == repo / OPUS
 
 
-def test_opus_loads_validates_and_plans_gpu_health_quickly(repo, capsys):
-    start = time.perf_counter()
+def test_opus_loads_validates_and_plans_gpu_health(repo, capsys):
+    # How fast, against the same lab written out plainly, is bench/inventory_load.py's figure: a speed, measured
+    # as a ratio on a machine of its own, not asserted here where other work shares the CPU.
     inv = load_inventory(repo / OPUS).model
-    loaded_s = time.perf_counter() - start
     plan = make_plan(load_playbook(repo / "playbooks/gpu-health.yaml", inv).model, inv)
-    total_s = time.perf_counter() - start
     assert plan.inventory is inv
-    # ~0.05 s on a quiet machine; the same lab written out plainly (15,000 lines) takes ~1.5 s of YAML parsing.
-    assert loaded_s < 2.0 and total_s < 3.0, (loaded_s, total_s)
     assert main(["validate", "playbooks/gpu-health.yaml", "--inventory", OPUS]) == 0
     assert main(["validate", OPUS]) == 0
     out = capsys.readouterr().out
@@ -201,10 +197,10 @@ def test_a_problem_in_a_group_field_is_at_the_group_once_for_a_range(tmp_path):
 
 def test_a_typo_in_a_range_cannot_make_a_billion_devices(tmp_path):
     text = GROUPED.replace("gpu[1:3]", "gpu[1:999999999]")
-    start = time.perf_counter()
+    # Refused before expanding: expanding first would not return (or would exhaust memory) and pytest-timeout
+    # would fail the test; no wall-clock bound is needed.
     with pytest.raises(ConfigError) as refused:
         load_inventory(write(tmp_path, text))
-    assert time.perf_counter() - start < 5
     assert f"past {MAX_EXPANDED} names" in refused.value.problems[0].message
 
 

@@ -91,10 +91,11 @@ def test_removing_a_circuit_cuts_open_connections_and_refuses_new_ones(ctl, scpi
     with client, server:
         client.sendall(b"x")
         assert recv_exact(server, 1) == b"x"
-        t0 = time.monotonic()
+        sent_at = time.monotonic()  # the twin's clock too: it runs on this machine (CLOCK_MONOTONIC)
         scpi("ocs1", ":OXC:SWIT:CONN:SUB (@2)")  # the return direction only
-        took = wait_reset(client)
-        assert time.monotonic() - t0 < 0.5 and took < 0.5
+        # Reset, not left open until some TCP timeout (wait_reset raises if nothing comes within its timeout);
+        # how soon is the twin's check interval, not a figure a busy machine keeps, so not asserted.
+        wait_reset(client)
         server.settimeout(5)
         with pytest.raises(ConnectionResetError):  # an RST on the other side too, not a FIN
             server.recv(1)
@@ -104,6 +105,7 @@ def test_removing_a_circuit_cuts_open_connections_and_refuses_new_ones(ctl, scpi
     assert "ocs1 holds no circuit 2->9" in state["backward"]["why"]
     cut = [e for e in ctl.call(None, "dataplane.state")["events"] if e["event"] == "cut"]
     assert len(cut) == 1 and "2->9" in cut[0]["why"]
+    assert cut[0]["t"] >= sent_at  # cut because of this change, after it was sent (the twin's own record)
 
 
 def test_a_failed_port_cuts_the_path(ctl, scpi, rank):
@@ -111,9 +113,12 @@ def test_a_failed_port_cuts_the_path(ctl, scpi, rank):
     assert scpi("ocs1", f":OXC:SWIT:CONN:ADD {A_TO_B};:OXC:SWIT:CONN:ADD {B_TO_A};*OPC?") == ["1"]
     client, server = open_pair(relay, rank)
     with client, server:
+        failed_at = time.monotonic()
         ctl.call("ocs1", "fail_port", port=10)
-        assert wait_reset(client) < 0.5
+        wait_reset(client)  # raises if the connection is not cut within its timeout
     assert "port 10 is failed" in relay_state(ctl, relay)["forward"]["why"]
+    cut = [e for e in ctl.call(None, "dataplane.state")["events"] if e["event"] == "cut"]
+    assert len(cut) == 1 and "port 10 is failed" in cut[0]["why"] and cut[0]["t"] >= failed_at
     ctl.call("ocs1", "restore_port", port=10)
     assert relay_state(ctl, relay)["lit"] is True
 
@@ -155,18 +160,23 @@ def test_a_moving_switch_is_dark_until_it_settles(ctl, scpi, rank):
     path = ctl.call(None, "dataplane.path", src_host="gpu01", src_port="p0", dst_host="gpu02", dst_port="p0")
     assert path["lit"] is False and "moving" in path["forward"]["why"]
     assert refused(relay)
-    while not relay_state(ctl, relay)["lit"]:
-        assert time.monotonic() - t0 < 5, "never settled"
+    while not relay_state(ctl, relay)["lit"]:  # a switch that never settles is pytest-timeout's to fail
+        pass
+    # A lower bound of the model: no light before the 200 ms move ends, however busy the machine.
     assert time.monotonic() - t0 >= 0.19
     client, server = open_pair(relay, rank)
     with client, server:
         client.sendall(b"after")
         assert recv_exact(server, 5) == b"after"
-        # Re-pointing the circuit moves its ports again: the open connection is cut at once.
-        t1 = time.monotonic()
+        # Re-pointing the circuit moves its ports again: the open connection is cut at once, while they move,
+        # not once the move ends. The twin's own records say which: the cut's time against the end of the move
+        # (a long one, so that the order is the model's and not the machine's speed).
+        ctl.call("ocs1", "set_switching_time", ms=2000.0, jitter_ms=0.0)
         scpi("ocs1", ":OXC:SWIT:CONN:ADD (@1),(@11)")
-        assert wait_reset(client) < 0.15  # well before the 200 ms move ends
-    assert time.monotonic() - t1 < 0.2
+        wait_reset(client)
+    cut = [e for e in ctl.call(None, "dataplane.state")["events"] if e["event"] == "cut"]
+    assert len(cut) == 1 and "holds no circuit 1->10 (it holds 1->11)" in cut[0]["why"], cut
+    assert cut[0]["t"] < ctl.call("ocs1", "state")["settled_at"]
 
 
 def test_reset_closes_relays(ctl, scpi, rank):

@@ -104,8 +104,11 @@ def test_no_reply_on_a_pty_is_a_timeout(pty_device):
     start = time.monotonic()
     with pytest.raises(DeviceTimeout) as info:
         transport.query("*OPC?")
-    assert TIMEOUT * 0.8 <= time.monotonic() - start < TIMEOUT + 1.0
+    # A lower bound of the model (a timeout cannot fire before it is due, however busy the machine); that it was
+    # this timeout and not a hang is the error's own word, below.
+    assert time.monotonic() - start >= TIMEOUT * 0.8
     text = str(info.value)
+    assert f"within {TIMEOUT * 1000:.0f} ms" in text
     assert "ocs-pty" in text and dev.path in text and "*OPC?" in text
     assert info.value.received == b""
     transport.close()

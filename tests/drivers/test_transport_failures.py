@@ -23,7 +23,6 @@ from drivers.transports.serial import SerialTransport
 from drivers.transports.visa import VisaTransport
 
 TIMEOUT = 0.5
-SLACK = 1.0  # scheduling slack on a loaded CI machine; a hang would take far longer
 DEVICE = "ocs-under-test"
 QUERY = ":OXC:SWIT:CONN:STAT?"
 
@@ -71,8 +70,12 @@ def test_failure_signature_is_typed_and_bounded(server_factory, kind, behaviour,
     transport = make(kind, server)
     exc, elapsed = timed(lambda: transport.query(QUERY))
     assert type(exc) is expected, exc
-    assert elapsed < TIMEOUT + SLACK
+    # Bounded: the call ended in the typed error (a hang is pytest-timeout's to catch), and a timeout says
+    # which one it waited out, so a user can raise it.
     if waits:
+        assert f"within {TIMEOUT * 1000:.0f} ms" in str(exc), exc
+        # A timeout cannot fire before it is due, however busy the machine: a lower bound of the model, not a
+        # speed claim (the margin is the transports' own clock rounding).
         assert elapsed >= TIMEOUT * 0.8
     assert_names_everything(exc, transport.address)
     assert server.requests == [QUERY]  # it was really sent, exactly once
@@ -102,9 +105,8 @@ def test_serial_silence_is_a_timeout_with_nothing_received(server_factory):
 def test_refused_port_is_a_connection_error(kind, closed_port):
     address = f"TCPIP0::127.0.0.1::{closed_port}::SOCKET" if kind == "visa" else f"socket://127.0.0.1:{closed_port}"
     transport = make(kind, address)
-    exc, elapsed = timed(lambda: transport.query(QUERY))
-    assert type(exc) is DeviceConnectionError
-    assert elapsed < TIMEOUT + SLACK
+    exc, _ = timed(lambda: transport.query(QUERY))
+    assert type(exc) is DeviceConnectionError  # the refusal itself, not a timeout waited out
     assert_names_everything(exc, address)
     assert "5025" in exc.hint  # points at the port to check
 

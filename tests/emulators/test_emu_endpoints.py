@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import statistics
 import time
 
 import pytest
@@ -77,21 +76,24 @@ def test_pyvisa_default_crlf_write_termination(rm, ocs):
         inst.close()
 
 
-def test_opc_timing_over_tcp(rm, ocs):
-    """*OPC? answers no sooner than the switching time and at most 3 ms after it."""
+def test_opc_waits_for_the_move_over_tcp(twin, rm, ocs):
+    """*OPC? over TCP answers no sooner than the switching time, and then with the switch settled."""
     inst = rm.open_resource(ocs["visa"], read_termination="\n", write_termination="\n")
     # One message, not write(move) + query("*OPC?"): pyvisa-py 0.8.1 leaves Nagle on (and cannot set
     # VI_ATTR_TCPIP_NODELAY), so a second small write waits for the delayed ACK of the first, ~40 ms.
-    elapsed = []
     try:
-        for k in range(11):
+        for k in range(5):
             t0 = time.perf_counter()  # before the move is even sent: the lower bound is strict
             assert inst.query(f":OXC:SWIT:CONN:ONLY (@{k % 2 + 1}),(@33);*OPC?").strip() == "1"
-            elapsed.append(time.perf_counter() - t0)
+            # A lower bound of the model: the emulated switch cannot answer before its move ends, however busy
+            # the machine, so this holds under load. How soon after it answers is a speed figure, measured
+            # against the switching time in bench/ocs_overhead.py (its raw-socket cycle), not asserted here;
+            # the engine's schedule (*OPC? at exactly the move's end) is tests/emulators/test_emu_polatis.py's.
+            assert time.perf_counter() - t0 >= SWITCHING_S
+            assert twin.control.call("ocs1", "state")["moving"] == []  # answered once settled: no port still moving
+            assert inst.query(":OXC:SWIT:CONN:STAT?").strip() == f"(@{k % 2 + 1}),(@33)"
     finally:
         inst.close()
-    assert min(elapsed) >= SWITCHING_S
-    assert statistics.median(elapsed) <= SWITCHING_S + 0.003, elapsed
 
 
 def test_connections_share_the_device_but_not_the_parser(ocs):

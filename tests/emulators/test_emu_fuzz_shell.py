@@ -26,7 +26,8 @@ from emulators.gpuhost.shell.syntax import words as _words
 from emulators.gpuhost.spec import GpuHostSpec
 
 HANG_UP_S = 0.3  # the client of a fuzzed line hangs up after this (a `tail -f` runs until it does)
-BOUND = 5.0  # "never a hang" for one line
+# "Never a hang" is not a wall-clock bound here: a line that runs on after its client hung up never returns, and
+# pytest-timeout (pyproject.toml) fails the test; through SSH, the client's own timeout ends the call.
 
 WORDS = [
     "nvidia-smi", "dmesg", "journalctl", "-k", "kill", "ps", "pgrep", "cat", "tail", "ls", "mkdir", "-p", "cd",
@@ -55,14 +56,14 @@ def shell() -> Iterator[tuple[Shell, Path]]:
     engine.close()
 
 
-def run(sh: Shell, line: str) -> tuple[str, str, int, float]:
-    """(stdout, stderr, exit status, seconds): what an exec channel would carry, streamed or returned."""
+def run(sh: Shell, line: str) -> tuple[str, str, int]:
+    """(stdout, stderr, exit status): what an exec channel would carry, streamed or returned."""
     out: list[str] = []
     err: list[str] = []
     start = time.monotonic()
     stream = Stream(out=out.append, err=err.append, closed=lambda: time.monotonic() - start > HANG_UP_S)
     rest_out, rest_err, status = sh.run(line, stream)  # must not raise
-    return "".join(out) + rest_out, "".join(err) + rest_err, status, time.monotonic() - start
+    return "".join(out) + rest_out, "".join(err) + rest_err, status
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -75,9 +76,8 @@ def run(sh: Shell, line: str) -> tuple[str, str, int, float]:
 @example("echo " + "a" * 100_000)
 def test_any_command_line_ends_cleanly_inside_the_home(shell, line):
     sh, root = shell
-    out, err, status, elapsed = run(sh, line)
+    out, err, status = run(sh, line)  # returns at all: the client's hang-up ends what would run on
     assert isinstance(status, int) and 0 <= status <= 255
-    assert elapsed < BOUND
     assert "Traceback" not in err
     assert [p.name for p in root.iterdir()] == ["home"]  # nothing written outside the home
     assert not [j for j in sh.engine.live_jobs()]  # nothing was started
@@ -108,20 +108,20 @@ def test_any_command_line_ends_cleanly_inside_the_home(shell, line):
 )
 def test_malformed_lines_get_a_clear_error(shell, line, status, words):
     sh, _ = shell
-    out, err, got, _ = run(sh, line)
+    out, err, got = run(sh, line)
     assert (got, words in err) == (status, True), (out, err)
 
 
 def test_text_after_a_nul_byte_never_reaches_the_shell(shell):
     # sshd passes the command on as a C string, so a NUL ends it there.
     sh, _ = shell
-    assert run(sh, "echo before\x00; echo after")[:3] == ("before\n", "", 0)
+    assert run(sh, "echo before\x00; echo after") == ("before\n", "", 0)
 
 
 @pytest.mark.parametrize("line", ["tail -n ² x", "tail --pid=² -F x"])
 def test_tail_with_a_non_ascii_digit_is_an_error_not_a_crash(shell, line):
     sh, _ = shell
-    _, err, status, _ = run(sh, line)
+    _, err, status = run(sh, line)
     assert status == 1 and "invalid" in err
 
 
@@ -146,12 +146,11 @@ def ssh_host() -> Iterator[SshTransport]:
 @example("cat " + "9" * 5000)  # a name too long for the file system: once, no exit status at all
 @example("kill " + "9" * 5000)  # a pid too long for int(): once, an internal error
 def test_the_ssh_server_answers_every_line_with_an_exit_status(ssh_host, line):
-    start = time.monotonic()
     try:
         result = ssh_host.exec(line, timeout_s=1.0, check=False)
-    except DeviceTimeout:
-        return  # a `tail -f` runs until the client hangs up: the client's timeout ends it
-    assert time.monotonic() - start < BOUND
+    except DeviceTimeout as exc:  # a `tail -f` runs until the client hangs up: the client's timeout ends it
+        assert "within 1 s" in str(exc) or "within 2 s" in str(exc), exc  # the call's timeout or the transport's
+        return
     assert 0 <= result.status <= 255
     assert "internal error" not in result.stderr  # what the server says when the shell raised
 

@@ -79,8 +79,8 @@ def make_actor(device: str, driver: str, settings):
 TYPED = {"DeviceTimeout", "DeviceConnectionError", "DeviceProtocolError", "DeviceCommandError"}
 
 
-def timed_run(actor, procedure: str, kwargs: dict):
-    """Run one procedure in the actor: (OpResult, seconds taken)."""
-    start = time.monotonic()
-    result = actor.run(procedure, kwargs)
-    return result, time.monotonic() - start
+def names_timeout(message: str, timeout_s: float) -> bool:
+    """Whether a timeout's message says which timeout ran out ("within 400 ms", "within 1 s"): a call that ends
+    in one is bounded by it, which is what "never a hang" means, and the user learns what to raise.
+    """
+    return f"within {timeout_s * 1000:.0f} ms" in message or f"within {timeout_s:g} s" in message

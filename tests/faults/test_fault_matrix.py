@@ -3,7 +3,8 @@
 For every transport (pyvisa-py TCPIP SOCKET, pyserial socket://), every fault kind and every kind of
 driver operation (a query, and a write checked through the error queue), what a user relies on:
 
-- never a hang: each call ends within the transport timeout x 3 + 1 s (a bound, not a speed claim);
+- never a hang: each call ends, in success or a typed error, and a timeout names the transport timeout it
+  waited out (a call that never ends is pytest-timeout's to fail: no wall-clock bound here);
 - success, or a typed DeviceError subclass: never a raw socket/pyvisa/pyserial exception;
 - recovery by itself: once the fault is healed, the same driver object's next call succeeds, and
   its answers belong to the questions asked (no late reply taken as the answer to a later query);
@@ -18,12 +19,11 @@ reconnected to (still faulted). EXPECTED below is the observed behaviour, made e
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from fault_harness import OCS, wait_until
+from fault_harness import OCS, names_timeout, wait_until
 
 from drivers.errors import DeviceConnectionError, DeviceError, DeviceTimeout
 from drivers.scpi.polatis import PolatisScpi
@@ -31,7 +31,6 @@ from drivers.transports import TransportSettings, open_transport
 from emulators.control import TwinControl
 
 TIMEOUT = 0.4  # transport timeout, s
-BOUND = TIMEOUT * 3 + 1.0  # "never a hang"
 DEVICE = "ocs1"
 PAIR = (1, 17)
 
@@ -56,7 +55,7 @@ FAULTS: dict[str, tuple[str, str, dict[str, Any]] | None] = {
 
 # (fault, transport, operation) -> (outcome of each of the two faulted calls, did connect's circuit land)
 # "query" = connections(); "connect" = connect([(1, 17)]): :OXC:SWIT:CONN:ADD then :SYST:ERR?.
-# Timing (observed, not asserted beyond BOUND): TMO always takes the full timeout; CONN is immediate,
+# Timing (observed, not asserted): TMO always takes the full timeout; CONN is immediate,
 # except limit_data over VISA, where pyvisa-py sees the proxy's FIN only as a timeout (docs/protocols.md §6).
 EXPECTED: dict[tuple[str, str, str], tuple[tuple[object, object], bool | None]] = {
     # fault            transport  op           faulted calls  landed
@@ -104,11 +103,11 @@ TRANSPORTS = ["visa", "serial"]
 OPERATIONS = ["query", "connect"]
 
 
-def make_driver(twin, transport: str) -> PolatisScpi:
+def make_driver(twin, transport: str, audit=None) -> PolatisScpi:
     ends = twin.endpoints.devices[DEVICE]
     address = ends["visa"] if transport == "visa" else f"socket://{ends['tcp']}"
     settings = TransportSettings(transport, address, timeout_s=TIMEOUT)
-    return PolatisScpi(open_transport(settings, DEVICE), DEVICE)
+    return PolatisScpi(open_transport(settings, DEVICE, audit), DEVICE)
 
 
 def operation(driver: PolatisScpi, op: str) -> Callable[[], object]:
@@ -126,16 +125,15 @@ def inject(ctl: TwinControl, fault: str) -> None:
     ctl.call(DEVICE, "proxy.add_toxic", name=fault, type=kind, stream=stream, attributes=attributes)
 
 
-def outcome(fn: Callable[[], object]) -> tuple[object, float, BaseException | None]:
-    """(OK or the error class, seconds taken, the error); a raw exception fails the test right here."""
-    start = time.monotonic()
+def outcome(fn: Callable[[], object]) -> tuple[object, BaseException | None]:
+    """(OK or the error class, the error); a raw exception fails the test right here."""
     try:
         fn()
     except DeviceError as exc:
-        return type(exc), time.monotonic() - start, exc
+        return type(exc), exc
     except Exception as exc:  # the property under test: nothing untyped escapes the driver
         pytest.fail(f"raw {type(exc).__name__} escaped the driver: {exc!r}")
-    return OK, time.monotonic() - start, None
+    return OK, None
 
 
 def test_the_table_covers_every_combination():
@@ -154,11 +152,12 @@ def test_fault(twin, ctl, transport, fault, op):
 
         seen = []
         for _ in range(2):
-            result, elapsed, exc = outcome(run)
-            assert elapsed < BOUND, f"{result} after {elapsed:.2f} s: a hang"
+            result, exc = outcome(run)
             if exc is not None:
                 # A user must be told which device and what was sent.
                 assert DEVICE in str(exc) and exc.sent is not None and exc.hint, exc
+            if result is TMO:
+                assert names_timeout(str(exc), TIMEOUT), exc
             seen.append(result)
         expected, landed = EXPECTED[(fault, transport, op)]
         assert tuple(seen) == expected
@@ -186,15 +185,20 @@ def test_a_drop_while_idle_costs_no_call(twin, ctl, transport, op):
     # The connection dies while the driver is idle (the switch rebooted, a proxy blipped): the next call
     # must reconnect and succeed, not write its command into the dead socket and fail (or, for a write,
     # lose the command silently). Both transports did fail that first call before the fix.
-    driver = make_driver(twin, transport)
+    records = []
+    driver = make_driver(twin, transport, records.append)
     try:
         assert driver.connections() == {}
         ctl.call(DEVICE, "proxy.set_enabled", enabled=False)
         assert wait_until(lambda: ctl.call(DEVICE, "proxy.state")["connections"] == 0)
         ctl.call(DEVICE, "proxy.set_enabled", enabled=True)
-        result, elapsed, exc = outcome(operation(driver, op))
+        before = len(records)
+        result, exc = outcome(operation(driver, op))
         assert result == OK, exc
-        assert elapsed < TIMEOUT  # and it did not wait out a timeout on the dead session first
+        # Each command went out once, on the new session: none was written into the dead one first and sent
+        # again after waiting out its timeout (the audit, not a clock, says so).
+        sent = [r.data.strip() for r in records[before:] if r.direction == "tx"]
+        assert sent == ([":OXC:SWIT:CONN:STAT?"] if op == "query" else [":OXC:SWIT:CONN:ADD (@1),(@17)", ":SYST:ERR?"])
         if op == "connect":
             assert ctl.call(DEVICE, "state")["connections"] == [list(PAIR)]
     finally:

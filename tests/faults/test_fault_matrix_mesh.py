@@ -5,7 +5,8 @@ Each operation runs the way a run executes it: a real procedure in the runner's 
 in-process, without Ray), which records every call as ok, fail or info (outcome unknown: something was
 sent, then the transport failed). What a user relies on, per fault kind and operation:
 
-- never a hang: each call ends within BOUND (a bound, not a speed claim);
+- never a hang: each call ends, in success or a typed error, and a timeout names the transport timeout it
+  waited out (a call that never ends is pytest-timeout's to fail: no wall-clock bound here);
 - success, or a typed DeviceError: never a raw socket / pyvisa / pyserial / numpy exception;
 - the history's status: "info" when a command went out and the transport then failed (a program whose
   acknowledgement was lost: LANDED says whether the chip's heaters did change), "fail" when the call
@@ -31,7 +32,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from fault_harness import PROXY_FAULTS, TYPED, inject_proxy_fault, make_actor, timed_run, wait_until
+from fault_harness import PROXY_FAULTS, TYPED, inject_proxy_fault, make_actor, names_timeout, wait_until
 
 from drivers.transports import TransportSettings
 from emulators.control import TwinControlError
@@ -42,7 +43,6 @@ from emulators.twin import TwinProcess
 DEVICE = "chip1"
 CHIP = MeshSpec(DEVICE, size=2, seed=3, input_power_dbm={1: 0.0, 2: 0.0})
 TIMEOUT = 0.3  # transport timeout, s
-BOUND = TIMEOUT * 3 + 1.0  # "never a hang", per call
 BAR = [(1, 3), (2, 4)]  # the circuits programmed before the fault
 CROSS = [(1, 4), (2, 3)]  # the circuits the faulted operation asks for
 PORTS = [1, 2, 3, 4]
@@ -65,7 +65,7 @@ LANDED, NOT_LANDED = True, False
 # "identify" = mesh.identify (queries only); "reconfigure" = mesh.reconfigure from BAR to CROSS (heater sets,
 # then for SCPI *OPC? and :SYST:ERR?, then every heater read back; after a failure the procedure forgets the
 # circuits it cached, so the second call reads the heaters first).
-# Timing (observed, not asserted beyond BOUND): TMO takes the full timeout, CONN is immediate.
+# Timing (observed, not asserted): TMO takes the full timeout, CONN is immediate.
 Outcome = tuple[tuple[tuple[str, str | None], ...], bool | None]
 EXPECTED: dict[tuple[str, str, str], Outcome] = {
     # driver       fault            operation        the two faulted calls            landed
@@ -216,12 +216,13 @@ def test_fault(twin, ctl, calibration, driver, fault, op):
 
         seen = []
         for _ in range(2):
-            result, elapsed = timed_run(actor, *operation(op))
-            assert elapsed < BOUND, f"{result.status} after {elapsed:.2f} s: a hang"
+            result = actor.run(*operation(op))
             if result.status != OK:
                 # Typed, and telling the user which device and what to try.
                 assert result.error_type in TYPED, result.error
                 assert DEVICE in result.error and "try:" in result.error, result.error
+            if result.error_type == "DeviceTimeout":
+                assert names_timeout(result.error, TIMEOUT), result.error
             seen.append((result.status, result.error_type))
         heal(ctl, driver)
         landed = heater_power(ctl) != before if op == "reconfigure" else None

@@ -10,7 +10,8 @@ Two operations, for every proxy fault kind:
 - "watch": the streaming watch of a running job (GpuHostSsh.watch: `tail -F` on one channel) that is live
   when the fault starts.
 
-What a user relies on: no call and no step of a watch takes longer than BOUND (never a hang); a failure
+What a user relies on: every call and every step of a watch ends (never a hang: one that does not is
+pytest-timeout's to fail, no wall-clock bound is asserted), a timeout naming the timeout it waited out; a failure
 is a typed DeviceError (never a paramiko / socket exception); a call that sent its command and then lost
 the connection is "info"; once the proxy is healed the same driver object works again (reconnecting when
 its connection died). A watch either raises a typed error or keeps yielding events (progress lines, or
@@ -25,7 +26,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from fault_harness import PROXY_FAULTS, TYPED, inject_proxy_fault, make_actor, timed_run
+from fault_harness import PROXY_FAULTS, TYPED, inject_proxy_fault, make_actor, names_timeout
 
 from drivers.capabilities import JobHandle
 from drivers.errors import DeviceConnectionError, DeviceError
@@ -38,7 +39,6 @@ from testbed.families.drivers import make_driver
 DEVICE = "gpu01"
 HOST = GpuHostSpec(DEVICE, gpus=2, seed=5, jobs=("testbed-train",))
 TIMEOUT = 1.0  # SSH timeout (connect, banner, auth, channel, exec), s
-BOUND = TIMEOUT * 4 + 1.0  # "never a hang": a call may spend a timeout on a dead channel, then reconnect
 HEARTBEAT = 0.05  # the watch's idle heartbeat, s
 WINDOW = TIMEOUT * 1.5  # how long a faulted watch is followed
 
@@ -148,36 +148,36 @@ def test_health(twin, ctl, fault):
 
         seen = []
         for _ in range(2):
-            result, elapsed = timed_run(actor, "gpu.health", {})
-            assert elapsed < BOUND, f"{result.status} after {elapsed:.2f} s: a hang"
+            result = actor.run("gpu.health", {})
             if result.status != OK:
                 assert result.error_type in TYPED, result.error  # never a paramiko or socket exception
                 assert DEVICE in result.error and "try:" in result.error, result.error
+            if result.error_type == "DeviceTimeout":
+                assert names_timeout(result.error, TIMEOUT), result.error
             seen.append((result.status, result.error_type))
         assert tuple(seen) == EXPECTED_HEALTH[fault]
 
         ctl.call(DEVICE, "proxy.reset")  # heal
-        result, _ = timed_run(actor, "gpu.health", {})
+        result = actor.run("gpu.health", {})
         assert result.status == OK and result.value["ok"], result.error
     finally:
         actor.close()
 
 
 def follow(watch: Iterator, seconds: float) -> tuple[str, list[str]]:
-    """Read the watch for `seconds`: (what it did, the event kinds); every step must end within BOUND."""
+    """Read the watch for `seconds`: (what it did, the event kinds). A step that never ends is a hang, for
+    pytest-timeout to fail.
+    """
     kinds: list[str] = []
-    start = last = time.monotonic()
+    start = time.monotonic()
     progressed = False
     while time.monotonic() - start < seconds:
         try:
             event = next(watch)
         except DeviceError as exc:
-            assert time.monotonic() - last < BOUND, "the watch hung before failing"
             assert DEVICE in str(exc) and exc.hint, exc
             return type(exc).__name__, kinds
         now = time.monotonic()
-        assert now - last < BOUND, f"no event for {now - last:.2f} s: a hang"
-        last = now
         kinds.append(event.kind)
         # Progress in the second half of the window: lines still flow, not only those buffered earlier.
         progressed |= event.kind == "progress" and now - start > seconds / 2
@@ -185,11 +185,11 @@ def follow(watch: Iterator, seconds: float) -> tuple[str, list[str]]:
 
 
 def first_progress(watch: Iterator) -> None:
-    deadline = time.monotonic() + BOUND
+    """Until the watch shows a progress line (a watch that never does is pytest-timeout's to fail)."""
     for event in watch:
         if event.kind == "progress":
             return
-        assert time.monotonic() < deadline, "the watch shows no progress"
+    raise AssertionError("the watch ended without progress")
 
 
 @pytest.mark.parametrize("fault", PROXY_FAULTS)
@@ -200,9 +200,7 @@ def test_watch(twin, ctl, job, fault):
         first_progress(watch)  # live
         inject_proxy_fault(ctl, DEVICE, fault, TIMEOUT)
         outcome, kinds = follow(watch, WINDOW)
-        start = time.monotonic()
-        watch.close()  # closes the channel: must not hang on a dead connection either
-        assert time.monotonic() - start < BOUND
+        watch.close()  # closes the channel: must not hang on a dead connection either (pytest-timeout's to catch)
         assert outcome == EXPECTED_WATCH[fault], kinds
 
         ctl.call(DEVICE, "proxy.reset")  # heal

@@ -78,7 +78,7 @@ def test_latency_through_the_labs_toxiproxy_slows_the_device_and_heals(lab, ctl)
     env = FaultEnv(None, no_procedures, inventory)
     kind = FAULT_KINDS.get("transport.latency")
     target = ConnectionTarget("ocs1", "latency-1", "downstream", (("latency", 400),))  # integers, as Toxiproxy takes
-    assert timed_identify(driver) < 0.3  # connected, at the device's own pace
+    driver.identify()  # connected: the fault hits an open connection
 
     before = time.monotonic_ns()
     injected = kind.inject(env, target)
@@ -93,11 +93,15 @@ def test_latency_through_the_labs_toxiproxy_slows_the_device_and_heals(lab, ctl)
             "attributes": {"latency": 400, "jitter": 0},
         }
     ]
-    assert timed_identify(driver) >= 0.4  # every reply 400 ms late, on the connection already open
+    # Every reply 400 ms late, on the connection already open: a lower bound of the toxic's model, which a busy
+    # machine cannot break (only lengthen).
+    assert timed_identify(driver) >= 0.4
 
     kind.heal(env, target)
+    # Healed is the lab's Toxiproxy holding no toxic (its own state), and the device answering again; how fast it
+    # answers is the machine's pace, not an assertion (a loaded machine can take longer than any bound).
     assert ctl.call("ocs1", "proxy.state")["toxics"] == []
-    assert timed_identify(driver) < 0.3
+    assert driver.identify()
 
 
 def test_down_refuses_connections_and_heal_brings_the_device_back(lab, ctl):

@@ -1,10 +1,13 @@
-"""A persistent straggler slows the whole ring: with one rank stopped half of every period, the job's mean
-iteration time roughly doubles (a lower bound of 1.5x is asserted); the fault is injected and healed.
+"""A persistent straggler slows the whole ring: with one rank stopped half of every period, the job's iterations
+hold the stops (tests/straggler_evidence.py: from the measured step intervals, not a ratio of two timings that a
+busy machine can skew); the fault is injected and healed.
 """
 
 from __future__ import annotations
 
 import json
+
+from straggler_evidence import assert_the_stops_slowed_the_job, straggled_intervals
 
 from testbed.cli.main import main
 
@@ -26,7 +29,8 @@ def test_one_straggling_rank_slows_the_whole_job(ray_cluster, repo, tmp_path):
     assert code == 0
     run_dir = next((tmp_path / "r").iterdir())
     spans = json.loads((run_dir / "summary.json").read_text())["spans"]
-    assert spans["straggled.time"]["p50_ms"] >= 1.5 * spans["baseline.time"]["p50_ms"]
+    assert {"baseline.time", "straggled.time"} <= set(spans)
+    assert_the_stops_slowed_the_job(straggled_intervals(run_dir), duty=0.5, period_ms=200)
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert [e["op"] for e in events if e["op"] in ("fault.inject", "fault.heal") and e["type"] == "ok"] == [
         "fault.inject",

@@ -189,10 +189,10 @@ def test_structured_nonsense_is_answered(body, op):
 @pytest.mark.parametrize("base11", [True, False])
 def test_dtds_and_entities_are_refused(message, base11):
     _, s = session(base11)
-    start = time.monotonic()
+    # Refused, not expanded: expanding the billion laughs would not return (pytest-timeout fails it) or would
+    # answer something else; no wall-clock bound is needed.
     tags = reply_tags(s.handle(message).xml)
     assert tags == (["malformed-message"] if base11 else ["operation-failed"])
-    assert time.monotonic() - start < 1.0  # refused, not expanded
 
 
 def test_deep_nesting_is_harmless():
@@ -268,7 +268,7 @@ class RawClient:
         self.channel.invoke_subsystem(name)
         self.read_until(EOM)  # the server's hello
 
-    def read_until(self, marker: bytes, timeout: float = 5.0) -> bytes:
+    def read_until(self, marker: bytes, timeout: float = 30.0) -> bytes:
         deadline = time.monotonic() + timeout
         while marker not in self.buf:
             if time.monotonic() > deadline:
@@ -284,6 +284,7 @@ class RawClient:
         return found + marker
 
     def closed_within(self, timeout: float) -> bool:
+        """Whether the server closes the channel; `timeout` is a hang guard (it returns as soon as it closes)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -322,9 +323,12 @@ def test_a_chunk_that_never_ends_closes_the_session_in_time(raw):
     client.subsystem()
     client.channel.sendall(HELLO_11 + b"\n#100\n<rpc")
     start = time.monotonic()
-    error = client.read_until(b"\n##\n", timeout=3)
+    error = client.read_until(b"\n##\n", timeout=30)  # a hang guard: returns as soon as the error comes
     assert b"<error-tag>malformed-message</error-tag>" in error and b"never ended" in error
-    assert client.closed_within(2) and 0.3 < time.monotonic() - start < 2.5
+    assert client.closed_within(30)
+    # A lower bound of the model: the session cannot be closed before its 0.4 s message timeout, however busy the
+    # machine. How soon after it is closed is no behaviour; that it was closed for the chunk is asserted below.
+    assert time.monotonic() - start > 0.3
     assert "never ended" in switch.frontend.sessions[-1]["end"]
 
 
@@ -333,7 +337,7 @@ def test_a_bad_chunk_header_gets_an_error_then_the_session_closes(raw):
     client.subsystem()
     client.channel.sendall(HELLO_11 + b"\n#abc\n")
     assert b"<error-tag>malformed-message</error-tag>" in client.read_until(b"\n##\n")
-    assert client.closed_within(2)
+    assert client.closed_within(30)
 
 
 def test_an_oversized_message_is_too_big(raw):
@@ -344,13 +348,13 @@ def test_an_oversized_message_is_too_big(raw):
     client.channel.sendall(b"<rpc>" + b" " * 10_000)
     reply = client.read_until(EOM)
     assert b"<error-tag>too-big</error-tag>" in reply
-    assert client.closed_within(2)
+    assert client.closed_within(30)
 
 
 def test_no_hello_in_time_closes_the_session(raw):
     client, switch = raw(hello_timeout_s=0.3)
     client.subsystem()
-    assert client.closed_within(2)
+    assert client.closed_within(30)
     assert "no hello" in switch.frontend.sessions[-1]["end"]
 
 

@@ -97,7 +97,7 @@ def test_toxic_routes_round_trip(api, client, echo):
     assert status == 200 and updated["attributes"] == {"latency": 100, "jitter": 10}
 
     with connect(server.proxies["p"]) as sock:
-        assert round_trip(sock, b"slow\n") >= 0.090  # latency 100 - jitter 10
+        assert round_trip(sock, b"slow\n") >= 0.090  # latency 100 - jitter 10: a lower bound, load only adds
 
     status, default_named = client("POST", "/proxies/p/toxics", {"type": "timeout", "attributes": {"timeout": 0}})
     assert status == 200 and default_named["name"] == "timeout_downstream"  # Toxiproxy's default name

@@ -177,10 +177,10 @@ def test_a_bmc_trickling_its_answer_is_cut_at_the_request_s_deadline(tls):
             pass
 
     bmc = Bmc(cert, key, trickle)
-    started = time.monotonic()
+    # The whole answer's timeout ends the call, not each read's: the error says so. A client that waited per
+    # read would take 100000 x 0.2 s, which pytest-timeout fails; no wall-clock bound is needed.
     with pytest.raises(DeviceTimeout, match="no whole answer within 2 s") as err:
         _bmc(bmc, cert, timeout_s=2.0).power_state()
-    assert time.monotonic() - started < 2.0 + 3.0  # the login's time and a margin: not 100000 x 0.2 s
     assert "gpu01" in str(err.value) and "GET /redfish/v1/Systems" in str(err.value)
     bmc.shutdown()
 

@@ -48,7 +48,9 @@ def test_connect_answers_once_the_mirrors_have_settled(make_driver, device):
     drv.size()
     start = time.monotonic()
     drv.connect([(3, SIZE + 1), (SIZE + 2, 4)])  # the second pair egress first: the driver orders it
-    assert time.monotonic() - start >= SWITCHING_MS / 1000 * 0.9  # COMPLD came after the move
+    # COMPLD came after the move: a lower bound of the model (no answer before the switching time), which a busy
+    # machine cannot break; the margin is the clocks' rounding.
+    assert time.monotonic() - start >= SWITCHING_MS / 1000 * 0.9
     power = drv.port_power([SIZE + 1, SIZE + 2, SIZE + 3, 3])
     assert power == {SIZE + 1: LIT[3] - 1.0, SIZE + 2: LIT[4] - 1.0, SIZE + 3: -99.99, 3: LIT[3]}
     drv.disconnect([(3, SIZE + 1)])
@@ -92,8 +94,7 @@ def test_alarms_arrive_between_responses_and_fail_the_port(make_driver, tl1_twin
     alarms = drv.transport.autonomous
     alarms.clear()
     tl1_twin.control.call(device, "fail_port", port=3)
-    deadline = time.monotonic() + 2
-    while not alarms and time.monotonic() < deadline:
+    while not alarms:  # an alarm that never comes is pytest-timeout's to fail, not a deadline's
         assert drv.connections() == {3: SIZE + 1}  # answers keep matching their commands meanwhile
         time.sleep(0.005)
     (alarm,) = alarms
@@ -101,8 +102,7 @@ def test_alarms_arrive_between_responses_and_fail_the_port(make_driver, tl1_twin
     assert ":MJ,FAIL," in alarm.lines[0]
     assert drv.port_states([3, 4]) == {3: "F", 4: "E"}
     tl1_twin.control.call(device, "restore_port", port=3)
-    deadline = time.monotonic() + 2
-    while len(alarms) < 2 and time.monotonic() < deadline:
+    while len(alarms) < 2:
         drv.wait_settled()
         time.sleep(0.005)
     assert alarms[-1].code == "A" and ":CL,FAIL," in alarms[-1].lines[0]
@@ -117,7 +117,7 @@ def test_a_slow_move_is_acknowledged_in_progress(make_driver, tl1_twin):
     try:
         start = time.monotonic()
         drv.connect([(1, 17)])
-        assert time.monotonic() - start >= 2.0
+        assert time.monotonic() - start >= 2.0  # a lower bound of the model: not settled before 2.1 s
     finally:
         tl1_twin.control.call(POLATIS, "set_switching_time", ms=SWITCHING_MS, jitter_ms=0)
     received = "".join(r.data for r in records if r.direction == "rx")
@@ -150,22 +150,28 @@ def test_the_audit_log_replays_to_what_the_switch_holds(make_driver, device):
 @pytest.mark.parametrize("device", [POLATIS, CALIENT])
 def test_commands_in_flight_together_move_together(make_driver, device):
     """A change sent with check=False is not waited for: the moves of a whole rail change overlap (TL1's
-    CTAGs match the answers up later), where waiting for each COMPLD would add up every switching time.
+    CTAGs match the answers up later), where waiting for each COMPLD would add up every switching time. (How
+    long the change takes is a speed: bench/switch_protocols.py measures the TL1 drivers' cycle.)
     """
-    drv = make_driver(device)
+    records = []
+    drv = make_driver(device, audit=records.append)
     drv.size()
     old = [(i, SIZE + i) for i in range(1, 13)]
     new = [(i, SIZE + 13 - i) for i in range(1, 13)]
     drv.connect(old)
-    start = time.monotonic()
+    before = len(records)
     drv.disconnect(old, check=False)
     drv.connect(new, check=False)
     drv.check_errors("the rail change")
     drv.wait_settled()
-    took = time.monotonic() - start
     assert drv.connections() == dict(new)
-    # One after the other: 24 moves (Calient) or 2 (Polatis) of 20 ms; together: a few.
-    assert took < (6 if device == CALIENT else 3) * SWITCHING_MS / 1000, took
+    # Every change of the rail went out before the first answer was read (the driver's audit, in the order of
+    # its own sends and reads, not a clock): waiting for each COMPLD would put an answer after each change.
+    change = records[before:]
+    first_answer = next(k for k, r in enumerate(change) if r.direction == "rx")
+    changes_sent = [r.data for r in change if r.direction == "tx" and not r.data.startswith("RTRV-")]
+    assert len(changes_sent) == (48 if device == CALIENT else 2)  # Calient: CANC+DLT, ENT+ACT per circuit
+    assert [r.data for r in change[:first_answer]] == changes_sent
 
 
 @pytest.mark.parametrize("device", [POLATIS, CALIENT])
