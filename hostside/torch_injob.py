@@ -149,19 +149,22 @@ def train_in_job(torch, args: argparse.Namespace, say) -> int:
     except membership.MembershipError as exc:
         return fail(f"slot {slot}", str(exc))
     groups: list[Collectives] = []  # every generation's group, never dropped (the module says why)
-    after, parked, warned = -1, args.spare, False
+    after, parked, warned, joined = -1, args.spare, False, False
     if parked:
         say(f"spare parked slot {slot}")
     while True:
         who = f"slot {slot}"
         try:
-            gen = membership.next_generation(store, slot, after, membership.FOREVER if parked else timeout)
+            # before its first generation a process waits for the others' start-up (PyTorch's import, the model),
+            # which takes longer than a step on a busy host: --start-timeout; a parked spare waits as long as it must
+            first_wait = membership.FOREVER if parked else (timeout if joined else args.start_timeout)
+            gen = membership.next_generation(store, slot, after, first_wait)
             rank, world = gen.members[slot], gen.world_size
             who = f"rank {rank} (slot {slot})"
-            holds = membership.join(store, gen, rank, held, timeout)
+            holds = membership.join(store, gen, rank, held, timeout if joined else args.start_timeout)
         except membership.MembershipError as exc:
             return fail(who, str(exc))
-        parked = False
+        parked, joined = False, True
         args.rank = rank  # the data of the slot's rank: a spare draws the batches of the rank it replaces
         resume = max(holds.values())
         source = min(r for r, s in holds.items() if s == resume)
@@ -218,7 +221,8 @@ def train_in_job(torch, args: argparse.Namespace, say) -> int:
             if comm_now is not None:
                 comm_now.abort()
             try:  # tell the peers not wired to the failed rank, which may be blocked until the group's timeout
-                membership.abort(store, gen.number, f"{who}: {exc}")
+                if not watch.aborted(gen.number):  # (a mark already there keeps its reason: the controller's)
+                    membership.abort(store, gen.number, f"{who}: {exc}")
             except RuntimeError as gone:
                 return fail(
                     who,

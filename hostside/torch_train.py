@@ -71,6 +71,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--slot", default=env.get("TESTBED_SLOT"), help="in-job: this process's slot (default rankR)")
     p.add_argument("--store", default=env.get("TESTBED_STORE"), help="in-job: the controller's TCPStore, host:port")
     p.add_argument(
+        "--start-timeout",
+        type=float,
+        default=300.0,
+        help="in-job: seconds a rank waits for the others to start (its first generation); later waits: --timeout",
+    )
+    p.add_argument(
         "--log",
         default=env.get("TESTBED_RANK_LOG"),
         help="write this rank's output to this file ({rank}: the rank) instead of stdout and stderr",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from hostside.torch_train import parse_args
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 10
-TIMEOUT = 4  # --timeout: every bound of the job (a hung peer, a missing spare, a generation not published)
+TIMEOUT = 8  # --timeout: the bounds after the start (a hung peer, a missing spare, a generation not published)
 JOB = ["--steps", str(STEPS), "--dim", "8", "--hidden", "16", "--batch", "16", "--step-time", "0.15"]
 JOB += ["--checkpoint-every", str(STEPS), "--timeout", str(TIMEOUT), "--recovery", "in-job"]
 SLOTS = {"host0": 0, "host1": 1, "host2": 2}
@@ -39,12 +40,12 @@ SLOTS = {"host0": 0, "host1": 1, "host2": 2}
 class Proc:
     """One process of the job, its output (stdout and stderr) collected line by line as it comes."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], argv0: list[str] | None = None) -> None:
         self.name = name
-        self.lines: list[str] = []
+        self.lines: list[str | None] = []
         self._seen = threading.Condition()
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "hostside.torch_train", *argv],
+            [*(argv0 or [sys.executable, "-m", "hostside.torch_train"]), *argv],
             cwd=REPO,
             env={**os.environ, **env},
             stdout=subprocess.PIPE,
@@ -109,7 +110,7 @@ class Controller:
         membership.publish(self.store, self.generation)
         self.procs: dict[str, Proc] = {}
 
-    def start(self, slot: str, spare: bool = False, slots: dict[str, int] = SLOTS) -> Proc:
+    def start(self, slot: str, spare: bool = False, slots: dict[str, int] = SLOTS, extra: tuple[str, ...] = ()) -> Proc:
         env = {
             "TESTBED_STORE": f"127.0.0.1:{self.store.port}",
             "TESTBED_SLOT": slot,
@@ -117,7 +118,7 @@ class Controller:
             "RANK": str(slots.get(slot, 0)),
             "WORLD_SIZE": str(len(slots)),
         }
-        proc = Proc(slot, JOB + (["--spare"] if spare else []), env)
+        proc = Proc(slot, [*JOB, *extra, *(["--spare"] if spare else [])], env)
         self.procs[slot] = proc
         return proc
 
@@ -299,3 +300,57 @@ def test_the_membership_module_imports_without_pytorch():
     probe = "import sys, hostside.membership; print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_documented_example_script_recovers_with_a_spare(controller, tmp_path):
+    """docs/jobs.md's example of a user's own script, as printed there: two ranks and a spare; rank 1 killed; the
+    survivor and the spare end with the same weights (the state went from one to the other, every step in step).
+    """
+    text = (REPO / "docs/jobs.md").read_text()
+    block = text.split("<!-- in-job-example -->\n```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "example.py"
+    script.write_text(block)
+    controller.generation = membership.Generation(0, {"a": 0, "b": 1})
+    membership.publish(controller.store, controller.generation)  # generation 0 again, before any rank starts
+
+    def start(slot: str, spare: bool) -> Proc:
+        env = {"TESTBED_STORE": f"127.0.0.1:{controller.store.port}", "TESTBED_SLOT": slot, "PYTHONPATH": str(REPO)}
+        proc = Proc(slot, [], {**env, **({"SPARE": "1"} if spare else {})}, argv0=[sys.executable, str(script)])
+        controller.procs[slot] = proc
+        return proc
+
+    a, b, spare = start("a", False), start("b", False), start("c", True)
+    b.wait_line("step 2 loss .*")
+    b.popen.kill()
+    assert b.finish() == -signal.SIGKILL, b.output()
+    controller.replace("b", "c")
+    assert a.finish() == 0, a.output()
+    assert spare.finish() == 0, spare.output()
+    step = spare.wait_line(r"ready rank 1 world 2 step (\d+)")[1]
+    a.wait_line(f"ready rank 0 world 2 step {step}")
+    assert a.wait_line(r"weights \[.*\]")[0] == spare.wait_line(r"weights \[.*\]")[0]
+
+
+def test_with_no_survivor_the_relaunched_ranks_resume_from_the_checkpoints(controller, uninterrupted):
+    """Every rank lost: no survivor holds the state, so the ranks the controller starts again resume from the newest
+    checkpoint on disk (one of them, a replacement host, holds none and receives it) and end as the uninterrupted
+    run did.
+    """
+    losses, expected = uninterrupted
+    every = ("--checkpoint-every", "5")
+    first = {slot: controller.start(slot, extra=every) for slot in SLOTS}
+    first["host0"].wait_line("step 6 loss .*")  # every rank has written its checkpoint of step 5
+    for proc in first.values():
+        proc.popen.kill()
+        assert proc.finish() == -signal.SIGKILL, proc.output()
+    shutil.rmtree(controller.tmp / "host1")  # a new host in slot host1: no checkpoint
+    controller.generation = membership.Generation(1, dict(SLOTS))
+    membership.publish(controller.store, controller.generation, "every rank lost")
+    again = {slot: controller.start(slot, extra=every) for slot in SLOTS}
+    for proc in again.values():
+        assert proc.finish() == 0, proc.output()
+    step = int(again["host1"].wait_line(r"resumed from step (\d+) \(state of rank [02]\)")[1])
+    assert step >= 5
+    assert _losses(again["host1"]) == {s: losses[s] for s in range(step + 1, STEPS + 1)}
+    for slot, rank in SLOTS.items():
+        _assert_equal(controller.final_params(slot, rank), expected)
