@@ -62,6 +62,7 @@ class Proc:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
+        assert self.popen.stdout is not None
         for line in self.popen.stdout:
             with self._cond:
                 self.lines.append((time.monotonic(), line.rstrip("\n")))
@@ -80,7 +81,7 @@ class Proc:
             self._cond.wait_for(lambda: at() is not None or self.ended, timeout)
             t = at()
         if t is None:
-            raise RuntimeError(f"no line {pattern!r} from {self.popen.args}: {[line for _, line in self.lines][-5:]}")
+            raise RuntimeError(f"no line {pattern!r} from {self.popen.args!r}: {[line for _, line in self.lines][-5:]}")
         return t
 
     def kill(self) -> None:

@@ -25,7 +25,9 @@ def latest_checkpoint(directory: Path | None) -> tuple[int, Path | None]:
 
 
 def _step_of(path: Path) -> int:
-    return int(CHECKPOINT.fullmatch(path.name).group(1))
+    m = CHECKPOINT.fullmatch(path.name)
+    assert m is not None  # only the names the glob and the pattern both matched come here
+    return int(m.group(1))
 
 
 def save_checkpoint(torch, directory: Path, rank: int, step: int, state: dict, keep: int = 3) -> None:
