@@ -12,10 +12,16 @@ temporary file and renamed) into TESTBED_CHECKPOINT_DIR, keeping its last three.
 the newest checkpoint any of them holds and its holder sends it to the others, so a spare that holds none
 resumes with the rest.
 
-The process group is set up by env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE): torchrun's contract, and the
-direct launcher's. It runs on the CPU build of PyTorch (gloo). PyTorch is imported in `main` only: without it
-the program says what to install and exits 2; a peer that dies or hangs makes the others exit 3 within
---timeout.
+Recovery (`--recovery`): `restart` (the default) is the above: the process group is set up by env://
+(MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), torchrun's contract and the direct launcher's, and a peer that dies
+or hangs makes the others exit 3 within --timeout, to be restarted from the newest checkpoint. `in-job`
+(hostside/torch_injob.py) keeps the survivors running: membership comes in generations from the controller's
+store (--store / TESTBED_STORE, hostside/membership.py), a spare (`--spare`) waits parked with its model built,
+and a failure is repaired by a new generation with the spare in the failed slot, the state broadcast from a
+survivor.
+
+It runs on the CPU build of PyTorch (gloo); `--device cuda` uses NCCL (untested here: no GPU). PyTorch is imported
+in `main` only: without it the program says what to install and exits 2.
 """
 
 from __future__ import annotations
@@ -25,20 +31,19 @@ import contextlib
 import datetime
 import gc
 import os
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from hostside.torch_model import EXIT_COMM, _first_line, batch, build, latest_checkpoint, save_checkpoint
+
 PROG = "testbed-torch-train"
-EXIT_COMM = 3  # as testbed-train: a peer is gone
 EXIT_NO_TORCH = 2
 INSTALL = (
     "pip install 'testbed[torch]' (or PyTorch alone; its CPU build is enough: "
     "pip install torch --index-url https://download.pytorch.org/whl/cpu)"
 )
-CHECKPOINT = re.compile(r"ckpt-rank\d+-step(\d+)\.pt")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,6 +61,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--step-time", type=float, default=0.0, help="minimum seconds per step (models compute)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds a collective waits for a peer")
     p.add_argument("--threads", type=int, default=1, help="PyTorch's intra-op threads (one rank per CPU here)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu: gloo; cuda: NCCL (untested here)")
+    p.add_argument(
+        "--recovery",
+        choices=("restart", "in-job"),
+        default="restart",
+        help="restart: a failure ends every rank (relaunched from a checkpoint); in-job: the survivors regroup",
+    )
+    p.add_argument("--spare", action="store_true", help="in-job: start parked, until a generation names --slot")
+    p.add_argument("--slot", default=env.get("TESTBED_SLOT"), help="in-job: this process's slot (default rankR)")
+    p.add_argument("--store", default=env.get("TESTBED_STORE"), help="in-job: the controller's TCPStore, host:port")
+    p.add_argument(
+        "--start-timeout",
+        type=float,
+        default=300.0,
+        help="in-job: seconds a rank waits for the others to start (its first generation); later waits: --timeout",
+    )
     p.add_argument(
         "--log",
         default=env.get("TESTBED_RANK_LOG"),
@@ -66,76 +87,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.world_size = int(env.get("WORLD_SIZE", "1"))
     if not 0 <= args.rank < args.world_size:
         p.error(f"RANK {args.rank} and WORLD_SIZE {args.world_size} do not fit")
+    if args.recovery == "restart" and args.spare:
+        p.error("--spare needs --recovery in-job (a spare of the restart mode is a rank started in the failed slot)")
+    if args.recovery == "in-job":
+        if not args.store:
+            p.error("--recovery in-job needs the controller's store: --store HOST:PORT or TESTBED_STORE")
+        if args.spare and not args.slot:
+            p.error("--spare needs its slot: --slot NAME or TESTBED_SLOT (the name the controller will publish)")
+        args.slot = args.slot or f"rank{args.rank}"
     return args
-
-
-def latest_checkpoint(directory: Path | None) -> tuple[int, Path | None]:
-    """The newest checkpoint in `directory` (any rank's): its step and path, or (0, None)."""
-    best, path = 0, None
-    if directory is not None:
-        for p in directory.glob("ckpt-rank*-step*.pt"):
-            m = CHECKPOINT.fullmatch(p.name)
-            if m and int(m.group(1)) > best:
-                best, path = int(m.group(1)), p
-    return best, path
-
-
-def _step_of(path: Path) -> int:
-    m = CHECKPOINT.fullmatch(path.name)
-    assert m is not None  # asked only of the names that match (save_checkpoint)
-    return int(m.group(1))
-
-
-def save_checkpoint(torch, directory: Path, rank: int, step: int, state: dict, keep: int = 3) -> None:
-    """This rank's checkpoint of `step`, whole or not at all (written aside, then renamed); its oldest beyond
-    `keep` removed.
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    final = directory / f"ckpt-rank{rank}-step{step}.pt"
-    tmp = directory / f".ckpt-rank{rank}-step{step}.tmp"
-    torch.save({**state, "step": step}, tmp)
-    os.replace(tmp, final)
-    mine = [p for p in directory.glob(f"ckpt-rank{rank}-step*.pt") if CHECKPOINT.fullmatch(p.name)]
-    mine.sort(key=_step_of)
-    for old in mine[:-keep]:
-        old.unlink(missing_ok=True)
-
-
-def _seed(*parts: int) -> int:
-    """A 63-bit seed from the parts (numpy's SeedSequence: independent streams per rank and step)."""
-    import numpy as np
-
-    return int(np.random.SeedSequence(list(parts)).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
-
-
-def build(torch, args: argparse.Namespace):
-    """(student, teacher): two perceptrons of one shape; the teacher's fixed weights label the data."""
-    nn = torch.nn
-
-    def mlp():
-        return nn.Sequential(nn.Linear(args.dim, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.classes))
-
-    torch.manual_seed(_seed(args.seed, 1))
-    teacher = mlp()
-    torch.manual_seed(_seed(args.seed, 2))
-    student = mlp()  # the same initial weights on every rank (DDP also sends rank 0's)
-    for p in teacher.parameters():
-        p.requires_grad_(False)
-    return student, teacher
-
-
-def batch(torch, args: argparse.Namespace, teacher, step: int):
-    """Rank `args.rank`'s batch of `step`: the same whenever it is drawn (a resumed run redraws it)."""
-    gen = torch.Generator().manual_seed(_seed(args.seed, 3, args.rank, step))
-    x = torch.randn(args.batch, args.dim, generator=gen)
-    with torch.no_grad():
-        y = teacher(x).argmax(dim=1)
-    return x, y
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def train(torch, args: argparse.Namespace, say) -> int:
@@ -144,37 +104,41 @@ def train(torch, args: argparse.Namespace, say) -> int:
 
     rank, world = args.rank, args.world_size
     timeout = datetime.timedelta(seconds=args.timeout)
+    device = torch.device(args.device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
     try:
-        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
     except (RuntimeError, ValueError) as exc:  # DistNetworkError / DistStoreError are RuntimeErrors
-        print(f"error: rank {rank}: gloo process group not set up: {_first_line(exc)}", file=sys.stderr, flush=True)
+        print(f"error: rank {rank}: {backend} process group not set up: {_first_line(exc)}", file=sys.stderr)
         return EXIT_COMM
     step, model = 0, None
     try:
         student, teacher = build(torch, args)
+        student.to(device)
+        teacher.to(device)
         optimizer = torch.optim.SGD(student.parameters(), lr=args.lr, momentum=0.9)
         ckpt_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
         # Agree on where to resume: the newest checkpoint any rank holds; its holder sends it to the others.
         mine, path = latest_checkpoint(ckpt_dir)
-        steps = torch.zeros(world, dtype=torch.int64)
+        steps = torch.zeros(world, dtype=torch.int64, device=device)
         steps[rank] = mine
         dist.all_reduce(steps)
         start = int(steps.max())
         if start > 0:
             source = int(torch.nonzero(steps == start)[0])
-            box: list[Any] = [torch.load(path, weights_only=True) if rank == source else None]  # the source's, for all
+            box: list[Any] = [torch.load(path, map_location=device, weights_only=True) if rank == source else None]
             dist.broadcast_object_list(box, src=source)
             student.load_state_dict(box[0]["model"])
             optimizer.load_state_dict(box[0]["optimizer"])
             say(f"resumed from step {start} (checkpoint of rank {source})")
-        model = DistributedDataParallel(student)
+        model = DistributedDataParallel(student, device_ids=[device.index] if device.type == "cuda" else None)
         loss_fn = torch.nn.CrossEntropyLoss()
         say(f"ready rank {rank} world {world} step {start}")
         for step in range(start + 1, args.steps + 1):
             t0 = time.monotonic()
             x, y = batch(torch, args, teacher, step)
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
+            loss = loss_fn(model(x.to(device)), y.to(device))
             loss.backward()  # DDP's gloo all-reduce of the gradients
             optimizer.step()
             mean = loss.detach().clone()
@@ -228,7 +192,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {PROG} needs PyTorch on this host ({exc}): {INSTALL}", file=sys.stderr, flush=True)
         return EXIT_NO_TORCH
     torch.set_num_threads(max(1, args.threads))
-    return train(torch, args, say)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(f"error: rank {args.rank}: --device cuda but PyTorch sees no CUDA device", file=sys.stderr, flush=True)
+        return EXIT_NO_TORCH
+    if args.recovery == "restart":
+        return train(torch, args, say)
+    from hostside.torch_injob import train_in_job
+
+    code = train_in_job(torch, args, say)
+    # Every generation's process group is still referenced, some perhaps with an operation blocked on a dead peer:
+    # their destructors would wait for it (hostside/torch_injob.py), so the process leaves without running them.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
