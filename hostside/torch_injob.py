@@ -41,6 +41,8 @@ from pathlib import Path
 from hostside import membership
 from hostside.torch_model import EXIT_COMM, _first_line, batch, build, latest_checkpoint, save_checkpoint
 
+DEFAULT_START_TIMEOUT_S = 300.0  # --start-timeout's default here: every rank's start-up, on a busy host
+
 
 class GroupFailed(Exception):
     """The current generation's process group cannot go on: a peer died, hangs, or the generation was aborted."""
@@ -123,6 +125,7 @@ def train_in_job(torch, args: argparse.Namespace, say) -> int:
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
     device = torch.device(args.device)
     slot, timeout = args.slot, args.timeout
+    start_timeout = args.start_timeout if args.start_timeout is not None else DEFAULT_START_TIMEOUT_S
     student, teacher = build(torch, args)
     student.to(device)
     teacher.to(device)
@@ -157,11 +160,11 @@ def train_in_job(torch, args: argparse.Namespace, say) -> int:
         try:
             # before its first generation a process waits for the others' start-up (PyTorch's import, the model),
             # which takes longer than a step on a busy host: --start-timeout; a parked spare waits as long as it must
-            first_wait = membership.FOREVER if parked else (timeout if joined else args.start_timeout)
+            first_wait = membership.FOREVER if parked else (timeout if joined else start_timeout)
             gen = membership.next_generation(store, slot, after, first_wait)
             rank, world = gen.members[slot], gen.world_size
             who = f"rank {rank} (slot {slot})"
-            holds = membership.join(store, gen, rank, held, timeout if joined else args.start_timeout)
+            holds = membership.join(store, gen, rank, held, timeout if joined else start_timeout)
         except membership.MembershipError as exc:
             return fail(who, str(exc))
         parked, joined = False, True

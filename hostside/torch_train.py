@@ -74,8 +74,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--start-timeout",
         type=float,
-        default=300.0,
-        help="in-job: seconds a rank waits for the others to start (its first generation); later waits: --timeout",
+        default=None,
+        help="seconds a rank waits for the others to start: the process group's set-up and the resume point "
+        "(in-job: the first generation; default 300); every wait after it: --timeout (restart: the default)",
     )
     p.add_argument(
         "--log",
@@ -104,10 +105,13 @@ def train(torch, args: argparse.Namespace, say) -> int:
 
     rank, world = args.rank, args.world_size
     timeout = datetime.timedelta(seconds=args.timeout)
+    # The start (the rendezvous, the full mesh, the resume point) waits for the slowest rank to import PyTorch
+    # and build its model, which a busy host stretches well past the bound a step's collective may take.
+    start_timeout = datetime.timedelta(seconds=args.start_timeout if args.start_timeout is not None else args.timeout)
     device = torch.device(args.device)
     backend = "nccl" if device.type == "cuda" else "gloo"
     try:
-        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=start_timeout)
     except (RuntimeError, ValueError) as exc:  # DistNetworkError / DistStoreError are RuntimeErrors
         print(f"error: rank {rank}: {backend} process group not set up: {_first_line(exc)}", file=sys.stderr)
         return EXIT_COMM
@@ -131,7 +135,11 @@ def train(torch, args: argparse.Namespace, say) -> int:
             student.load_state_dict(box[0]["model"])
             optimizer.load_state_dict(box[0]["optimizer"])
             say(f"resumed from step {start} (checkpoint of rank {source})")
-        model = DistributedDataParallel(student, device_ids=[device.index] if device.type == "cuda" else None)
+        # The steps' collectives in a group of their own with the step's bound (a group's timeout is fixed when it
+        # is made); the same group when both bounds are one.
+        steps_group = dist.new_group(timeout=timeout) if start_timeout != timeout else None
+        device_ids = [device.index] if device.type == "cuda" else None
+        model = DistributedDataParallel(student, device_ids=device_ids, process_group=steps_group)
         loss_fn = torch.nn.CrossEntropyLoss()
         say(f"ready rank {rank} world {world} step {start}")
         for step in range(start + 1, args.steps + 1):

@@ -289,7 +289,7 @@ trials: 1
 on_failure: continue
 job:
   command: [testbed-torch-train, --steps, "1000000", --dim, "16", --hidden, "32", --step-time, "0.02",
-            --checkpoint-every, "10", --timeout, "3"]
+            --checkpoint-every, "10", --timeout, "3", --start-timeout, "8"]
   ranks: [gpu01, gpu02, gpu03, gpu04]
   launcher: torchrun
   env: {{TESTBED_TWIN_TORCHRUN: real}}
@@ -350,7 +350,7 @@ def test_a_torch_failover_rewired_to_the_wrong_ports_breaks_the_job(repo, tmp_pa
         text = text.replace(right, right[:-1] + f", emulation: {{ingress: {real_in}, egress: {real_out}}}}}")
     inventory = tmp_path / "miscabled-rack.yaml"
     inventory.write_text(text)
-    steps = "  - {action: failover, fault: {kind: gpu.fail}, heartbeat_ms: 50, timeout_ms: 30000}"
+    steps = "  - {action: failover, fault: {kind: gpu.fail}, heartbeat_ms: 50, timeout_ms: 60000}"  # > the start bound
     run_dir, err = _torch_fails(repo, tmp_path, "miscabled", steps, inventory)
     ops = {json.loads(line)["op"] for line in (run_dir / "events.jsonl").read_text().splitlines()}
     assert "job_relaunched" in ops and "failover.total" not in ops
