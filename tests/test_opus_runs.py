@@ -77,7 +77,7 @@ def test_tree_memory_sums_a_process_tree_by_group_and_children_inherit_the_twins
 
 
 def test_tree_memory_sees_the_machines_available_memory_fall_while_the_tree_holds_memory():
-    held = 256 * 1024 * 1024
+    held = 512 * 1024 * 1024  # large against what other work on the machine frees meanwhile
     code = f"import sys; sys.stdin.readline(); b = b'x' * {held}; print('held', flush=True); sys.stdin.readline()"
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -92,4 +92,4 @@ def test_tree_memory_sees_the_machines_available_memory_fall_while_the_tree_hold
     finally:
         proc.kill()
         proc.wait()
-    assert memory.mem_available_drop_mib >= 0.75 * held / 2**20  # all of it, less what the machine freed meanwhile
+    assert memory.mem_available_drop_mib >= 0.5 * held / 2**20  # most of it, less what the machine freed meanwhile

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from pydantic import Field
 from rich.tree import Tree
 from typing_extensions import override
 
@@ -24,6 +25,11 @@ class HostsHealth(StepModel):
 
     action: Literal["hosts.health"]
     hosts: list[Name] | None = None
+    details: bool = Field(
+        False,
+        description="also read each GPU's `nvidia-smi -q -x` report and name the conditions a lab acts on (pending "
+        "retired pages, remapped rows, uncorrected ECC errors, a hardware slowdown or power brake); slower",
+    )
 
     @override
     def check(self, ctx: CheckContext) -> list[Problem]:
@@ -40,7 +46,7 @@ class HostsHealth(StepModel):
     @override
     def plan(self, ctx: PlanContext) -> tuple[Planned, ...]:
         hosts = self.hosts or list(ctx.inventory.hosts())
-        return (HealthStep(self.name or "health check", tuple(hosts)),)
+        return (HealthStep(self.name or "health check", tuple(hosts), self.details),)
 
 
 @dataclass(frozen=True)
@@ -48,11 +54,13 @@ class HealthStep(Planned):
     """The hosts' health checks, in parallel: a `health` mark per answer, and the `health.wall` span."""
 
     hosts: tuple[str, ...]
+    details: bool = False  # each GPU's nvidia-smi -q -x report too
 
     @override
     def execute(self, engine: StepEngine) -> None:
         start = time.monotonic_ns()
-        results = engine.dispatch({h: [(self.label, "gpu.health", {})] for h in self.hosts})
+        args = {"details": True} if self.details else {}
+        results = engine.dispatch({h: [(self.label, "gpu.health", dict(args))] for h in self.hosts})
         end = time.monotonic_ns()
         engine.recorder.emit(
             "measure",
@@ -74,5 +82,8 @@ class HealthStep(Planned):
     @override
     def describe(self, node: Tree, plan: PlanView) -> None:
         node.add(
-            escape(f"{self.label}: nvidia-smi and kernel Xids on {len(self.hosts)} hosts: {', '.join(self.hosts)}")
+            escape(
+                f"{self.label}: nvidia-smi{' (and its -q -x report of each GPU)' if self.details else ''} and kernel "
+                f"Xids on {len(self.hosts)} hosts: {', '.join(self.hosts)}"
+            )
         )

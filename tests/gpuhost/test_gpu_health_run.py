@@ -1,6 +1,6 @@
-"""playbooks/gpu-health.yaml on the twin, end to end (Ray, the hosts' actors, the real driver over SSH): a GPU put
-in a condition a lab acts on (pending retired pages, a power brake) is named in that host's recorded `health`
-mark and summary, and that host alone is reported unhealthy.
+"""A health check with `details: true` on the twin, end to end (Ray, the hosts' actors, the real driver over SSH):
+a GPU put in a condition a lab acts on (pending retired pages, a power brake) is named in that host's recorded
+`health` mark and summary, and that host alone is reported unhealthy.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 def test_the_health_run_names_the_conditions_of_a_degraded_gpu(repo, tmp_path):
     inventory = repo / "playbooks/inventory/emulated-rack.yaml"
-    playbook = repo / "playbooks/gpu-health.yaml"
+    playbook = tmp_path / "gpu-health-details.yaml"
+    playbook.write_text("name: gpu-health-details\ntrials: 1\nsteps:\n  - {action: hosts.health, details: true}\n")
     with testbed.Lab(inventory, emulate=True, results=tmp_path, console=Console(quiet=True)) as lab:
         before = lab.run(playbook)  # brings the twin up: every GPU healthy
         assert before.ok, before.error

