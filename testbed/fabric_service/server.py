@@ -191,7 +191,10 @@ class FabricService:
             self._connections[number] = (conn, threading.current_thread())
         # Until its hello is valid a connection's events are held back (a stranger's may never be recorded).
         state: dict[str, Any] = {"conn": number, "rank": None, "held": []}
-        hello_deadline = threading.Timer(self.hello_timeout_s, _shut, (conn,))
+        # Set before the deadline shuts the connection: the reader, woken by that shutdown, knows why it ended
+        # (the timer's thread may not have returned yet, so whether it is alive says nothing).
+        deadline_passed = threading.Event()
+        hello_deadline = threading.Timer(self.hello_timeout_s, _shut_at_deadline, (conn, deadline_passed))
         hello_deadline.daemon = True
         hello_deadline.start()
         state["deadline"] = hello_deadline
@@ -220,7 +223,7 @@ class FabricService:
             reason = f"connection lost: {e}"
         finally:
             hello_deadline.cancel()
-            if state["rank"] is None and not hello_deadline.is_alive() and reason == "closed by the rank":
+            if state["rank"] is None and deadline_passed.is_set() and reason == "closed by the rank":
                 reason = f"no valid hello within {self.hello_timeout_s:g} s"
             self._event(
                 {"event": "fabric_service.disconnect", "conn": number, "rank": state["rank"], "reason": reason}, state
@@ -338,6 +341,12 @@ class FabricService:
         if traced:
             self._release_held(state)
         state["held"] = None
+
+
+def _shut_at_deadline(conn: socket.socket, passed: threading.Event) -> None:
+    """The hello deadline: noted, then the connection shut."""
+    passed.set()
+    _shut(conn)
 
 
 def _shut(conn: socket.socket) -> None:
