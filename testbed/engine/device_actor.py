@@ -88,8 +88,8 @@ class DeviceActor:
         Needs an actor started with max_concurrency >= 2: the procedure runs on one thread while the
         coordinator waits here on another (a watcher must be watching before a fault is injected). A wait ends
         with its run, so no wait outlives the step that asked: one left waiting would hold one of the actor's
-        threads, and the next step's wait would queue behind the next run (a failover whose first trial had
-        powered a host off waited out the second trial's whole watch before injecting its fault).
+        threads, and the next step's wait would queue behind the next run: its fault would be injected only once
+        that whole watch had ended.
         """
 
         def settled() -> bool:
