@@ -150,7 +150,7 @@ def train(torch, args: argparse.Namespace, say) -> int:
             loss.backward()  # DDP's gloo all-reduce of the gradients
             optimizer.step()
             mean = loss.detach().clone()
-            dist.all_reduce(mean)
+            dist.all_reduce(mean, group=steps_group)  # a step's collective: the step's bound, as DDP's
             say(f"step {step} loss {float(mean) / world:.6f}")
             if ckpt_dir is not None and args.checkpoint_every > 0 and step % args.checkpoint_every == 0:
                 state = {"model": student.state_dict(), "optimizer": optimizer.state_dict()}

@@ -56,11 +56,17 @@ class PlannedChange(Protocol):
         """Switch -> the procedure that sets its circuits (its family's reconfigure) and its arguments."""
 
 
+def _read_after(a: ConfigRequest, b: ConfigRequest) -> bool:
+    return a.t_received_ns is not None and (b.t_received_ns is None or a.t_received_ns > b.t_received_ns)
+
+
 @dataclass
 class _Change:
     config: str
     asked: set[int] = field(default_factory=set)  # the ranks that asked for it, until every one has
-    trigger: ConfigRequest | None = None  # the request that completed the barrier
+    # The request read last of those that completed the barrier: the change could begin no earlier. (Not always
+    # the one whose thread took the lock last: a thread can be preempted between reading its line and the lock.)
+    trigger: ConfigRequest | None = None
     started: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
@@ -189,9 +195,10 @@ class ServedFabric:
                     self._pending[config] = _Change(config)
                 change = self._pending[config]
                 change.asked.add(-1 if request.rank is None else request.rank)
+                if change.trigger is None or _read_after(request, change.trigger):
+                    change.trigger = request
                 if len(change.asked) >= self.ranks:
                     del self._pending[config]
-                    change.trigger = request
                     self.changes.append(change)
                     self._moving.append(change)
                     self.current = None  # until the change is done: a failed one leaves the fabric unknown
