@@ -58,7 +58,7 @@ def cmd_serve(args, console: Console) -> int:
         _require_groups(args.admin_group, args.socket_group)
     socket_path = Path(args.socket) if args.socket else default_socket(args.inventory, args.emulate)
     config = ServeConfig(
-        args.inventory,
+        str(Path(args.inventory).absolute()),
         args.emulate,
         socket_path.absolute(),
         Path(args.results).absolute(),
@@ -108,7 +108,7 @@ def cmd_queue(args, console: Console) -> int:
     runs = client.runs()
     table = Table(title=f"testbed serve at {client.socket_path}", title_justify="left")
     for column in ("id", "user", "status", "position", "playbook", "submitted", "run"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # a narrow terminal wraps an id, never cuts it
     for run in runs:
         table.add_row(
             escape(run["id"]),

@@ -87,10 +87,9 @@ def _run(request: web.Request) -> QueuedRun:
 def _manageable(request: web.Request, run: QueuedRun, what: str) -> Peer:
     peer, service = _peer(request), _service(request)
     if not peer.may_manage(run.uid, service.admins):
-        group = f" or a member of {service.admins.group}" if service.admins.group else ""
         raise _fail(
             web.HTTPForbidden,
-            f"run {run.id} is {run.user}'s: only {run.user}{group} (the lab's admins) may {what} it; "
+            f"run {run.id} is {run.user}'s: only {run.user} or the lab's admins ({service.admins}) may {what} it; "
             f"you are {peer.user}",
         )
     return peer

@@ -23,6 +23,9 @@ class ServerError(UserError):
         super().__init__(message)
         self.status = status
 
+    def __reduce__(self):
+        return (ServerError, (self.status, str(self)))
+
 
 class _UnixConnection(http.client.HTTPConnection):
     def __init__(self, path: Path, timeout: float | None) -> None:
@@ -85,10 +88,12 @@ class Client:
     def move(self, run_id: str, position: int) -> dict:
         return self.request("POST", f"/queue/{run_id}/move", {"position": position})
 
-    def events(self, since: int = 0, run_id: str | None = None) -> Iterator[dict]:
-        """The server's events after `since`, then as they happen (one run's, up to its end, given `run_id`)."""
+    def events(self, since: int = 0, run_id: str | None = None, timeout: float | None = None) -> Iterator[dict]:
+        """The server's events after `since`, then as they happen (one run's, up to its end, given `run_id`).
+        `timeout`: the longest wait for the next event (None: no end; a run may take hours between two events).
+        """
         query = f"/events?since={since}" + (f"&run={run_id}" if run_id else "")
-        conn = _UnixConnection(self.socket_path, None)  # a run may take hours between two events
+        conn = _UnixConnection(self.socket_path, timeout)
         try:
             conn.request("GET", query)
             response = conn.getresponse()

@@ -43,6 +43,10 @@ class Admins:
 
     group: str | None = None
 
+    def __str__(self) -> str:
+        names = ["root"] + ([user_name(os.geteuid())] if os.geteuid() != 0 else [])
+        return ", ".join(names + ([f"members of {self.group}"] if self.group else []))
+
     def includes(self, peer: Peer) -> bool:
         if peer.uid in (0, os.geteuid()):
             return True

@@ -186,6 +186,9 @@ class Server:
         try:
             self._in_run = item.id
             try:
+                cancel = self._cancel  # asked for before the signal could find this run under way
+                if cancel is not None and cancel[0] == item.id:
+                    raise Cancelled(f"cancelled by {cancel[1]}")
                 run = self.lab.run(item.plan, playbook_file=item.playbook_file, yes=item.options["yes"])
             finally:
                 self._in_run = None

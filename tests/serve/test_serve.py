@@ -1,0 +1,223 @@
+"""`testbed serve --emulate` as a lab runs it: a real server process on a real Unix socket, real clients (the `testbed`
+command, and testbed.serve.client from other accounts). What a user relies on: a run submitted through the CLI
+completes into a results folder `testbed check` passes; runs are made one after another in the queue's order;
+one account cannot cancel another's run and its owner can; a server killed outright leaves what `testbed heal`
+restores, and a new server starts on its socket.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from accounts import ALICE, BOB, as_account, needs_root, shared_folder
+
+from testbed.serve.client import Client, ServerError
+from testbed.serve.identity import SERVE_DIR_ENV
+
+OCS_RECONFIG = "playbooks/ocs-reconfig.yaml"
+# A run that holds the queue until it is cancelled: the runs submitted behind it are queued for certain.
+BLOCKER = """\
+name: blocker
+description: holds the server's queue until cancelled
+trials: 1
+setup:
+  - {action: fabric.clear}
+steps:
+  - {action: wait, ms: 3600000}
+"""
+EVENT_WAIT_S = 120  # bound on waiting for the server's next event (a slow CI machine), not a timing claim
+
+
+class Served:
+    """A running `testbed serve --emulate`: its process, socket folder, results folder and a root client."""
+
+    def __init__(self, repo: Path, results: Path, serve_dir: Path) -> None:
+        self.results, self.serve_dir = results, serve_dir
+        self.env = os.environ | {SERVE_DIR_ENV: str(serve_dir)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "testbed", "serve", "--emulate", "--results", str(results)],
+            cwd=repo,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # a test may kill its whole process group, as systemd's SIGKILL would
+        )
+        self.said: list[str] = []
+        for line in self.proc.stdout:  # the server says where it listens once its socket answers
+            self.said.append(line)
+            if line.startswith("listening on "):
+                self.socket = Path(line.removeprefix("listening on ").strip())
+                break
+        else:
+            pytest.fail(f"testbed serve ended before it listened: {''.join(self.said)}")
+        self.client = Client(self.socket, timeout=EVENT_WAIT_S)
+
+    def stop(self) -> str:
+        """SIGTERM, as systemd stops it -> what it printed."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = self.proc.communicate(timeout=120)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.communicate()
+        return "".join(self.said) + out
+
+    def events_until(self, done: Callable[[dict], bool], since: int = 0) -> list[dict]:
+        """The server's events from `since` up to the first that meets `done` (read as the server sends them)."""
+        seen = []
+        for event in self.client.events(since=since, timeout=EVENT_WAIT_S):
+            seen.append(event)
+            if done(event):
+                return seen
+        pytest.fail(f"the server's events ended before the one awaited: {[e['type'] for e in seen]}")
+
+    def submit(self, playbook: str, **options) -> dict:
+        return self.client.submit({"playbook": playbook, "playbook_file": "blocker.yaml", "emulate": True} | options)
+
+
+def started(run_id: str) -> Callable[[dict], bool]:
+    return lambda e: e["type"] == "run.started" and e["run"]["id"] == run_id
+
+
+def waiting(run_id: str) -> Callable[[dict], bool]:
+    """The run is in its `wait` step: it has its folder, its devices are up."""
+    return lambda e: e["type"] == "run.progress" and e["run"]["id"] == run_id and e["data"]["op"] == "wait"
+
+
+def ended(run_id: str) -> Callable[[dict], bool]:
+    return lambda e: e["type"] == "run.ended" and e["run"]["id"] == run_id
+
+
+@pytest.fixture(scope="module")
+def serve_dir() -> Iterator[Path]:
+    """The folder of the servers' sockets: in a folder every account may reach, as /run/testbed is."""
+    base = shared_folder()
+    yield base / "serve"
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def served(repo, tmp_path_factory, serve_dir) -> Iterator[Served]:
+    server = Served(repo, tmp_path_factory.mktemp("served") / "results", serve_dir)
+    yield server
+    said = server.stop()
+    assert server.proc.returncode == 0, said
+    assert "closing the lab" in said and not server.socket.exists()
+
+
+def cli(repo: Path, served: Served, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "testbed", *args], cwd=repo, env=served.env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_run_through_the_cli_completes_into_a_folder_check_passes(repo, served):
+    proc = cli(repo, served, "run", OCS_RECONFIG, "--emulate", "--trials", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == f"via testbed serve at {served.socket}"
+    assert any(line.startswith("trials 2/2 (ok") for line in lines)
+    assert "reconfig.total" in proc.stdout  # the summary table, as a standalone run prints it
+    run_dir = Path(lines[-1].removeprefix("results: "))
+    assert run_dir.parent == served.results
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "ok" and info["playbook_file"] == str(repo / OCS_RECONFIG)
+
+    checked = cli(repo, served, "check", str(run_dir))
+    assert checked.returncode == 0, checked.stdout
+    listed = cli(repo, served, "runs", "--results", str(served.results), "--json")
+    assert run_dir.name in {r["run_id"] for r in json.loads(listed.stdout)}  # the catalog entry, as standalone
+
+    run_id = lines[1].split()[1]  # "run ID queued"
+    queue = cli(repo, served, "queue", "--emulate")
+    assert queue.returncode == 0
+    assert any(row.split("│")[1:4] == [f" {run_id} ", " root ", " ok     "] for row in queue.stdout.splitlines())
+
+
+def test_runs_are_made_one_after_another_in_the_queue_s_order(served):
+    first = served.submit(BLOCKER)
+    served.events_until(waiting(first["id"]))
+    second = served.submit(BLOCKER, trials=1)
+    third = served.submit(BLOCKER)
+    assert [r["id"] for r in served.client.runs() if r["status"] == "queued"] == [second["id"], third["id"]]
+
+    moved = served.client.move(third["id"], 1)  # root is one of the lab's admins: it moves anyone's run
+    assert moved["position"] == 1
+    served.client.cancel(second["id"])
+    served.client.cancel(first["id"])  # the running one stops as on Ctrl-C; the third is next
+    events = served.events_until(started(third["id"]))
+    served.client.cancel(third["id"])
+    events += served.events_until(ended(third["id"]), since=events[-1]["seq"])
+
+    order = [(e["type"], e["run"]["id"]) for e in events if e["type"] in ("run.started", "run.ended")]
+    ids = {first["id"]: "first", second["id"]: "second", third["id"]: "third"}
+    order = [(kind, ids[i]) for kind, i in order if i in ids]
+    assert order == [
+        ("run.started", "first"),
+        ("run.ended", "second"),  # cancelled while queued: it never starts
+        ("run.ended", "first"),
+        ("run.started", "third"),
+        ("run.ended", "third"),
+    ]
+    first_end = next(e["run"] for e in events if ended(first["id"])(e))
+    assert first_end["status"] == "aborted" and first_end["error"] == "cancelled by root"
+    assert served.client.run(second["id"])["status"] == "cancelled"
+    run_json = json.loads((Path(first_end["run_dir"]) / "run.json").read_text())
+    assert run_json["status"] == "aborted" and run_json["error"] == "cancelled by root"
+
+
+def _submit_blocker(socket: Path) -> dict:
+    return Client(socket).submit({"playbook": BLOCKER, "playbook_file": "alice.yaml", "emulate": True})
+
+
+def _try(socket: Path, act: str, run_id: str):
+    """An act on a run from this account -> ("ok", its answer) or ("refused", HTTP status, message)."""
+    client = Client(socket)
+    try:
+        return ("ok", client.cancel(run_id) if act == "cancel" else client.move(run_id, 1))
+    except ServerError as exc:
+        return ("refused", exc.status, str(exc))
+
+
+@needs_root
+def test_one_account_cannot_cancel_another_s_run_and_its_owner_can(served):
+    blocker = served.submit(BLOCKER)  # root's, running: alice's run waits behind it
+    served.events_until(waiting(blocker["id"]))
+    alices = as_account(ALICE, _submit_blocker, served.socket)
+    assert alices["user"] == str(ALICE)  # the kernel's word for who submitted it (no passwd entry: the uid)
+
+    for act in ("cancel", "move"):
+        refused = as_account(BOB, _try, served.socket, act, alices["id"])
+        assert refused[:2] == ("refused", 403), refused
+        assert refused[2] == (
+            f"run {alices['id']} is {ALICE}'s: only {ALICE} or the lab's admins (root) may {act} it; you are {BOB}"
+        )
+    refused = as_account(BOB, _try, served.socket, "cancel", blocker["id"])
+    assert refused[:2] == ("refused", 403)
+    assert served.client.run(alices["id"])["status"] == "queued"  # untouched
+
+    cancelled = as_account(ALICE, _try, served.socket, "cancel", alices["id"])
+    assert cancelled[0] == "ok" and cancelled[1]["outcome"] == "cancelled"
+    assert served.client.run(alices["id"])["error"] == f"cancelled by {ALICE} before it started"
+    served.client.cancel(blocker["id"])
+    served.events_until(ended(blocker["id"]))
+
+
+def test_a_bad_playbook_is_refused_at_submit_naming_the_client_s_file(served):
+    with pytest.raises(ServerError) as refused:
+        served.client.submit({"playbook": "name: x\nsteps: 3\n", "playbook_file": "/home/u/mine.yaml"})
+    assert refused.value.status == 400
+    assert "/home/u/mine.yaml" in str(refused.value) and "testbed-serve-" not in str(refused.value)
+    with pytest.raises(ServerError) as refused:
+        served.client.submit({"playbook": BLOCKER, "emulate": False})
+    assert refused.value.status == 400 and "runs the emulated twin" in str(refused.value)
