@@ -191,7 +191,8 @@ class Server:
                     raise Cancelled(f"cancelled by {cancel[1]}")
                 run = self.lab.run(item.plan, playbook_file=item.playbook_file, yes=item.options["yes"])
             finally:
-                self._in_run = None
+                self._in_run = None  # first: a cancel that comes later finds no run to stop
+                self.lab.stop_following()
             status, error, run_dir = run.status, run.error, str(run.run_dir)
             _tag(run.run_dir, item.options["tags"])
         except KeyboardInterrupt as exc:  # before the run had its folder: nothing of it to record
@@ -240,13 +241,11 @@ class ServedLab(Lab):
             self._follower = EventsFollower(run_dir / "events.jsonl", self.queue, self.serving)
         return super()._devices_for(plan, truth_log, run_id)
 
-    def run(self, *args, **kwargs):
-        try:
-            return super().run(*args, **kwargs)
-        finally:
-            follower, self._follower = self._follower, None
-            if follower is not None:
-                follower.stop()
+    def stop_following(self) -> None:
+        """After the run: its last events passed on, the follower stopped."""
+        follower, self._follower = self._follower, None
+        if follower is not None:
+            follower.stop()
 
 
 class EventsFollower:

@@ -221,3 +221,37 @@ def test_a_bad_playbook_is_refused_at_submit_naming_the_client_s_file(served):
     with pytest.raises(ServerError) as refused:
         served.client.submit({"playbook": BLOCKER, "emulate": False})
     assert refused.value.status == 400 and "runs the emulated twin" in str(refused.value)
+
+
+def test_a_server_killed_outright_leaves_what_heal_restores_and_a_new_one_takes_its_socket(repo, tmp_path, serve_dir):
+    from testbed.engine.ray_session import leftovers
+
+    killed_dir = serve_dir.parent / "killed"  # a socket of its own: the module's server serves on beside it
+    server = Served(repo, tmp_path / "results", killed_dir)
+    run = server.submit(BLOCKER)
+    events = server.events_until(waiting(run["id"]))
+    run_dir = Path(events[-1]["run"]["run_dir"])
+    os.kill(server.proc.pid, signal.SIGKILL)  # the server's own process: what it started is heal's to end
+    server.proc.communicate(timeout=60)
+    assert server.socket.is_socket()  # left behind, nobody answering
+
+    info = json.loads((run_dir / "run.json").read_text())
+    healed = subprocess.run(
+        [sys.executable, "-m", "testbed", "heal", str(run_dir)], cwd=repo, capture_output=True, text=True, timeout=300
+    )
+    assert healed.returncode == 0, healed.stdout + healed.stderr
+    assert f"twin (pid {info['twin_pid']}) is gone" in healed.stdout
+    assert leftovers(info["ray"]["session_dir"]) == []
+    checked = subprocess.run(
+        [sys.executable, "-m", "testbed", "check", str(run_dir)], cwd=repo, capture_output=True, text=True, timeout=300
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    again = Served(repo, tmp_path / "results", killed_dir)  # the stale socket is replaced
+    try:
+        assert again.socket == server.socket
+        done = again.submit(BLOCKER.replace("ms: 3600000", "ms: 1"))
+        final = again.events_until(ended(done["id"]))[-1]["run"]
+        assert final["status"] == "ok", final
+    finally:
+        assert again.stop() and again.proc.returncode == 0
