@@ -255,3 +255,27 @@ def test_a_server_killed_outright_leaves_what_heal_restores_and_a_new_one_takes_
         assert final["status"] == "ok", final
     finally:
         assert again.stop() and again.proc.returncode == 0
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_stopping_the_server_stops_its_run_as_ctrl_c_does_and_cancels_the_queue(repo, tmp_path, serve_dir, stop_signal):
+    server = Served(repo, tmp_path / "results", serve_dir.parent / f"stopped-{stop_signal.name}")
+    running = server.submit(BLOCKER)
+    events = server.events_until(waiting(running["id"]))
+    queued = server.submit(BLOCKER)
+    run_dir = Path(events[-1]["run"]["run_dir"])
+
+    server.proc.send_signal(stop_signal)
+    said = server.proc.communicate(timeout=120)[0]
+    assert server.proc.returncode == 0, said
+    assert f"cancelled {queued['id']} (root): the server was stopped ({stop_signal.name})" in said
+    assert "closing the lab" in said and not server.socket.exists()
+    info = json.loads((run_dir / "run.json").read_text())
+    why = "terminated (SIGTERM)" if stop_signal == signal.SIGTERM else "stopped with the server (SIGINT)"
+    assert (info["status"], info["error"]) == ("aborted", why)
+    ops = [json.loads(line)["op"] for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert ops[-3:] == ["wait", "fabric.final", "run.aborted"]  # stopped in its wait, the fabric read back, as Ctrl-C
+    checked = subprocess.run(
+        [sys.executable, "-m", "testbed", "check", str(run_dir)], cwd=repo, capture_output=True, text=True, timeout=300
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
