@@ -7,6 +7,7 @@ import hashlib
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -42,7 +43,7 @@ def add_parsers(sub) -> None:
 
 def _server_options(p: argparse.ArgumentParser, *, suppress: bool = False) -> None:
     # On the actions too, so `testbed queue cancel ID --emulate` works; SUPPRESS keeps what was given before them.
-    default = {"default": argparse.SUPPRESS} if suppress else {}
+    default: dict[str, Any] = {"default": argparse.SUPPRESS} if suppress else {}
     p.add_argument("--inventory", help=f"the lab's inventory (default {DEFAULT_INVENTORY})", **default)
     p.add_argument("--emulate", action="store_true", help="the server of the emulated twin", **default)
     p.add_argument("--socket", help="the server's socket (default: found from the inventory)", **default)
@@ -153,8 +154,10 @@ def run_through_server(args, console: Console, inventory_file: str, confirm_writ
     try:
         text = Path(args.playbook).read_text(encoding="utf-8")
         inventory_bytes = Path(inventory_file).read_bytes()
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise UserError(f"cannot read {exc.filename or args.playbook}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{args.playbook}: not UTF-8 text ({exc})") from None
     console.print(f"via testbed serve at {socket_path}", soft_wrap=True, markup=False, highlight=False)
     body = {
         "playbook": text,
@@ -176,15 +179,15 @@ def _follow(client, run_id: str, console: Console) -> dict:
     """Print the run's progress until it ends -> its last description. Ctrl-C cancels it (a queued run is dropped; the
     running one stops as a standalone run stops on Ctrl-C) and waits for its end; a second Ctrl-C leaves it.
     """
-    final = None
+    final, seen = None, 0
     try:
         for event in client.events(run_id=run_id):
-            final = event["run"]
+            final, seen = event["run"], event["seq"]
             _print_event(event, console)
     except KeyboardInterrupt:
         console.print(f"cancelling run {run_id} (Ctrl-C again to stop waiting for it)")
         client.cancel(run_id)
-        for event in client.events(run_id=run_id):
+        for event in client.events(since=seen, run_id=run_id):
             final = event["run"]
             _print_event(event, console)
     if final is None or final["status"] in ("queued", "running"):

@@ -20,6 +20,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -61,7 +62,7 @@ class Server:
         self._cancel: tuple[str, str] | None = None  # (run id, who) the API asked to stop
         self._in_run: str | None = None  # the run id while the main thread is inside Lab.run
         self._waiting = False  # while the main thread waits for the next run
-        self._main = threading.main_thread().ident
+        self._main = threading.get_ident()  # made in the main thread, where signals are handled
         self._spool = Path(tempfile.mkdtemp(prefix="testbed-serve-"))
         inventory_bytes = Path(config.inventory_file).read_bytes()
         self.inventory_sha256 = hashlib.sha256(inventory_bytes).hexdigest()
@@ -89,29 +90,28 @@ class Server:
                 f"this server serves the inventory {self.config.inventory_file}, and yours is not that file; "
                 "run with --standalone, or with the server's inventory"
             )
-        options = {
-            "trials": _optional_int(body, "trials", minimum=1),
-            "seed": _optional_int(body, "seed", minimum=0),
-            "tags": _tags(body.get("tags", [])),
-            "yes": bool(body.get("yes", False)),
-        }
+        trials = _optional_int(body, "trials", minimum=1)
+        seed = _optional_int(body, "seed", minimum=0)
+        yes = bool(body.get("yes", False))
+        options = {"trials": trials, "seed": seed, "tags": _tags(body.get("tags", [])), "yes": yes}
         if body.get("path") is not None:
             if peer.uid not in (0, os.geteuid()):
                 raise UserError("only root and the server's account may have the server read a file: send its text")
             playbook_file, text = str(body["path"]), _read_text(Path(str(body["path"])))
         else:
-            text, playbook_file = body.get("playbook"), str(body.get("playbook_file") or "playbook.yaml")
-            if not isinstance(text, str):
+            given_text, playbook_file = body.get("playbook"), str(body.get("playbook_file") or "playbook.yaml")
+            if not isinstance(given_text, str):
                 raise UserError("playbook: give the playbook's YAML text (or path, for the server's own account)")
+            text = given_text
         spooled = Path(tempfile.mkdtemp(dir=self._spool)) / (Path(playbook_file).name or "playbook.yaml")
         spooled.write_text(text, encoding="utf-8")
         try:
             model = load_playbook(spooled, self.lab.inventory).model
-            plan = make_plan(model, self.lab.inventory, trials=options["trials"], seed=options["seed"])
+            plan = make_plan(model, self.lab.inventory, trials=trials, seed=seed)
             if self.config.emulate:
                 refuse_on_the_twin(plan, playbook_file)
             else:
-                refuse_on_a_lab(plan, self.config.inventory_file, confirmed=options["yes"])
+                refuse_on_a_lab(plan, self.config.inventory_file, confirmed=yes)
         except ConfigError as exc:
             problems = "\n".join(str(p).replace(str(spooled), playbook_file) for p in exc.problems)
             raise UserError(problems) from None
@@ -309,7 +309,7 @@ class HttpThread:
     def __init__(self, service: Service, config: ServeConfig) -> None:
         self.service, self.config = service, config
         self.loop = asyncio.new_event_loop()
-        self._runner = None
+        self._runner: Any = None  # aiohttp's AppRunner, once up
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="testbed-serve-http", daemon=True)
@@ -329,9 +329,10 @@ class HttpThread:
         asyncio.set_event_loop(self.loop)
 
         async def up() -> None:
-            self._runner = web.AppRunner(make_app(self.service), handle_signals=False, access_log=None)
-            await self._runner.setup()
-            site = web.UnixSite(self._runner, str(self.config.socket_path), shutdown_timeout=1.0)
+            runner = web.AppRunner(make_app(self.service), handle_signals=False, access_log=None)
+            await runner.setup()
+            self._runner = runner
+            site = web.UnixSite(runner, str(self.config.socket_path), shutdown_timeout=1.0)
             await site.start()
             _set_socket_access(self.config.socket_path, self.config.socket_group)
 
