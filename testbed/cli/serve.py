@@ -28,6 +28,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--results", default="results", help="folder for run folders (default ./results)")
     p.add_argument("--admin-group", help="members of this group may cancel and move anyone's runs (root always may)")
     p.add_argument("--socket-group", help="only this group's members (and root) may connect (default: every account)")
+    p.add_argument("--web", metavar="HOST:PORT", help="also serve the read-only web page there, e.g. 127.0.0.1:8080")
 
     p = sub.add_parser("queue", help="the runs of testbed serve: list them, cancel one, move one in the queue")
     _server_options(p)
@@ -65,8 +66,16 @@ def cmd_serve(args, console: Console) -> int:
         Path(args.results).absolute(),
         admin_group=args.admin_group,
         socket_group=args.socket_group,
+        web=_address(args.web) if args.web else None,
     )
     return Server(config, console).serve()
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise UserError(f"--web {text}: give HOST:PORT, e.g. 127.0.0.1:8080 (port 0: any free port)")
+    return host.strip("[]"), int(port)
 
 
 def _require_groups(*groups: str | None) -> None:

@@ -41,11 +41,11 @@ def make_app(service: Service) -> web.Application:
     app.router.add_get("/openapi.json", _openapi)
     app.router.add_get("/info", _info)
     app.router.add_post("/runs", _submit)
-    app.router.add_get("/runs", _list)
+    app.router.add_get("/runs", list_runs)
     app.router.add_get("/runs/{id}", _get)
     app.router.add_delete("/runs/{id}", _cancel)
     app.router.add_post("/queue/{id}/move", _move)
-    app.router.add_get("/events", _events)
+    app.router.add_get("/events", stream_events)
     return app
 
 
@@ -126,8 +126,8 @@ async def _submit(request: web.Request) -> web.Response:
     return web.json_response(service.queue.describe(run), status=201)
 
 
-async def _list(request: web.Request) -> web.Response:
-    _peer(request)
+async def list_runs(request: web.Request) -> web.Response:
+    """GET /runs: for anyone who may connect (the web page's listener too)."""
     return web.json_response({"runs": _service(request).queue.listing()})
 
 
@@ -162,11 +162,10 @@ async def _move(request: web.Request) -> web.Response:
     return web.json_response(_service(request).queue.describe(run))
 
 
-async def _events(request: web.Request) -> web.StreamResponse:
-    """Server-sent events: every event after `since` (0: all the server keeps), then each as it happens. With
-    `run=ID`, that run's alone, and the stream ends after its run.ended.
+async def stream_events(request: web.Request) -> web.StreamResponse:
+    """GET /events, server-sent events: every event after `since` (0: all the server keeps), then each as it happens.
+    With `run=ID`, that run's alone, and the stream ends after its run.ended. For anyone who may connect.
     """
-    _peer(request)
     try:
         since = int(request.query.get("since", "0"))
     except ValueError:
@@ -194,6 +193,8 @@ async def _events(request: web.Request) -> web.StreamResponse:
         while True:
             if await _send(response, await waiting.get(), only):
                 return response
+    except ConnectionResetError:  # the client went away (a Ctrl-C'd `testbed run`): nothing more to send it
+        return response
     finally:
         queue.forget(listener)
 

@@ -43,6 +43,7 @@ class ServeConfig:
     results: Path
     admin_group: str | None = None
     socket_group: str | None = None  # only this group's members (and root) may connect
+    web: tuple[str, int] | None = None  # the read-only web page's TCP address (testbed.serve.web)
 
 
 class Cancelled(KeyboardInterrupt):
@@ -153,6 +154,8 @@ class Server:
                 f"testbed serve: {mode}{escape(config.inventory_file)}, runs into {escape(str(config.results))}",
                 soft_wrap=True,
             )
+            if config.web is not None:
+                self.console.print(f"web page (read-only) at http://{config.web[0]}:{http.web_port}/", soft_wrap=True)
             self.console.print(f"listening on {escape(str(config.socket_path))}", soft_wrap=True)
             try:
                 while self.stopping is None:
@@ -310,6 +313,8 @@ class HttpThread:
         self.service, self.config = service, config
         self.loop = asyncio.new_event_loop()
         self._runner: Any = None  # aiohttp's AppRunner, once up
+        self._web_runner: Any = None  # the web page's, with --web
+        self.web_port: int | None = None  # the port it listens on (a port of 0 asked is the one given)
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="testbed-serve-http", daemon=True)
@@ -335,6 +340,14 @@ class HttpThread:
             site = web.UnixSite(runner, str(self.config.socket_path), shutdown_timeout=1.0)
             await site.start()
             _set_socket_access(self.config.socket_path, self.config.socket_group)
+            if self.config.web is not None:
+                from testbed.serve.web import make_web_app
+
+                self._web_runner = web.AppRunner(make_web_app(self.service), handle_signals=False, access_log=None)
+                await self._web_runner.setup()
+                host, port = self.config.web
+                await web.TCPSite(self._web_runner, host, port, shutdown_timeout=1.0).start()
+                self.web_port = self._web_runner.addresses[0][1]
 
         try:
             self.loop.run_until_complete(up())
@@ -347,11 +360,14 @@ class HttpThread:
 
     def stop(self) -> None:
         if self._runner is not None and self.loop.is_running():
-            future = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self.loop)
-            try:
-                future.result(timeout=10)
-            except Exception:  # noqa: BLE001 - the socket is removed below either way
-                pass
+            for runner in (self._web_runner, self._runner):
+                if runner is None:
+                    continue
+                future = asyncio.run_coroutine_threadsafe(runner.cleanup(), self.loop)
+                try:
+                    future.result(timeout=10)
+                except Exception:  # noqa: BLE001 - the socket is removed below either way
+                    pass
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=10)
         self.config.socket_path.unlink(missing_ok=True)
