@@ -64,6 +64,9 @@ class Server:
         self._in_run: str | None = None  # the run id while the main thread is inside Lab.run
         self._waiting = False  # while the main thread waits for the next run
         self._main = threading.get_ident()  # made in the main thread, where signals are handled
+        # The socket's place first: a second server for the lab is refused before it starts anything.
+        prepare_folder(config.socket_path.parent, shared=config.socket_path.parent != own_dir())
+        _claim(config.socket_path)
         self._spool = Path(tempfile.mkdtemp(prefix="testbed-serve-"))
         inventory_bytes = Path(config.inventory_file).read_bytes()
         self.inventory_sha256 = hashlib.sha256(inventory_bytes).hexdigest()
@@ -202,11 +205,15 @@ class Server:
             status, error = "aborted", str(exc) or "interrupted"
         except UserError as exc:  # refused when it came to run (a device lock another holds, a lease)
             status, error = "refused", str(exc)
+        except Exception as exc:  # noqa: BLE001 - a fault of this run's: recorded, and the next runs still run
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            self.console.print_exception()
         finally:
             self.lab.serving = None
             run_dir = run_dir or self.lab.last_run_dir
             self.queue.finish(item, status, error, run_dir)
-        self.console.print(f"run {item.id}: {status}" + (f" ({escape(error.splitlines()[0])})" if error else ""))
+        said = f"run {item.id}: {status}" + (f" ({escape(error.splitlines()[0])})" if error else "")
+        self.console.print(said, soft_wrap=True)  # one line a run, for journald
         if status == "aborted" and (self._cancel is None or self._cancel[0] != item.id) and self.stopping is None:
             self.stopping = "the server was stopped (SIGTERM)"  # the run's own SIGTERM handler took the signal
         if self.stopping is not None:
@@ -318,11 +325,11 @@ class HttpThread:
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="testbed-serve-http", daemon=True)
+        self._claimed = False  # the socket's path is this server's to remove
 
     def start(self) -> None:
         path = self.config.socket_path
-        prepare_folder(path.parent, shared=path.parent != own_dir())
-        _claim(path)
+        self._claimed = True  # Server claimed it (a stale socket removed, another server's refused)
         self._thread.start()
         self._ready.wait()
         if self._failure is not None:
@@ -370,7 +377,8 @@ class HttpThread:
                     pass
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=10)
-        self.config.socket_path.unlink(missing_ok=True)
+        if self._claimed:  # never the socket of another server this one refused to replace
+            self.config.socket_path.unlink(missing_ok=True)
 
 
 def _claim(path: Path) -> None:

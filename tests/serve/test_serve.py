@@ -129,6 +129,14 @@ def test_one_account_cannot_cancel_another_s_run_and_its_owner_can(served):
     served.events_until(ended(blocker["id"]))
 
 
+def test_a_second_server_for_the_lab_is_refused_and_the_first_keeps_its_socket(repo, served):
+    second = cli(repo, served, "serve", "--emulate", "--results", str(served.results))
+    assert second.returncode == 2
+    said = f"error: another testbed serve answers on {served.socket}: stop it first, or give --socket"
+    assert second.stderr.strip() == said
+    assert served.client.info()["pid"] == served.proc.pid
+
+
 def test_a_bad_playbook_is_refused_at_submit_naming_the_client_s_file(served):
     with pytest.raises(ServerError) as refused:
         served.client.submit({"playbook": "name: x\nsteps: 3\n", "playbook_file": "/home/u/mine.yaml"})
@@ -166,9 +174,18 @@ def test_a_server_killed_outright_leaves_what_heal_restores_and_a_new_one_takes_
     again = Served(repo, tmp_path / "results", killed_dir)  # the stale socket is replaced
     try:
         assert again.socket == server.socket
-        done = again.submit(BLOCKER.replace("ms: 3600000", "ms: 1"))
+        done = again.submit(BLOCKER.replace("ms: 3600000", "ms: 1"), tags=["after-the-kill"])
         final = again.events_until(ended(done["id"]))[-1]["run"]
         assert final["status"] == "ok", final
+        tagged = subprocess.run(
+            [sys.executable, "-m", "testbed", "runs", "--results", str(again.results), "--tag", "after-the-kill"]
+            + ["--json"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert [r["folder"] for r in json.loads(tagged.stdout)] == [Path(final["run_dir"]).name]
     finally:
         assert again.stop() and again.proc.returncode == 0
 
