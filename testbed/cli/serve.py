@@ -230,8 +230,13 @@ def _report(run: dict, console: Console) -> int:
     from testbed.results.report import load_summary, print_summary
 
     run_dir = Path(run["run_dir"]) if run.get("run_dir") else None
-    if run_dir is not None and (run_dir / "summary.json").is_file():
-        print_summary(console, load_summary(run_dir), run_dir)
+    if run_dir is not None:
+        try:
+            summary = load_summary(run_dir)
+        except (UserError, OSError) as exc:  # the server's folder, which this account may not read
+            console.print(f"[yellow]no table: {escape(str(exc))}[/]", soft_wrap=True)
+        else:
+            print_summary(console, summary, run_dir)
     if run.get("error"):
         Console(stderr=True).print(f"[red]{run['status']}:[/] {escape(run['error'])}", soft_wrap=True, markup=True)
     if run_dir is not None:
