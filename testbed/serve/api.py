@@ -127,8 +127,9 @@ async def _submit(request: web.Request) -> web.Response:
 
 
 async def list_runs(request: web.Request) -> web.Response:
-    """GET /runs: for anyone who may connect (the web page's listener too)."""
-    return web.json_response({"runs": _service(request).queue.listing()})
+    """GET /runs: for anyone who may connect (the web page's listener too). `seq`: the last event they reflect."""
+    seq, runs = _service(request).queue.listing()
+    return web.json_response({"runs": runs, "seq": seq})
 
 
 async def _get(request: web.Request) -> web.Response:
@@ -283,7 +284,8 @@ OPENAPI: dict[str, Any] = {
                                 "schema": {
                                     "type": "object",
                                     "properties": {
-                                        "runs": {"type": "array", "items": {"$ref": "#/components/schemas/Run"}}
+                                        "runs": {"type": "array", "items": {"$ref": "#/components/schemas/Run"}},
+                                        "seq": {"type": "integer", "description": "the last event they reflect"},
                                     },
                                 }
                             }

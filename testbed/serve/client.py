@@ -77,6 +77,7 @@ class Client:
         return self.request("POST", "/runs", body)
 
     def runs(self) -> list[dict]:
+        """Every run: the running one, the queued in order, those done, newest first."""
         return self.request("GET", "/runs")["runs"]
 
     def run(self, run_id: str) -> dict:

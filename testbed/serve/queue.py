@@ -67,6 +67,7 @@ class RunQueue:
         self._done: list[QueuedRun] = []
         self._events: list[dict] = []
         self._seq = itertools.count(1)
+        self._last_seq = 0
         self._listeners: list[Callable[[dict], None]] = []
         self.closed = False
 
@@ -144,13 +145,15 @@ class RunQueue:
         with self._lock:
             return next((r for r in self._all() if r.id == run_id), None)
 
-    def listing(self) -> list[dict]:
-        """Every run: the running one, the queued in their order (position 1 is next), then those done, newest first."""
+    def listing(self) -> tuple[int, list[dict]]:
+        """(the last event's seq, every run: the running one, the queued in their order (position 1 is next), then
+        those done, newest first): the runs as they stand after that event.
+        """
         with self._lock:
             rows = [self.running.describe(None)] if self.running is not None else []
             rows += [r.describe(i) for i, r in enumerate(self._queued, 1)]
             rows += [r.describe(None) for r in reversed(self._done)]
-            return rows
+            return self._last_seq, rows
 
     def describe(self, run: QueuedRun) -> dict:
         with self._lock:
@@ -183,7 +186,8 @@ class RunQueue:
 
     def _record(self, kind: str, run: QueuedRun, data: dict | None = None) -> None:
         position = self._queued.index(run) + 1 if run in self._queued else None
-        event = {"seq": next(self._seq), "type": kind, "time": time.time(), "run": run.describe(position)}
+        self._last_seq = next(self._seq)
+        event = {"seq": self._last_seq, "type": kind, "time": time.time(), "run": run.describe(position)}
         if data is not None:
             event["data"] = data
         self._events.append(event)

@@ -67,7 +67,6 @@ class Server:
         # The socket's place first: a second server for the lab is refused before it starts anything.
         prepare_folder(config.socket_path.parent, shared=config.socket_path.parent != own_dir())
         _claim(config.socket_path)
-        self._spool = Path(tempfile.mkdtemp(prefix="testbed-serve-"))
         inventory_bytes = Path(config.inventory_file).read_bytes()
         self.inventory_sha256 = hashlib.sha256(inventory_bytes).hexdigest()
         self.lab = ServedLab(
@@ -77,6 +76,7 @@ class Server:
             console=Console(quiet=True),
             queue=self.queue,
         )
+        self._spool = Path(tempfile.mkdtemp(prefix="testbed-serve-"))  # submitted playbooks, while they load
 
     # -- preparing a submitted run (in the API's worker threads) -----------------------------------------------
 
@@ -210,7 +210,7 @@ class Server:
             self.console.print_exception()
         finally:
             self.lab.serving = None
-            run_dir = run_dir or self.lab.last_run_dir
+            run_dir = run_dir or item.run_dir  # a run stopped after it had its folder, before Lab.run returned
             self.queue.finish(item, status, error, run_dir)
         said = f"run {item.id}: {status}" + (f" ({escape(error.splitlines()[0])})" if error else "")
         self.console.print(said, soft_wrap=True)  # one line a run, for journald
@@ -239,13 +239,11 @@ class ServedLab(Lab):
         super().__init__(*args, **kwargs)
         self.queue = queue
         self.serving: QueuedRun | None = None
-        self.last_run_dir: str | None = None
         self._follower: EventsFollower | None = None
 
     def _devices_for(self, plan, truth_log: Path, run_id: str):
         # The engine asks for the devices once the run has its folder: that folder's events are followed from here.
         run_dir = truth_log.parent
-        self.last_run_dir = str(run_dir)
         if self.serving is not None:
             self.serving.run_dir = str(run_dir)
             self._follower = EventsFollower(run_dir / "events.jsonl", self.queue, self.serving)

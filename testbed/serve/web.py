@@ -108,12 +108,18 @@ function said(data) {
   return trials + " (" + data.op + last + ")";
 }
 
-// A run's event says where that run is; the others' places in the queue move with it: read them all again.
+// A run's event says where that run is; the others' places in the queue move with it: read them all again. What
+// the page shows never goes back: an answer or an event older than the newest applied (by the server's event
+// numbers) is left out.
+let applied = 0;
 let reading = false, again = false;  // one read at a time, and one more after it if an event came meanwhile
 function readRuns() {
   if (reading) { again = true; return; }
   reading = true;
   fetch("runs").then(r => r.json()).then(answer => {
+    if (answer.seq < applied) return;
+    applied = answer.seq;
+    runs.clear();
     for (const r of answer.runs) runs.set(r.id, r);
     render();
   }).finally(() => {
@@ -126,10 +132,12 @@ const events = new EventSource("events?since=0");
 for (const type of ["run.queued", "run.started", "run.progress", "run.moved", "run.ended"]) {
   events.addEventListener(type, message => {
     const event = JSON.parse(message.data);
-    runs.set(event.run.id, event.run);
     if (type === "run.progress") progress.set(event.run.id, said(event.data));
     else readRuns();
-    document.body.dataset.lastEvent = event.seq;
+    if (event.seq > applied) {
+      applied = event.seq;
+      runs.set(event.run.id, event.run);
+    }
     render();
   });
 }
