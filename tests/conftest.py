@@ -21,6 +21,9 @@ os.environ["TESTBED_STRICT_EVENTS"] = "1"
 os.environ["TESTBED_LEASE_DIR"] = tempfile.mkdtemp(prefix="testbed-leases-")
 # The catalogs of the runs tests make, likewise in a folder of this session's, not the user's cache.
 os.environ["TESTBED_CATALOG_DIR"] = tempfile.mkdtemp(prefix="testbed-catalogs-")
+# `testbed run` looks for a lab's server (testbed serve) here alone: a test's run never goes to a server of the
+# machine's; the tests of testbed serve start theirs in folders of their own.
+os.environ["TESTBED_SERVE_DIR"] = tempfile.mkdtemp(prefix="testbed-serve-")
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_INVENTORY = REPO / "playbooks" / "inventory" / "emulated-rack.yaml"

@@ -43,12 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
     _run_shape_options(p)
     p.add_argument("--emulate", action="store_true", help="run against the emulated twin of the inventory")
     _netns_option(p)
-    p.add_argument("--results", default="results", help="folder for run folders (default ./results)")
+    p.add_argument("--results", help="folder for run folders (default ./results)")
     _ray_address_option(p, "join this Ray cluster instead of starting a private local one")
     p.add_argument("--yes", action="store_true", help="do not ask before the first write to a real device")
     p.add_argument(
         "--wait", action="store_true", help="on a lab: wait for devices others hold (testbed lease list) to be free"
     )
+    p.add_argument(
+        "--standalone", action="store_true", help="run in this process even when testbed serve serves the lab"
+    )
+
+    from testbed.cli.serve import add_parsers as add_serve_parsers
+
+    add_serve_parsers(sub)  # serve, queue (docs/serve.md)
 
     p = sub.add_parser("emulate", help="run the emulated twin of an inventory until Ctrl-C")
     p.add_argument("inventory", nargs="?", default=DEFAULT_INVENTORY)
@@ -228,6 +235,14 @@ def cmd_plan(args, console: Console) -> int:
 
 
 def cmd_run(args, console: Console) -> int:
+    if not args.standalone:  # a server for the lab (testbed serve) makes the run in its warm session, if one answers
+        from testbed.cli.serve import run_through_server
+
+        inventory_file = args.inventory or default_inventory(args.playbook)
+        served = run_through_server(args, console, inventory_file, lambda: _confirm_writes(args))
+        if served is not None:
+            return served
+    args.results = args.results or "results"
     from testbed.engine.ray_session import RayStart
 
     # Ray's start is the longest wait of a run: it begins first (a local instance in a process of its own) and
@@ -269,6 +284,12 @@ def cmd_run(args, console: Console) -> int:
     return EXIT_OK if run.status == "ok" else EXIT_EXPERIMENT_FAILED
 
 
+def _confirm_writes(args) -> None:
+    _, plan = _load_plan(args)
+    if plan.writes:
+        _confirm(plan)
+
+
 def _confirm(plan) -> None:
     targets = ", ".join(f"{d} ({a})" for d, a in plan.addresses().items() if d in plan.writes)
     if not sys.stdin.isatty():
@@ -282,6 +303,18 @@ def cmd_lease(args, console: Console) -> int:
     from testbed.cli.leases import cmd_lease
 
     return cmd_lease(args, console)
+
+
+def cmd_serve(args, console: Console) -> int:
+    from testbed.cli.serve import cmd_serve
+
+    return cmd_serve(args, console)
+
+
+def cmd_queue(args, console: Console) -> int:
+    from testbed.cli.serve import cmd_queue
+
+    return cmd_queue(args, console)
 
 
 def cmd_emulate(args, console: Console) -> int:
@@ -390,6 +423,8 @@ COMMANDS = {
     "validate": cmd_validate,
     "plan": cmd_plan,
     "run": cmd_run,
+    "serve": cmd_serve,
+    "queue": cmd_queue,
     "emulate": cmd_emulate,
     "lease": cmd_lease,
     "report": cmd_report,

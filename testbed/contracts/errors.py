@@ -86,5 +86,9 @@ class Terminated(KeyboardInterrupt):
 
 
 def interruption(exc: KeyboardInterrupt) -> str:
-    """What stopped a run, in the words its events and summary use."""
+    """What stopped a run, in the words its events and summary use: an interruption raised with words of its own
+    (testbed serve's cancel: "cancelled by alice") says them.
+    """
+    if exc.args and isinstance(exc.args[0], str):
+        return exc.args[0]
     return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"

@@ -1,0 +1,246 @@
+"""`testbed serve`, `testbed queue`, and `testbed run` through a running server (docs/serve.md)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from testbed.contracts.errors import EXIT_BAD_INPUT, EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
+
+DEFAULT_INVENTORY = "playbooks/inventory/emulated-rack.yaml"
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("serve", help="serve the lab: one warm session, a queue of every user's runs (docs/serve.md)")
+    p.add_argument("--inventory", default=DEFAULT_INVENTORY, help=f"the lab's inventory (default {DEFAULT_INVENTORY})")
+    p.add_argument("--emulate", action="store_true", help="serve the emulated twin of the inventory")
+    p.add_argument(
+        "--socket", help="the Unix socket to serve on (default: /run/testbed/NAME.sock as root; docs/serve.md)"
+    )
+    p.add_argument("--results", default="results", help="folder for run folders (default ./results)")
+    p.add_argument("--admin-group", help="members of this group may cancel and move anyone's runs (root always may)")
+    p.add_argument("--socket-group", help="only this group's members (and root) may connect (default: every account)")
+    p.add_argument("--web", metavar="HOST:PORT", help="also serve the read-only web page there, e.g. 127.0.0.1:8080")
+
+    p = sub.add_parser("queue", help="the runs of testbed serve: list them, cancel one, move one in the queue")
+    _server_options(p)
+    action = p.add_subparsers(dest="action", metavar="ACTION")
+    q = action.add_parser("cancel", help="cancel a queued run or stop the running one (yours; an admin: anyone's)")
+    q.add_argument("run_id", metavar="ID")
+    _server_options(q, suppress=True)
+    q = action.add_parser("move", help="move a queued run to POSITION (1 is next)")
+    q.add_argument("run_id", metavar="ID")
+    q.add_argument("position", type=int, metavar="POSITION")
+    _server_options(q, suppress=True)
+
+
+def _server_options(p: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+    # On the actions too, so `testbed queue cancel ID --emulate` works; SUPPRESS keeps what was given before them.
+    default: dict[str, Any] = {"default": argparse.SUPPRESS} if suppress else {}
+    p.add_argument("--inventory", help=f"the lab's inventory (default {DEFAULT_INVENTORY})", **default)
+    p.add_argument("--emulate", action="store_true", help="the server of the emulated twin", **default)
+    p.add_argument("--socket", help="the server's socket (default: found from the inventory)", **default)
+
+
+def cmd_serve(args, console: Console) -> int:
+    from testbed.serve.identity import default_socket
+    from testbed.serve.server import ServeConfig, Server
+
+    if not Path(args.inventory).is_file():
+        raise UserError(f"--inventory {args.inventory}: no such file")
+    if args.admin_group is not None or args.socket_group is not None:
+        _require_groups(args.admin_group, args.socket_group)
+    socket_path = Path(args.socket) if args.socket else default_socket(args.inventory, args.emulate)
+    config = ServeConfig(
+        str(Path(args.inventory).absolute()),
+        args.emulate,
+        socket_path.absolute(),
+        Path(args.results).absolute(),
+        admin_group=args.admin_group,
+        socket_group=args.socket_group,
+        web=_address(args.web) if args.web else None,
+    )
+    return Server(config, console).serve()
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise UserError(f"--web {text}: give HOST:PORT, e.g. 127.0.0.1:8080 (port 0: any free port)")
+    return host.strip("[]"), int(port)
+
+
+def _require_groups(*groups: str | None) -> None:
+    import grp
+
+    for group in groups:
+        if group is not None:
+            try:
+                grp.getgrnam(group)
+            except KeyError:
+                raise UserError(f"{group}: no such group on this machine") from None
+
+
+def _client(args):
+    from testbed.serve.client import Client, find_server
+
+    inventory = getattr(args, "inventory", None) or DEFAULT_INVENTORY
+    emulate = getattr(args, "emulate", False)
+    socket_path = getattr(args, "socket", None)
+    if socket_path is None:
+        found = find_server(inventory, emulate)
+        if found is None:
+            what = "its twin" if emulate else Path(inventory).name
+            raise UserError(f"no testbed serve for {what} is running (testbed serve starts one; docs/serve.md)")
+        socket_path = found
+    return Client(socket_path)
+
+
+def cmd_queue(args, console: Console) -> int:
+    client = _client(args)
+    if args.action == "cancel":
+        answer = client.cancel(args.run_id)
+        said = "cancelled" if answer["outcome"] == "cancelled" else "stopping (as on Ctrl-C: teardown, then its end)"
+        console.print(f"{escape(answer['id'])}: {said}", soft_wrap=True)
+        return EXIT_OK
+    if args.action == "move":
+        answer = client.move(args.run_id, args.position)
+        console.print(f"{escape(answer['id'])}: now at position {answer['position']}", soft_wrap=True)
+        return EXIT_OK
+    runs = client.runs()
+    table = Table(title=f"testbed serve at {client.socket_path}", title_justify="left")
+    for column in ("id", "user", "status", "position", "playbook", "submitted", "run"):
+        table.add_column(column, overflow="fold")  # a narrow terminal wraps an id, never cuts it
+    for run in runs:
+        table.add_row(
+            escape(run["id"]),
+            escape(run["user"]),
+            run["status"],
+            str(run["position"] or ""),
+            escape(Path(run["playbook"]).name),
+            datetime.fromtimestamp(run["submitted"]).strftime("%H:%M:%S"),
+            escape(Path(run["run_dir"]).name if run["run_dir"] else ""),
+        )
+    console.print(table)
+    if not runs:
+        console.print("no runs yet")
+    return EXIT_OK
+
+
+# -- testbed run through the server ----------------------------------------------------------------------------
+
+
+def run_through_server(args, console: Console, inventory_file: str, confirm_writes: Callable[[], None]) -> int | None:
+    """`testbed run` when a server answers for the inventory: submit, follow its events, print the same summary as a
+    standalone run -> the exit code; None when no server answers (the run is then made here, as without one).
+    """
+    from testbed.serve.client import Client, find_server
+
+    socket_path = find_server(inventory_file, args.emulate)
+    if socket_path is None:
+        return None
+    if args.netns:
+        raise UserError(f"--netns: testbed serve at {socket_path} runs the twin as it was started; add --standalone")
+    client = Client(socket_path)
+    info = client.info()
+    if args.results is not None and Path(args.results).absolute() != Path(info["results"]):
+        raise UserError(
+            f"--results {args.results}: runs through testbed serve at {socket_path} go to its results folder, "
+            f"{info['results']}; leave --results out, or add --standalone"
+        )
+    yes = args.yes
+    if not args.emulate and not yes:
+        confirm_writes()  # asks on the terminal, as a standalone run does, when the run writes to real devices
+        yes = True
+    try:
+        text = Path(args.playbook).read_text(encoding="utf-8")
+        inventory_bytes = Path(inventory_file).read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read {exc.filename or args.playbook}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{args.playbook}: not UTF-8 text ({exc})") from None
+    console.print(f"via testbed serve at {socket_path}", soft_wrap=True, markup=False, highlight=False)
+    body = {
+        "playbook": text,
+        "playbook_file": str(Path(args.playbook).absolute()),
+        "inventory_sha256": hashlib.sha256(inventory_bytes).hexdigest(),
+        "emulate": args.emulate,
+        "trials": args.trials,
+        "seed": args.seed,
+        "yes": yes,
+    }
+    queued = client.submit(body)
+    where = f" at position {queued['position']}" if queued["position"] and queued["position"] > 1 else ""
+    console.print(f"run {queued['id']} queued{where}", soft_wrap=True, markup=False, highlight=False)
+    final = _follow(client, queued["id"], console)
+    return _report(final, console)
+
+
+def _follow(client, run_id: str, console: Console) -> dict:
+    """Print the run's progress until it ends -> its last description. Ctrl-C cancels it (a queued run is dropped; the
+    running one stops as a standalone run stops on Ctrl-C) and waits for its end; a second Ctrl-C leaves it.
+    """
+    final, seen = None, 0
+    try:
+        for event in client.events(run_id=run_id):
+            final, seen = event["run"], event["seq"]
+            _print_event(event, console)
+    except KeyboardInterrupt:
+        console.print(f"cancelling run {run_id} (Ctrl-C again to stop waiting for it)")
+        client.cancel(run_id)
+        for event in client.events(since=seen, run_id=run_id):
+            final = event["run"]
+            _print_event(event, console)
+    if final is None or final["status"] in ("queued", "running"):
+        final = client.run(run_id)
+    return final
+
+
+def _print_event(event: dict, console: Console) -> None:
+    kind, run = event["type"], event["run"]
+    if kind == "run.started":
+        console.print(f"run {run['id']} started", markup=False, highlight=False)
+    elif kind == "run.moved" and run["position"]:
+        console.print(f"run {run['id']} moved to position {run['position']}", markup=False, highlight=False)
+    elif kind == "run.progress":
+        data = event.get("data", {})
+        if data.get("type") == "fail":
+            console.print(
+                f"[red]fail[/] {escape(str(data.get('device')))}: {escape(str(data.get('op')))}: "
+                f"{escape(str(data.get('error')).splitlines()[0] if data.get('error') else '')}",
+                soft_wrap=True,
+            )
+        elif data.get("op") == "trial.end":
+            last = data.get("last_measure")
+            measured = f", last {last['span']} {last['ms']:.2f} ms" if last and last.get("ms") is not None else ""
+            total = data.get("trials") or "?"
+            said = f"trials {data['trials_done']}/{total} ({data.get('status') or 'ok'}{measured})"
+            console.print(said, markup=False, highlight=False)
+
+
+def _report(run: dict, console: Console) -> int:
+    from testbed.results.report import load_summary, print_summary
+
+    run_dir = Path(run["run_dir"]) if run.get("run_dir") else None
+    if run_dir is not None:
+        try:
+            summary = load_summary(run_dir)
+        except (UserError, OSError) as exc:  # the server's folder, which this account may not read
+            console.print(f"[yellow]no table: {escape(str(exc))}[/]", soft_wrap=True)
+        else:
+            print_summary(console, summary, run_dir)
+    if run.get("error"):
+        Console(stderr=True).print(f"[red]{run['status']}:[/] {escape(run['error'])}", soft_wrap=True, markup=True)
+    if run_dir is not None:
+        console.print(f"results: {run_dir}", soft_wrap=True, markup=False, highlight=False)
+    if run["status"] == "ok":
+        return EXIT_OK
+    return EXIT_BAD_INPUT if run["status"] == "refused" else EXIT_EXPERIMENT_FAILED

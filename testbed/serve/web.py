@@ -1,0 +1,149 @@
+"""The server's web page, read-only: the runs under way with their progress, the queue, the runs done; kept live by
+the server-sent events of GET /events (no reload). Served on a TCP address of its own (`testbed serve --web
+127.0.0.1:8080`) where a browser reaches it; that listener answers only what anyone may read (the page, GET /runs,
+GET /events, the OpenAPI document): with no kernel to say who a TCP client is, nothing there changes a run.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from testbed.serve.api import OPENAPI, Service, list_runs, stream_events
+
+
+def make_web_app(service: Service) -> web.Application:
+    app = web.Application()
+    app["service"] = service
+    app.router.add_get("/", _page)
+    app.router.add_get("/runs", list_runs)
+    app.router.add_get("/events", stream_events)
+    app.router.add_get("/openapi.json", _openapi)
+    return app
+
+
+async def _openapi(request: web.Request) -> web.Response:
+    return web.json_response(OPENAPI)
+
+
+async def _page(request: web.Request) -> web.Response:
+    info = request.app["service"].info
+    title = f"testbed serve: {info['inventory']}" + (" (twin)" if info["emulate"] else "")
+    page = PAGE.replace("{{title}}", _escape(title))
+    return web.Response(text=page, content_type="text/html", headers={"Cache-Control": "no-store"})
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+# One page, no framework: a table per state, rebuilt from the runs as the events tell them. Every text from the
+# server goes in through textContent (never as HTML).
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{{title}}</title>
+<style>
+  body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
+  h1 { font-size: 1.2em; } h2 { font-size: 1em; margin-top: 1.5em; }
+  table { border-collapse: collapse; min-width: 40em; }
+  th, td { text-align: left; padding: 0.2em 0.8em; border-bottom: 1px solid #ddd; }
+  td.status-ok { color: #16691f; } td.status-failed, td.status-aborted { color: #a31515; }
+  #connection { color: #777; font-size: 0.9em; }
+</style>
+</head>
+<body>
+<h1>{{title}}</h1>
+<p id="connection">connecting...</p>
+<h2>Running and queued</h2>
+<table id="active"><thead><tr><th>id</th><th>user</th><th>playbook</th><th>status</th><th>position</th>
+<th>progress</th></tr></thead><tbody></tbody></table>
+<h2>Done</h2>
+<table id="done"><thead><tr><th>id</th><th>user</th><th>playbook</th><th>status</th><th>ended</th>
+<th>results</th><th>error</th></tr></thead><tbody></tbody></table>
+<script>
+"use strict";
+const runs = new Map();      // id -> the run as the last event described it
+const progress = new Map();  // id -> what its last progress event said
+
+function cell(row, text, cls) {
+  const td = row.insertCell();
+  td.textContent = text == null ? "" : String(text);
+  if (cls) td.className = cls;
+}
+
+function base(path) { return path ? path.split("/").pop() : ""; }
+
+function render() {
+  const all = [...runs.values()];
+  const active = all.filter(r => r.status === "running" || r.status === "queued")
+    .sort((a, b) => (a.status === "running" ? 0 : a.position) - (b.status === "running" ? 0 : b.position));
+  const done = all.filter(r => !(r.status === "running" || r.status === "queued"))
+    .sort((a, b) => b.ended - a.ended);
+  const body = document.querySelector("#active tbody");
+  body.replaceChildren();
+  for (const r of active) {
+    const row = body.insertRow();
+    row.dataset.run = r.id; row.dataset.status = r.status;
+    cell(row, r.id); cell(row, r.user); cell(row, base(r.playbook)); cell(row, r.status, "status-" + r.status);
+    cell(row, r.position);
+    cell(row, progress.get(r.id) || "");
+  }
+  const ended = document.querySelector("#done tbody");
+  ended.replaceChildren();
+  for (const r of done) {
+    const row = ended.insertRow();
+    row.dataset.run = r.id; row.dataset.status = r.status;
+    cell(row, r.id); cell(row, r.user); cell(row, base(r.playbook)); cell(row, r.status, "status-" + r.status);
+    cell(row, r.ended ? new Date(r.ended * 1000).toLocaleTimeString() : "");
+    cell(row, base(r.run_dir)); cell(row, r.error);
+  }
+}
+
+function said(data) {
+  if (data.type === "fail") return "fail " + data.device + ": " + data.op;
+  const trials = "trials " + data.trials_done + "/" + (data.trials == null ? "?" : data.trials);
+  const last = data.last_measure && data.last_measure.ms != null
+    ? ", last " + data.last_measure.span + " " + data.last_measure.ms.toFixed(2) + " ms" : "";
+  return trials + " (" + data.op + last + ")";
+}
+
+// A run's event says where that run is; the others' places in the queue move with it: read them all again. What
+// the page shows never goes back: an answer or an event older than the newest applied (by the server's event
+// numbers) is left out.
+let applied = 0;
+let reading = false, again = false;  // one read at a time, and one more after it if an event came meanwhile
+function readRuns() {
+  if (reading) { again = true; return; }
+  reading = true;
+  fetch("runs").then(r => r.json()).then(answer => {
+    if (answer.seq < applied) return;
+    applied = answer.seq;
+    runs.clear();
+    for (const r of answer.runs) runs.set(r.id, r);
+    render();
+  }).finally(() => {
+    reading = false;
+    if (again) { again = false; readRuns(); }
+  });
+}
+
+const events = new EventSource("events?since=0");
+for (const type of ["run.queued", "run.started", "run.progress", "run.moved", "run.ended"]) {
+  events.addEventListener(type, message => {
+    const event = JSON.parse(message.data);
+    if (type === "run.progress") progress.set(event.run.id, said(event.data));
+    else readRuns();
+    if (event.seq > applied) {
+      applied = event.seq;
+      runs.set(event.run.id, event.run);
+    }
+    render();
+  });
+}
+events.onopen = () => { document.getElementById("connection").textContent = "live"; };
+events.onerror = () => { document.getElementById("connection").textContent = "reconnecting..."; };
+</script>
+</body>
+</html>
+"""
