@@ -153,8 +153,10 @@ def span_columns(
 
     One dict per run that measured any of them, oldest first: run_id, folder, path, results, playbook, inventory,
     target, status, git_commit, git_dirty, started (UTC ISO), `spans` {span: ms as a numpy array} and `trials`
-    {span: each sample's trial, an array of the same length}. Within a run the samples are in trial order (within a
-    trial, by duration): the order the covering index holds them in, so no sample is looked up or sorted one by one.
+    {span: each sample's trial, an array of the same length}, `sweeps` {trial: its sweep point's key, sorted JSON}
+    (testbed.catalog.points splits the samples by point with it), `tags` its tags. Within a run the samples are in
+    trial order (within a trial, by duration): the order the covering index holds them in, so no sample is looked
+    up or sorted one by one.
     """
     names = _span_names(spans)
     sync_first = filters.pop("sync_first", True)
@@ -166,6 +168,15 @@ def span_columns(
             heads = {head["id"]: head for head in _run_heads(conn, where, params)}
             if not heads:
                 continue
+            picked_runs = f" WHERE run IN (SELECT r.id FROM runs r {where})" if where else ""
+            for run, trial, sweep in conn.execute(f"SELECT run, trial, sweep FROM trials{picked_runs}", params):
+                if run in heads:
+                    heads[run].setdefault("sweeps", {})[trial] = sweep
+            for head in heads.values():
+                head["tags"] = []
+            for run, name in conn.execute(f"SELECT run, name FROM tags{picked_runs} ORDER BY rowid", params):
+                if run in heads:
+                    heads[run]["tags"].append(name)
             span_names = (
                 names if names is not None else [row[0] for row in conn.execute("SELECT DISTINCT span FROM spans")]
             )

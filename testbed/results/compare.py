@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from testbed.contracts.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
+from testbed.results.points import point_key, point_label, point_order
 from testbed.results.report import load_summary
 
 OVERLAP = "CIs overlap: no clear difference"
@@ -67,30 +68,79 @@ def _ratio(a: dict, b: dict) -> str:
     return f"{b['p50_ms'] / a['p50_ms']:.2f}"
 
 
-def compare_summaries(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> Group:
-    """The comparison as rich renderables: one table of the spans both runs measured (two lines per span,
-    A then B), then the spans only one of them measured, then a note on what the verdicts mean.
-    """
-    spans_a, spans_b = a.get("spans", {}), b.get("spans", {})
-    common = [n for n in spans_a if n in spans_b]
-    table = Table(title=f"A = {label_a}\nB = {label_b}", title_justify="left")
+def _table(title: str, swept: bool) -> Table:
+    table = Table(title=title, title_justify="left")
     table.add_column("span", overflow="fold")
+    if swept:
+        table.add_column("sweep point", overflow="fold")
     table.add_column("run")
     table.add_column("n", justify="right")
     table.add_column("p50 ms [95% CI]", justify="right", no_wrap=True)
     table.add_column("max ms", justify="right")
     table.add_column("B/A", justify="right")
     table.add_column("verdict", min_width=12)
-    for name in common:
-        sa, sb = spans_a[name], spans_b[name]
-        if sa.get("n") and sb.get("n"):
-            v = verdict(sa, sb)
-        else:
-            v = "no samples in " + " and ".join(x for x, s in (("A", sa), ("B", sb)) if not s.get("n"))
-        style = {FASTER: "green", SLOWER: "red"}.get(v, "")
-        table.add_row(name, "A", str(sa.get("n", 0)), _median(sa), _max(sa), _ratio(sa, sb), Text(v, style=style))
-        table.add_row("", "B", str(sb.get("n", 0)), _median(sb), _max(sb), "", "", end_section=True)
-    parts: list = [table] if common else [Text("no span measured by both runs")]
+    return table
+
+
+def _add_span(table: Table, name: str, sa: dict, sb: dict, point: str | None) -> None:
+    """A span's two lines, A then B (with the sweep point's label when the runs sweep)."""
+    if sa.get("n") and sb.get("n"):
+        v = verdict(sa, sb)
+    else:
+        v = "no samples in " + " and ".join(x for x, s in (("A", sa), ("B", sb)) if not s.get("n"))
+    style = {FASTER: "green", SLOWER: "red"}.get(v, "")
+    first = [name] + ([point] if point is not None else [])
+    blank = [""] + ([""] if point is not None else [])
+    table.add_row(*first, "A", str(sa.get("n", 0)), _median(sa), _max(sa), _ratio(sa, sb), Text(v, style=style))
+    table.add_row(*blank, "B", str(sb.get("n", 0)), _median(sb), _max(sb), "", "", end_section=True)
+
+
+def _points(summary: dict) -> dict[str, dict]:
+    """A summary's sweep points: {key (sorted JSON): its spans}; empty for a run without a sweep."""
+    return {
+        point_key(p.get("point")): p.get("spans") or {}
+        for p in summary.get("sweep") or []
+        if isinstance(p, dict) and isinstance(p.get("point"), dict)
+    }
+
+
+def compare_summaries(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> Group:
+    """The comparison as rich renderables: one table of the spans both runs measured (two lines per span,
+    A then B), then the spans only one of them measured, then a note on what the verdicts mean.
+
+    Runs that sweep are compared sweep point by sweep point (a point's samples against the same point's): a span's
+    samples over every point mix the points, and the two runs' mixes need not be alike.
+    """
+    spans_a, spans_b = a.get("spans", {}), b.get("spans", {})
+    points_a, points_b = _points(a), _points(b)
+    parts: list = []
+    if a.get("playbook") != b.get("playbook"):
+        parts.append(
+            Text(
+                f"A and B are runs of different playbooks ({a.get('playbook', '?')}, {b.get('playbook', '?')}): "
+                "a span of the same name may measure another thing",
+                style="yellow",
+            )
+        )
+    if points_a or points_b:
+        common_points = sorted((k for k in points_a if k in points_b), key=point_order)
+        table = _table(f"A = {label_a}\nB = {label_b}\nsweep point by sweep point", swept=True)
+        for name in [n for n in spans_a if n in spans_b]:
+            for key in common_points:
+                sa, sb = points_a[key].get(name), points_b[key].get(name)
+                if sa is not None and sb is not None:
+                    _add_span(table, name, sa, sb, point_label(key))
+        parts.append(table if common_points else Text("no sweep point measured by both runs"))
+        for who, mine, theirs in (("A", points_a, points_b), ("B", points_b, points_a)):
+            alone = [point_label(k) for k in mine if k not in theirs]
+            if alone:
+                parts.append(Text(f"sweep points only in {who} (not compared): {'; '.join(alone)}", style="yellow"))
+    else:
+        common = [n for n in spans_a if n in spans_b]
+        table = _table(f"A = {label_a}\nB = {label_b}", swept=False)
+        for name in common:
+            _add_span(table, name, spans_a[name], spans_b[name], None)
+        parts.append(table if common else Text("no span measured by both runs"))
     only_a = [n for n in spans_a if n not in spans_b]
     only_b = [n for n in spans_b if n not in spans_a]
     for who, names, spans in (("A", only_a, spans_a), ("B", only_b, spans_b)):
