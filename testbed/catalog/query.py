@@ -7,6 +7,7 @@ folder), so what it answers is what is on disk.
 
 from __future__ import annotations
 
+import difflib
 import json
 import sqlite3
 from collections.abc import Iterable
@@ -227,7 +228,7 @@ def _run_heads(conn: sqlite3.Connection, where: str, params: list) -> list[dict]
 
 def resolve_run(run: str, results_dirs: str | Path | Iterable[str | Path] | None = None) -> Path:
     """The folder of RUN: a run folder's path, or a run id or folder name (or a unique start of one) under the
-    results folders. UserError saying what there is when it names no run, or several.
+    results folders. UserError when it names no run (listing the closest ids) or several (listing them).
     """
     path = Path(run)
     if (path / RUN_FILE).is_file():
@@ -236,18 +237,25 @@ def resolve_run(run: str, results_dirs: str | Path | Iterable[str | Path] | None
     for results in dirs:
         if (results / run / RUN_FILE).is_file():
             return results / run
-    candidates = [
-        Path(r["path"]) for r in select_runs(dirs) if r["folder"].startswith(run) or r["run_id"].startswith(run)
-    ]
     where = ", ".join(str(d) for d in dirs)
+    if not any(d.is_dir() for d in dirs):
+        if path.is_dir():
+            raise UserError(f"{run}: a folder, but not a run (no {RUN_FILE}); pass a folder `testbed run` wrote")
+        raise UserError(f"{run}: neither a run folder nor a run id in {where} (no such folder; pass --results DIR)")
+    every = select_runs([d for d in dirs if d.is_dir()])
+    candidates = [Path(r["path"]) for r in every if r["folder"].startswith(run) or r["run_id"].startswith(run)]
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
         if path.is_dir():
             raise UserError(f"{run}: a folder, but not a run (no {RUN_FILE}); pass a folder `testbed run` wrote")
-        raise UserError(f"no run {run!r} in {where}; `testbed runs` lists them (or pass --results DIR)")
-    names = ", ".join(c.name for c in candidates[:5]) + (" ..." if len(candidates) > 5 else "")
-    raise UserError(f"{run!r} names {len(candidates)} runs in {where} ({names}); give more of the run id")
+        names = [r["folder"] for r in every]
+        close = difflib.get_close_matches(run, names, n=3, cutoff=0.5)
+        hint = f"; the closest: {', '.join(close)}" if close else ""
+        raise UserError(f"no run {run!r} in {where}{hint}; `testbed runs` lists them (or pass --results DIR)")
+    more = f" and {len(candidates) - 8} more" if len(candidates) > 8 else ""
+    names = ", ".join(str(c) for c in candidates[:8]) + more
+    raise UserError(f"{run!r} names {len(candidates)} runs in {where}: {names}; give more of the run id")
 
 
 def results_paths(results_dirs: str | Path | Iterable[str | Path] | None) -> list[Path]:

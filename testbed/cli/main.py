@@ -77,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
         _ray_address_option(q, "the lab's Ray cluster, whose keeper holds the leases of every host")
 
     p = sub.add_parser("report", help="print the tables of a run and write its figures (PNG) next to the results")
-    p.add_argument("run_dir", nargs="?", help="a run folder (or --across and a selection of runs)")
+    p.add_argument(
+        "run_dir", nargs="?", help="a run folder, or a run id or its unique start (or --across and a selection)"
+    )
     p.add_argument("--json", action="store_true", help="print summary.json (writes no figures)")
     p.add_argument("--no-plots", action="store_true", help="print the tables only")
     p.add_argument(
@@ -92,11 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_across_options(p)  # report --across SELECTION (docs/catalog.md)
 
-    p = sub.add_parser("compare", help="put two runs side by side, span by span")
-    p.add_argument("run_a")
-    p.add_argument("run_b")
-
     from testbed.cli.runs import add_parser as add_runs_parser
+    from testbed.cli.runs import add_run_options
+
+    p = sub.add_parser("compare", help="put two runs side by side, span by span (sweep point by sweep point)")
+    add_run_options(p, "run_a", "run_b")
 
     add_runs_parser(sub)
     add_campaign_parsers(sub)  # trend, gate
@@ -106,15 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_parser(sub)
 
     p = sub.add_parser("check", help="verify a run from its history (invokes closed, fabric, interlocks)")
-    p.add_argument("run_dir")
+    add_run_options(p, "run_dir")
 
     p = sub.add_parser(
         "heal", help="restore the lab after a run whose runner died (faults, jobs, fabric), from its event log"
     )
-    p.add_argument("run_dir")
+    add_run_options(p, "run_dir")
 
     p = sub.add_parser("replay", help="replay a run's audit log through fresh emulators and compare every reply")
-    p.add_argument("run_dir")
+    add_run_options(p, "run_dir")
 
     p = sub.add_parser("schema", help="write JSON Schemas of inventories and playbooks (for editors)")
     p.add_argument("--out", default=".", help="folder to write inventory.schema.json and playbook.schema.json")
@@ -299,6 +301,9 @@ def cmd_report(args, console: Console) -> int:
         if not args.across:
             raise UserError("give a run folder, or --across and a selection of runs (testbed runs' filters)")
         return cmd_report_across(args, console)
+    from testbed.cli.runs import run_folder
+
+    args.run_dir = str(run_folder(args.run_dir, args.results))
     summary = load_summary(Path(args.run_dir))
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -319,9 +324,11 @@ def cmd_report(args, console: Console) -> int:
 
 
 def cmd_compare(args, console: Console) -> int:
+    from testbed.cli.runs import run_folder
     from testbed.results.compare import main as compare_main
 
-    return compare_main(args.run_a, args.run_b)  # 0 compared, 2 a folder that is not a run
+    run_a, run_b = run_folder(args.run_a, args.results), run_folder(args.run_b, args.results)
+    return compare_main(run_a, run_b)  # 0 compared, 2 a folder that is not a run
 
 
 def cmd_runs(args, console: Console) -> int:
@@ -349,9 +356,10 @@ def cmd_gate(args, console: Console) -> int:
 
 
 def cmd_check(args, console: Console) -> int:
+    from testbed.cli.runs import run_folder
     from testbed.ops.check import check_run
 
-    result = check_run(Path(args.run_dir))
+    result = check_run(run_folder(args.run_dir, args.results))
     for name, problems in result.checks.items():
         if problems:
             console.print(f"[red]FAIL[/] {name}")
@@ -367,15 +375,18 @@ def cmd_check(args, console: Console) -> int:
 
 
 def cmd_heal(args, console: Console) -> int:
+    from testbed.cli.runs import run_folder
     from testbed.ops.heal import heal_run
 
-    return heal_run(Path(args.run_dir), console)  # 0 healed (or nothing to heal), 1 not all healed, 2 bad input
+    # 0 healed (or nothing to heal), 1 not all healed, 2 bad input
+    return heal_run(run_folder(args.run_dir, args.results), console)
 
 
 def cmd_replay(args, console: Console) -> int:
+    from testbed.cli.runs import run_folder
     from testbed.ops.audit_replay import main as replay_main
 
-    return replay_main(args.run_dir)  # 0 all agree, 1 a disagreement, 2 not a run folder
+    return replay_main(str(run_folder(args.run_dir, args.results)))  # 0 all agree, 1 a disagreement, 2 not a run folder
 
 
 def cmd_schema(args, console: Console) -> int:

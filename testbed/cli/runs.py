@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
@@ -47,6 +48,31 @@ def add_selection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--protocol", help="only runs with a switch of this driver or served interface (e.g. netconf)")
 
 
+def run_folder(run: str, results: list[str] | None = None, any_folder: bool = True) -> Path:
+    """The folder a command's RUN argument names: a folder as given (`any_folder`: even one that is not a run, for
+    the command to judge), else a run id or a unique start of one in the results folders (`results`, default
+    ./results), said on stderr. Every command that takes a run resolves it here; UserError (exit 2) listing the
+    candidates when the id is unknown or names several runs.
+    """
+    from testbed.catalog import resolve_run
+    from testbed.catalog.query import results_paths
+
+    path = Path(run)
+    if any_folder and path.is_dir():
+        return path
+    found = resolve_run(run, results_paths(results or None))
+    if found != path:
+        Console(stderr=True, highlight=False).print(f"run {run}: {found}", markup=False, soft_wrap=True)
+    return found
+
+
+def add_run_options(p: argparse.ArgumentParser, *dests: str) -> None:
+    """A command's RUN arguments (a run folder, or a run id or its unique start) and --results to look ids up in."""
+    for dest in dests:
+        p.add_argument(dest, metavar=dest.upper(), help="a run folder, or a run id (or its unique start)")
+    _results_option(p)
+
+
 def selection_filters(args) -> dict:
     """The filters of `add_selection_options` as select_runs' keyword arguments."""
     names = ("playbook", "inventory", "target", "status", "since", "until", "commit", "tag", "protocol")
@@ -65,14 +91,14 @@ def _results_option(p: argparse.ArgumentParser, dest: str = "results") -> None:
 
 
 def cmd_runs(args, console: Console) -> int:
-    from testbed.catalog import add_note, add_tag, index_run, reindex, resolve_run, select_runs, sync
+    from testbed.catalog import add_note, add_tag, index_run, reindex, select_runs, sync
     from testbed.catalog.query import results_paths
 
     given = (args.results or []) + (getattr(args, "action_results", None) or [])
     dirs = results_paths(given or None)
     errors = Console(stderr=True, highlight=False)
     if args.action in ("tag", "note"):
-        run_dir = resolve_run(args.run, dirs)
+        run_dir = run_folder(args.run, [str(d) for d in dirs], any_folder=False)
         if args.action == "tag":
             add_tag(run_dir, args.name)
             done = f"tagged {run_dir.name}: {args.name}"
