@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from testbed.catalog.points import check_selection, group_label, groups, sort_groups
-from testbed.catalog.query import span_columns
+from testbed.catalog.query import span_columns, span_counts, unknown_spans
 from testbed.contracts.errors import UserError
 from testbed.results.stats import summarize
 
@@ -37,7 +37,7 @@ def across(
     """
     runs = span_columns(results_dirs, list(spans) if spans is not None else None, **filters)
     if not runs:
-        raise UserError(f"no run {_described(filters)} measured {_spans_said(spans)}; `testbed runs` lists the runs")
+        raise UserError(_nothing_measured(results_dirs, spans, filters))
     wanted = sweep or {}
     check_selection(wanted, [k for r in runs for k in (r.get("sweeps") or {}).values()])
     names: list[str] = []
@@ -93,7 +93,7 @@ def trend(
         raise UserError(f"--by {by!r}: one of {', '.join(BY)}")
     runs = span_columns(results_dirs, span, **filters)
     if not runs:
-        raise UserError(f"no run {_described(filters)} measured {span!r}; `testbed runs` lists the runs")
+        raise UserError(_nothing_measured(results_dirs, [span], filters))
     wanted = sweep or {}
     check_selection(wanted, [k for r in runs for k in (r.get("sweeps") or {}).values()])
     if by == "tag":
@@ -143,6 +143,17 @@ def _tags(runs: list[dict]) -> dict[str, list[str]]:
     paths = {r["path"] for r in runs}
     dirs = list(dict.fromkeys(r["results"] for r in runs))
     return {r["path"]: r["tags"] for r in select_runs(dirs, sync_first=False) if r["path"] in paths}
+
+
+def _nothing_measured(results_dirs, spans: Iterable[str] | None, filters: dict) -> str:
+    """Why a selection gave no samples: no run selected, or the spans asked for are not among those it measured
+    (listed, with the closest to each).
+    """
+    measured = span_counts(results_dirs, **{k: v for k, v in filters.items() if k != "sync_first"})
+    said = f"no run {_described(filters)} measured {_spans_said(spans)}"
+    if spans is None or not measured:
+        return f"{said}; `testbed runs` lists the runs"
+    return f"{said}: " + (unknown_spans(spans, measured, "them") or "")
 
 
 def _described(filters: dict) -> str:

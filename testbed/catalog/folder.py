@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from testbed.catalog.annotations import ANNOTATIONS_FILE, read_annotations
+from testbed.catalog.annotations import ANNOTATIONS_FILE, read_annotations, read_params
 from testbed.events import JsonlError, Op, read_events, read_faults
 from testbed.families import FAMILIES
 from testbed.results.milestones import MILESTONES
@@ -58,6 +58,7 @@ def read_run(run_dir: Path, indexed_at: float) -> RunRows:
         raise NotIndexed(f"damaged: {exc}") from None
     try:
         tags, notes = read_annotations(run_dir)
+        params = read_params(run_dir)
     except JsonlError as exc:
         raise NotIndexed(f"damaged: {exc}") from None
     records = events.records if events is not None else []
@@ -122,6 +123,7 @@ def read_run(run_dir: Path, indexed_at: float) -> RunRows:
         "faults": _faults(records),
         "tags": tags,
         "notes": notes,
+        "params": [{"name": k, "value": v} for k, v in params.items()],
     }
     return RunRows(run, children)
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from testbed.catalog.points import check_selection, group_label, groups, sort_groups
-from testbed.catalog.query import span_columns
+from testbed.catalog.query import did_you_mean, span_columns, span_counts
 from testbed.contracts.errors import UserError
 from testbed.results.stats import median_ratio_interval
 
@@ -45,7 +45,7 @@ def parse_selection(items: Iterable[str], option: str = "--baseline") -> dict:
             if not eq and key in FLAGS:
                 key, value = FLAGS[key]
             elif not eq or not value or key not in KEYS:
-                why = f"unknown key {key!r}" if eq and key not in KEYS else "give KEY=VALUE"
+                why = f"unknown key {key!r}{did_you_mean(key, KEYS)}" if eq and key not in KEYS else "give KEY=VALUE"
                 raise UserError(f"{option} {part!r}: {why}; keys: {', '.join(KEYS)} (e.g. {option} tag=before,twin)")
             if key == "tag":
                 filters.setdefault("tag", []).append(value)
@@ -89,9 +89,9 @@ def gate(
         sides[side] = runs
         for span in names:
             if not any(span in r["spans"] for r in runs):
-                measured = sorted({s for r in runs for s in r["spans"]})
+                measured = sorted(span_counts(results_dirs, **filters))
                 raise UserError(
-                    f"the {side} ({_said(filters)}) has no run that measured {span!r}"
+                    f"the {side} ({_said(filters)}) has no run that measured {span!r}{did_you_mean(span, measured)}"
                     + (f"; its runs measured: {', '.join(measured)}" if measured else "; `testbed runs` lists the runs")
                 )
     overlap = {r["path"] for r in sides["baseline"]} & {r["path"] for r in sides["candidate"]}

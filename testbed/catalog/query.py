@@ -23,6 +23,7 @@ from testbed.contracts.errors import UserError
 
 DEFAULT_RESULTS = "results"  # where `testbed run` writes (its --results default)
 TARGETS = ("lab", "twin")
+STATUSES = ("ok", "failed", "aborted", "running")  # a run's status in run.json (running: its runner died unhealed)
 RUN_COLUMNS = (
     "id, run_id, folder, status, error, playbook, playbook_file, inventory, inventory_file, target, seed, "
     "trials_planned, trials_ok, trials_failed, git_commit, git_dirty, testbed_version, versions, user, host, "
@@ -43,6 +44,7 @@ def select_runs(
     commit: str | None = None,
     tag: str | Iterable[str] | None = None,
     protocol: str | None = None,
+    param: dict[str, str] | None = None,
     sync_first: bool = True,
 ) -> list[dict]:
     """The runs under `results_dirs` (default ./results) that pass every filter given, oldest first.
@@ -50,11 +52,12 @@ def select_runs(
     Filters: `run` a run id or folder name (or a unique start of one); `playbook`, `inventory` their names;
     `target` "lab" or "twin"; `status` ok, failed, aborted (running: a run whose runner died unhealed);
     `since`/`until` a date (UTC; `until` takes the whole day) or an ISO datetime; `commit` the start of a git
-    commit; `tag` a tag, or several that must all be there; `protocol` a switch's driver or served interface.
+    commit; `tag` a tag, or several that must all be there; `protocol` a switch's driver or served interface;
+    `param` {name: value} parameters given at run time (`testbed run --param`), all of which must hold.
     Each run is a dict: the runs table's columns (times as UTC ISO strings, `versions` a dict), `path` (its
     folder), `results` (its results folder), `duration_s`, `switches`, `tags` and `notes`.
     """
-    where, params = _where(run, playbook, inventory, target, status, since, until, commit, tag, protocol)
+    where, params = _where(run, playbook, inventory, target, status, since, until, commit, tag, protocol, param)
     out: list[dict] = []
     for results, conn in _catalogs(results_dirs, sync_first):
         try:
@@ -209,6 +212,47 @@ def span_columns(
     return out
 
 
+def span_counts(results_dirs: str | Path | Iterable[str | Path] | None = None, **filters) -> dict[str, dict]:
+    """The spans the selected runs measured: {span: {"runs": how many runs, "samples": how many samples}}, by name.
+    What `testbed spans` prints, and what an unknown span's error lists.
+    """
+    sync_first = filters.pop("sync_first", True)
+    where, params = _where(**filters)
+    out: dict[str, dict] = {}
+    for _results, conn in _catalogs(results_dirs, sync_first):
+        try:
+            picked = f" WHERE run IN (SELECT r.id FROM runs r {where})" if where else ""
+            rows = conn.execute(
+                f"SELECT span, COUNT(DISTINCT run), COUNT(*) FROM spans{picked} GROUP BY span", params
+            ).fetchall()
+        finally:
+            conn.close()
+        for span, runs, samples in rows:
+            entry = out.setdefault(span, {"runs": 0, "samples": 0})
+            entry["runs"] += runs
+            entry["samples"] += samples
+    return dict(sorted(out.items()))
+
+
+def unknown_spans(spans: Iterable[str], measured: Iterable[str], said: str = "the selected runs") -> str | None:
+    """The error for spans no selected run measured: each with its closest measured name, and the names there are;
+    None when every span was measured.
+    """
+    measured = list(measured)
+    missing = [s for s in spans if s not in measured]
+    if not missing:
+        return None
+    each = "; ".join(f"{s!r}{did_you_mean(s, measured)}" for s in missing)
+    listed = ", ".join(measured[:30]) + (f" and {len(measured) - 30} more" if len(measured) > 30 else "")
+    return f"no span {each} in {said}; they measured: {listed or 'nothing'} (`testbed spans` lists them)"
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`; did you mean 'X'?` for the closest of `choices` to a mistyped word, or "" when none is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _span_names(spans: str | Iterable[str] | None) -> list[str] | None:
     return [spans] if isinstance(spans, str) else list(spans) if spans is not None else None
 
@@ -283,7 +327,7 @@ def _catalogs(results_dirs, sync_first: bool):
 
 
 def _extras(conn: sqlite3.Connection, ids: list[int]) -> dict[int, dict]:
-    out: dict[int, dict] = {i: {"switches": [], "tags": [], "notes": []} for i in ids}
+    out: dict[int, dict] = {i: {"switches": [], "tags": [], "notes": [], "params": {}} for i in ids}
     if not ids:
         return out
     for row in conn.execute(
@@ -295,6 +339,9 @@ def _extras(conn: sqlite3.Connection, ids: list[int]) -> dict[int, dict]:
     for row in conn.execute("SELECT run, name FROM tags ORDER BY rowid"):
         if row["run"] in out:
             out[row["run"]]["tags"].append(row["name"])
+    for row in conn.execute("SELECT run, name, value FROM params ORDER BY rowid"):
+        if row["run"] in out:
+            out[row["run"]]["params"][row["name"]] = row["value"]
     for row in conn.execute("SELECT run, text, wall, user FROM notes ORDER BY rowid"):
         if row["run"] in out:
             out[row["run"]]["notes"].append({"text": row["text"], "at": iso(row["wall"]), "user": row["user"]})
@@ -312,6 +359,7 @@ def _where(
     commit=None,
     tag=None,
     protocol=None,
+    param=None,
 ) -> tuple[str, list]:
     clauses: list[str] = []
     params: list = []
@@ -319,6 +367,8 @@ def _where(
         clauses.append("(r.folder = ? OR r.run_id = ? OR r.folder LIKE ? ESCAPE '\\' OR r.run_id LIKE ? ESCAPE '\\')")
         prefix = _like_prefix(run)
         params += [run, run, prefix, prefix]
+    if status is not None and status not in STATUSES:
+        raise UserError(f"status {status!r}: one of {', '.join(STATUSES)}{did_you_mean(status, STATUSES)}")
     for column, value in (("playbook", playbook), ("inventory", inventory), ("status", status)):
         if value is not None:
             clauses.append(f"r.{column} = ?")
@@ -343,6 +393,9 @@ def _where(
     if protocol is not None:
         clauses.append("r.id IN (SELECT run FROM devices WHERE switch = 1 AND (driver = ? OR interface = ?))")
         params += [protocol, protocol]
+    for name, value in (param or {}).items():
+        clauses.append("r.id IN (SELECT run FROM params WHERE name = ? AND value = ?)")
+        params += [name, value]
     return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 

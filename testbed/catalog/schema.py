@@ -11,7 +11,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # A run ending while another process writes waits this long for the lock; SQLite's writer holds it for the time
 # of one run's insert (milliseconds), or a whole reindex (seconds).
 BUSY_TIMEOUT_S = 60.0
@@ -44,6 +44,8 @@ TABLES = {
     """,
     "tags": "run INTEGER NOT NULL, name TEXT NOT NULL, wall REAL, user TEXT",
     "notes": "run INTEGER NOT NULL, text TEXT NOT NULL, wall REAL, user TEXT",
+    # `testbed run --param k=v` (and testbed.catalog.add_param): one row per name, its last value.
+    "params": "run INTEGER NOT NULL, name TEXT NOT NULL, value TEXT",
 }
 INDEXES = (
     # Covering: a span's samples across runs are read from this index alone, in run order (docs/catalog.md).
@@ -51,7 +53,7 @@ INDEXES = (
     "CREATE INDEX spans_by_run ON spans (run)",
     "CREATE INDEX trials_by_run ON trials (run, trial)",
     "CREATE INDEX runs_by_start ON runs (started)",
-    *(f"CREATE INDEX {t}_by_run ON {t} (run)" for t in ("devices", "milestones", "faults", "notes")),
+    *(f"CREATE INDEX {t}_by_run ON {t} (run)" for t in ("devices", "milestones", "faults", "notes", "params")),
     "CREATE INDEX tags_by_name ON tags (name, run)",
 )
 CHILD_TABLES = tuple(t for t in TABLES if t != "runs")

@@ -26,10 +26,14 @@ def add_across_options(p: argparse.ArgumentParser) -> None:
     add_selection_options(p)
     p.add_argument("--span", action="append", help="with --across: only this span (repeat); CDFs of each")
     _sweep_option(p)
-    _out_option(p)
+    _out_option(p, "the run's folder; with --across, the current folder")
 
 
 def add_parsers(sub) -> None:
+    p = sub.add_parser("spans", help="list the spans the selected runs measured, with how many runs and samples")
+    add_selection_options(p)
+    p.add_argument("--json", action="store_true", help="print {span: {runs, samples}} as JSON")
+
     p = sub.add_parser("trend", help="a span's median and CI run by run (or commit by commit), a table and a plot")
     p.add_argument("span", metavar="SPAN", help="a span's name, e.g. reconfig.total")
     add_selection_options(p)
@@ -81,8 +85,22 @@ def _sweep_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _out_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", metavar="DIR", help="folder for the figures (default: the current folder)")
+def _out_option(p: argparse.ArgumentParser, default: str = "the current folder") -> None:
+    p.add_argument("--out", metavar="DIR", help=f"folder for the figures (default: {default})")
+
+
+def _figures_to(out: Path, draw):
+    """Draw figures into `out` with `draw()`; a folder that cannot be written is the user's mistake (exit 2)."""
+    try:
+        return draw()
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write the figures there ({exc.strerror or exc})") from None
+
+
+def _html_target(html: str, out: Path, default: str) -> Path:
+    """--html's file: as given, DEFAULT in it when it is a folder, DEFAULT in --out's folder when not given."""
+    target = Path(html) if html else out / default
+    return target / default if target.is_dir() else target
 
 
 def _dirs(args) -> list[Path]:
@@ -176,18 +194,42 @@ def cmd_report_across(args, console: Console) -> int:
         style="dim",
     )
     pngs = []
+    out = _out_dir(args)
     if not args.no_plots:
-        out = _out_dir(args)
         for span in result["spans"]:
-            path = plot_cdf_overlay(runs, span, out / f"across_cdf_{_safe(span)}.png")
+            path = _figures_to(
+                out, lambda span=span: plot_cdf_overlay(runs, span, out / f"across_cdf_{_safe(span)}.png")
+            )
             if path:
                 pngs.append(path)
         _print_paths(console, pngs)
     if args.html is not None:
         from testbed.results.html_across import write_across_report
 
-        target = Path(args.html) if args.html else _out_dir(args) / "across.html"
+        target = _html_target(args.html, out, "across.html")
         _print_paths(console, [write_across_report([r["path"] for r in runs], target, pngs=pngs)])
+    return EXIT_OK
+
+
+# --- spans ---------------------------------------------------------------------------------------------------
+
+
+def cmd_spans(args, console: Console) -> int:
+    from testbed.catalog.query import span_counts
+
+    counts = span_counts(_dirs(args), **selection_filters(args))
+    if args.json:
+        print(json.dumps(counts, indent=2))
+        return EXIT_OK
+    if not counts:
+        raise UserError("the selected runs measured no span; `testbed runs` with the same options lists them")
+    table = Table(title=f"{len(counts)} spans the selected runs measured", title_justify="left")
+    table.add_column("span", overflow="fold")
+    table.add_column("runs", justify="right")
+    table.add_column("samples", justify="right")
+    for span, c in counts.items():
+        table.add_row(escape(span), str(c["runs"]), str(c["samples"]))
+    _wide(console).print(table)
     return EXIT_OK
 
 
@@ -228,7 +270,10 @@ def cmd_trend(args, console: Console) -> int:
     marked = sum(1 for r in rows if any(x != "ok" for x in r["statuses"]))
     if marked:
         console.print(f"{marked} row(s) hold a run that did not end ok: its numbers are of the trials it ran")
-    path = plot_trend(rows, args.span, args.by, _out_dir(args) / f"trend_{_safe(args.span)}_by_{args.by}.png")
+    out = _out_dir(args)
+    path = _figures_to(
+        out, lambda: plot_trend(rows, args.span, args.by, out / f"trend_{_safe(args.span)}_by_{args.by}.png")
+    )
     _print_paths(console, [path])
     return EXIT_OK
 

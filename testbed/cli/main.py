@@ -49,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--wait", action="store_true", help="on a lab: wait for devices others hold (testbed lease list) to be free"
     )
+    p.add_argument("--tag", action="append", help="tag the run (repeat for several): `--tag NAME` selects it later")
+    p.add_argument("--note", help="a note on the run, kept with it (testbed runs, reports)")
+    p.add_argument(
+        "--param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a parameter of the run the playbook does not say (repeat): `--param KEY=VALUE` selects it later",
+    )
 
     p = sub.add_parser("emulate", help="run the emulated twin of an inventory until Ctrl-C")
     p.add_argument("inventory", nargs="?", default=DEFAULT_INVENTORY)
@@ -101,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_options(p, "run_a", "run_b")
 
     add_runs_parser(sub)
-    add_campaign_parsers(sub)  # trend, gate
+    add_campaign_parsers(sub)  # spans, trend, gate
 
     from testbed.cli.export import add_parser as add_export_parser
 
@@ -136,7 +144,10 @@ def entry() -> None:
     """
     code = main()
     logging.shutdown()
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_gone()
     sys.stderr.flush()
     os._exit(code)
 
@@ -150,6 +161,18 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         errors.print(f"[red]error:[/] {escape(str(exc))}", markup=True, soft_wrap=True)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """The reader of our output left (`testbed trend --json | head`): nothing more to say to it. stdout is pointed
+    at /dev/null so that the interpreter's last flush does not raise again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_OK
 
 
 def cmd_validate(args, console: Console) -> int:
@@ -241,6 +264,7 @@ def cmd_run(args, console: Console) -> int:
         from testbed.twin.netns import refuse_without_privilege
 
         refuse_without_privilege()
+    metadata = _run_metadata(args)  # a mistake in it costs nothing: before Ray starts
     ray_start = RayStart(args.ray_address)
     try:
         from testbed.engine.run import RunOptions
@@ -267,8 +291,40 @@ def cmd_run(args, console: Console) -> int:
         print_summary(console, run.summary, run.run_dir)
         if run.error:
             Console(stderr=True).print(f"[red]{run.status}:[/] {escape(run.error)}", soft_wrap=True, markup=True)
+        metadata(run.run_dir)
         console.print(f"results: {run.run_dir}", soft_wrap=True, markup=False, highlight=False)
     return EXIT_OK if run.status == "ok" else EXIT_EXPERIMENT_FAILED
+
+
+def _run_metadata(args):
+    """What --tag, --note and --param give a run, checked now; returns what records them in its folder (its
+    annotations, which the catalog indexes) once the run has one.
+    """
+    from testbed.catalog.annotations import MAX_TAG, parse_params
+
+    params = parse_params(args.param)
+    tags = [t.strip() for t in args.tag or ()]
+    for tag in tags:
+        if not tag or len(tag) > MAX_TAG or any(c.isspace() for c in tag):
+            raise UserError(f"--tag {tag!r}: a tag is one word of 1 to {MAX_TAG} characters (no spaces)")
+    if args.note is not None and not args.note.strip():
+        raise UserError("--note: an empty note; say what to remember about the run")
+
+    def record(run_dir: Path) -> None:
+        if not (tags or params or args.note):
+            return
+        from testbed.catalog import add_note, add_tag, index_run
+        from testbed.catalog.annotations import add_param
+
+        for tag in tags:
+            add_tag(run_dir, tag)
+        for name, value in params.items():
+            add_param(run_dir, name, value)
+        if args.note:
+            add_note(run_dir, args.note)
+        index_run(run_dir)
+
+    return record
 
 
 def _confirm(plan) -> None:
@@ -303,24 +359,58 @@ def cmd_report(args, console: Console) -> int:
         return cmd_report_across(args, console)
     from testbed.cli.runs import run_folder
 
-    args.run_dir = str(run_folder(args.run_dir, args.results))
-    summary = load_summary(Path(args.run_dir))
+    run_dir = run_folder(args.run_dir, args.results)
+    summary = load_summary(run_dir)
     if args.json:
         print(json.dumps(summary, indent=2))
         return EXIT_OK
+    out = Path(args.out) if args.out else None
     if args.html is not None:
-        from testbed.results.html_report import write_run_report
+        import tempfile
 
-        path = write_run_report(Path(args.run_dir), args.html or None, plots=not args.no_plots)
+        from testbed.results.html_report import DEFAULT_FILE, render_run, write_text
+
+        target = Path(args.html) if args.html else run_dir / DEFAULT_FILE
+        if target.is_dir():  # --html DIR: the page goes in it
+            target = target / DEFAULT_FILE
+        with tempfile.TemporaryDirectory(prefix="testbed-report-") as scratch:
+            pngs = None  # every PNG in the run folder
+            if not args.no_plots:
+                written, where = _run_figures(run_dir, out, Path(scratch))
+                pngs = None if where == run_dir else written
+            path = write_text(target, render_run(run_dir, pngs))
         console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
         return EXIT_OK
-    print_summary(console, summary, Path(args.run_dir))
+    print_summary(console, summary, run_dir)
     if not args.no_plots:
-        from testbed.results.plots import write_plots
-
-        for path in write_plots(Path(args.run_dir)):
+        for path in _run_figures(run_dir, out, None)[0]:
             console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
     return EXIT_OK
+
+
+def _run_figures(run_dir: Path, out: Path | None, scratch: Path | None) -> tuple[list[Path], Path | None]:
+    """Draw a run's figures where --out says, else in its folder; a folder they cannot be written in (a read-only
+    archive) leaves them to `scratch` (the HTML page's, which embeds them) or, with none, unwritten with a warning.
+    Returns the paths and the folder they went to.
+    """
+    from testbed.results.plots import write_plots
+
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            return write_plots(run_dir, out), out
+        except OSError as exc:
+            raise UserError(f"--out {out}: cannot write the figures there ({exc.strerror or exc})") from None
+    try:
+        return write_plots(run_dir), run_dir
+    except OSError as exc:
+        why = f"cannot write the figures in {run_dir} ({exc.strerror or exc})"
+        errors = Console(stderr=True, highlight=False)
+        if scratch is None:
+            errors.print(f"[yellow]note:[/] {escape(why)}: tables only; --out DIR writes them there", soft_wrap=True)
+            return [], None
+        errors.print(f"[yellow]note:[/] {escape(why)}: drawn for the page only", soft_wrap=True)
+        return write_plots(run_dir, scratch), scratch
 
 
 def cmd_compare(args, console: Console) -> int:
@@ -341,6 +431,12 @@ def cmd_export(args, console: Console) -> int:
     from testbed.cli.export import cmd_export
 
     return cmd_export(args, console)
+
+
+def cmd_spans(args, console: Console) -> int:
+    from testbed.cli.campaign import cmd_spans
+
+    return cmd_spans(args, console)
 
 
 def cmd_trend(args, console: Console) -> int:
@@ -406,6 +502,7 @@ COMMANDS = {
     "report": cmd_report,
     "compare": cmd_compare,
     "runs": cmd_runs,
+    "spans": cmd_spans,
     "trend": cmd_trend,
     "gate": cmd_gate,
     "export": cmd_export,

@@ -1,5 +1,5 @@
-"""`testbed runs`: the runs of one or more results folders, from their catalog (docs/catalog.md); `runs tag` and
-`runs note` annotate one.
+"""`testbed runs`: the runs of one or more results folders, from their catalog (docs/catalog.md); `runs tag`,
+`runs untag` and `runs note` annotate one.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from testbed.contracts.errors import EXIT_OK
+from testbed.contracts.errors import EXIT_OK, UserError
 
 
 def add_parser(sub) -> None:
@@ -23,6 +23,10 @@ def add_parser(sub) -> None:
     p.add_argument("--reindex", action="store_true", help="rebuild the catalog from the run folders first")
     action = p.add_subparsers(dest="action", metavar="ACTION")
     q = action.add_parser("tag", help="tag a run: testbed runs tag RUN NAME (kept in the run's folder)")
+    q.add_argument("run", metavar="RUN", help="a run id (or its unique start) or a run folder")
+    q.add_argument("name", metavar="NAME")
+    _results_option(q, "action_results")
+    q = action.add_parser("untag", help="take a tag off a run: testbed runs untag RUN NAME")
     q.add_argument("run", metavar="RUN", help="a run id (or its unique start) or a run folder")
     q.add_argument("name", metavar="NAME")
     _results_option(q, "action_results")
@@ -46,6 +50,9 @@ def add_selection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--commit", help="only runs of this git commit (its first characters)")
     p.add_argument("--tag", action="append", help="only runs with this tag (repeat: all of them)")
     p.add_argument("--protocol", help="only runs with a switch of this driver or served interface (e.g. netconf)")
+    p.add_argument(
+        "--param", action="append", metavar="KEY=VALUE", help="only runs given this parameter (testbed run --param)"
+    )
 
 
 def run_folder(run: str, results: list[str] | None = None, any_folder: bool = True) -> Path:
@@ -75,8 +82,10 @@ def add_run_options(p: argparse.ArgumentParser, *dests: str) -> None:
 
 def selection_filters(args) -> dict:
     """The filters of `add_selection_options` as select_runs' keyword arguments."""
+    from testbed.catalog.annotations import parse_params
+
     names = ("playbook", "inventory", "target", "status", "since", "until", "commit", "tag", "protocol")
-    return {name: getattr(args, name) for name in names}
+    return {name: getattr(args, name) for name in names} | {"param": parse_params(args.param) or None}
 
 
 def _results_option(p: argparse.ArgumentParser, dest: str = "results") -> None:
@@ -92,19 +101,29 @@ def _results_option(p: argparse.ArgumentParser, dest: str = "results") -> None:
 
 def cmd_runs(args, console: Console) -> int:
     from testbed.catalog import add_note, add_tag, index_run, reindex, select_runs, sync
+    from testbed.catalog.annotations import remove_tag
     from testbed.catalog.query import results_paths
 
     given = (args.results or []) + (getattr(args, "action_results", None) or [])
     dirs = results_paths(given or None)
     errors = Console(stderr=True, highlight=False)
-    if args.action in ("tag", "note"):
+    if args.action in ("tag", "untag", "note"):
         run_dir = run_folder(args.run, [str(d) for d in dirs], any_folder=False)
-        if args.action == "tag":
-            add_tag(run_dir, args.name)
-            done = f"tagged {run_dir.name}: {args.name}"
-        else:
-            add_note(run_dir, " ".join(args.text))
-            done = f"noted on {run_dir.name}"
+        try:
+            if args.action == "tag":
+                add_tag(run_dir, args.name)
+                done = f"tagged {run_dir.name}: {args.name}"
+            elif args.action == "untag":
+                remove_tag(run_dir, args.name)
+                done = f"untagged {run_dir.name}: {args.name}"
+            else:
+                add_note(run_dir, " ".join(args.text))
+                done = f"noted on {run_dir.name}"
+        except OSError as exc:
+            raise UserError(
+                f"{run_dir}: cannot write there ({exc.strerror or exc}): a run's tags and notes are kept in its "
+                "folder, and this one is read-only"
+            ) from None
         index_run(run_dir)
         console.print(done, markup=False, soft_wrap=True)
         return EXIT_OK
@@ -120,6 +139,8 @@ def cmd_runs(args, console: Console) -> int:
     if args.json:
         print(json.dumps(runs, indent=2))
         return EXIT_OK
+    if not console.is_terminal:  # a CI log, a file: a row per line, every column (tags included)
+        console = Console(highlight=False, width=200, file=console.file)
     console.print(_table(runs, console.width))
     return EXIT_OK
 
@@ -143,7 +164,7 @@ def _cells(r: dict) -> dict[str, str]:
         "trials": f"{r['trials_ok']}/{r['trials_planned']}",
         "s": "-" if r["duration_s"] is None else f"{r['duration_s']:.1f}",
         "commit": escape((r["git_commit"] or "-")[:8] + ("+" if r["git_dirty"] else "")),
-        "tags": escape(" ".join(r["tags"])),
+        "tags": escape(" ".join([*r["tags"], *(f"{k}={v}" for k, v in r.get("params", {}).items())])),
     }
 
 
