@@ -1,5 +1,6 @@
 """Metadata given at run time: `testbed run --tag T --note TEXT --param K=V` is kept in the run's folder, indexed,
-and selects the run (`runs --param`, `--tag`); a mistake in it is refused before the run starts.
+and selects the run (`runs --param`, `--tag`); a mistake in it is refused before the run starts. A run whose output
+is not a terminal prints a line per trial.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ def test_tags_notes_and_params_given_at_run_time_select_the_run(ray_cluster, rep
     tagged = run_ocs_reconfig(
         repo, results, "--tag", "fibre20", "--tag", "rack2", "--note", "fibre swapped", "--param", "fibre_m=20"
     )
+    printed = capsys.readouterr().out  # not a terminal, as in a CI log: a line per trial
+    assert "trial 1/2 ok" in printed and "trial 2/2 ok" in printed and "eta 0:00:00" in printed
     (run,) = select_runs(results, param={"fibre_m": "20"})
     assert run["path"] == str(tagged) and run["tags"] == ["fibre20", "rack2"] and run["params"] == {"fibre_m": "20"}
     assert [n["text"] for n in run["notes"]] == ["fibre swapped"]
