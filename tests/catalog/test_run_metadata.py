@@ -6,11 +6,16 @@ is not a terminal prints a line per trial.
 from __future__ import annotations
 
 import json
-
-from conftest import run_ocs_reconfig
+from pathlib import Path
 
 from testbed.catalog import select_runs
 from testbed.cli.main import main
+
+
+def run_ocs_reconfig(repo: Path, results: Path, *extra: str) -> Path:
+    playbook = str(repo / "playbooks/ocs-reconfig.yaml")
+    assert main(["run", playbook, "--emulate", "--trials", "2", "--results", str(results), *extra]) == 0
+    return max(p for p in results.iterdir() if p.is_dir())  # run ids start with their UTC start time
 
 
 def test_tags_notes_and_params_given_at_run_time_select_the_run(ray_cluster, repo, tmp_path, capsys):
