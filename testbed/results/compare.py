@@ -180,5 +180,7 @@ def main(a: str | Path, b: str | Path, out: TextIO | None = None) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_BAD_INPUT
     console = Console(file=out, highlight=False, width=120 if out is not None else None)
+    if out is None and not console.is_terminal:  # a CI log, a file: a row per line
+        console = Console(highlight=False, width=160)
     console.print(renderable)
     return EXIT_OK

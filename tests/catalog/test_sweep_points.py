@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from catalog_copies import copy_run
 from rich.console import Console
 
 from testbed.catalog import select_runs
@@ -186,3 +187,24 @@ def test_report_across_pools_a_point_with_itself_only(results, capsys):
     for run in got["runs"]:
         assert [p["label"] for p in run["points"]["reconfig.ack"]] == ["hold_ms=0", "hold_ms=5"]
         assert run["tags"] == ["switch40"]
+
+
+def test_a_selection_of_two_playbooks_is_split_or_refused_never_pooled(results, tmp_path, capsys):
+    mixed = tmp_path / "results"
+    mixed.mkdir()
+    first, second = (Path(r["path"]) for r in select_runs(results, tag="switch25")[:2])
+    copy_run(first, mixed, 0)
+    other = copy_run(second, mixed, 1, started_offset_s=60.0)
+    info = json.loads((other / "run.json").read_text())
+    info["playbook"]["name"] = "other"  # the same spans and points, of another experiment
+    (other / "run.json").write_text(json.dumps(info))
+    code, out, _ = cli(capsys, "trend", "reconfig.ack", "--results", str(mixed), "--json")
+    assert code == 0
+    assert [r["series"] for r in json.loads(out)] == [
+        "ocs-reconfig hold_ms=0", "ocs-reconfig hold_ms=5", "other hold_ms=0", "other hold_ms=5"
+    ]  # fmt: skip
+    code, _, err = cli(
+        capsys, "gate", "reconfig.ack", "--baseline", "playbook=ocs-reconfig", "--candidate", "playbook=other",
+        "--results", str(mixed),
+    )  # fmt: skip
+    assert code == 2 and "no playbook and sweep point in common" in err and "Traceback" not in err
