@@ -125,3 +125,26 @@ def test_untag_takes_a_tag_off(two_runs, tmp_path, capsys):
     assert select_runs(results, tag="drop") == [] and [r["folder"] for r in select_runs(results, tag="keep")] == [run]
     code, _, err = cli(capsys, "runs", "untag", run, "drop", "--results", str(results))
     assert code == 2 and "has no tag 'drop'; its tags: keep" in err
+
+
+def test_a_run_folder_that_cannot_be_written_is_not_tagged_with_a_traceback(two_runs, tmp_path, capsys):
+    results = tmp_path / "results"
+    shutil.copytree(two_runs[0], results)
+    run = select_runs(results)[0]["folder"]
+    (results / run / "annotations.jsonl").mkdir()  # where the tag would go cannot be written, as on a read-only disk
+    code, _, err = cli(capsys, "runs", "tag", run, "x", "--results", str(results))
+    assert code == 2 and "cannot write there" in err and "read-only" in err
+
+
+def test_trend_marks_a_run_that_did_not_end_ok(two_runs, tmp_path, capsys):
+    results = tmp_path / "results"
+    shutil.copytree(two_runs[0], results)
+    aborted = select_runs(results)[1]
+    info = json.loads((Path(aborted["path"]) / "run.json").read_text())
+    info["status"] = "aborted"
+    (Path(aborted["path"]) / "run.json").write_text(json.dumps(info))
+    code, out, _ = cli(capsys, "trend", "reconfig.total", "--results", str(results), "--json")
+    assert code == 0 and [r["statuses"] for r in json.loads(out)] == [["ok"], ["aborted"]]
+    code, out, _ = cli(capsys, "trend", "reconfig.total", "--results", str(results), "--out", str(tmp_path))
+    line = next(line for line in out.splitlines() if aborted["run_id"] in line)
+    assert "aborted" in line and "1 row(s) hold a run that did not end ok" in out
