@@ -25,7 +25,8 @@ DEFAULT_RESULTS = "results"  # where `testbed run` writes (its --results default
 TARGETS = ("lab", "twin")
 STATUSES = ("ok", "failed", "aborted", "running")  # a run's status in run.json (running: its runner died unhealed)
 RUN_COLUMNS = (
-    "id, run_id, folder, status, error, playbook, playbook_file, inventory, inventory_file, target, seed, "
+    "id, run_id, folder, status, error, playbook, playbook_file, inventory, inventory_file, inventory_digest, target, "
+    "seed, "
     "trials_planned, trials_ok, trials_failed, git_commit, git_dirty, testbed_version, versions, user, host, "
     "started, ended, format_version, torn"
 )
@@ -259,7 +260,10 @@ def _span_names(spans: str | Iterable[str] | None) -> list[str] | None:
 
 def _run_heads(conn: sqlite3.Connection, where: str, params: list) -> list[dict]:
     """The selected runs' identity, oldest first (what each sample or column set carries of its run)."""
-    keys = ("id", "run_id", "folder", "playbook", "inventory", "target", "status", "git_commit", "git_dirty", "started")
+    keys = (
+        "id", "run_id", "folder", "playbook", "inventory", "inventory_digest", "target", "status", "git_commit",
+        "git_dirty", "started",
+    )  # fmt: skip
     rows = conn.execute(f"SELECT r.{', r.'.join(keys)} FROM runs r {where} ORDER BY r.started, r.folder", params)
     heads = []
     for row in rows:

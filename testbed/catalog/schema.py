@@ -23,7 +23,7 @@ TABLES = {
     # folder whose signature changed (heal rewrote run.json, a tag was added) is indexed again.
     "runs": """
         id INTEGER PRIMARY KEY, folder TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL, status TEXT, error TEXT,
-        playbook TEXT, playbook_file TEXT, inventory TEXT, inventory_file TEXT, target TEXT,
+        playbook TEXT, playbook_file TEXT, inventory TEXT, inventory_file TEXT, inventory_digest TEXT, target TEXT,
         seed INTEGER, trials_planned INTEGER, trials_ok INTEGER, trials_failed INTEGER,
         git_commit TEXT, git_dirty INTEGER, testbed_version TEXT, versions TEXT,
         user TEXT, host TEXT, started REAL, ended REAL, format_version INTEGER,

@@ -155,10 +155,11 @@ def _cells(r: dict) -> dict[str, str]:
     """One run's cells, as text (escaped for rich)."""
     style = {"ok": "green", "failed": "red", "aborted": "yellow"}.get(r["status"] or "", "")
     status = escape(str(r["status"]))
+    digest = f"@{r['inventory_digest'][:6]}" if r.get("inventory_digest") else ""  # two inventories of one name
     return {
         "run": escape(r["folder"]),
         "status": f"[{style}]{status}[/]" if style else status,
-        "inventory": escape(str(r["inventory"])),
+        "inventory": escape(str(r["inventory"]) + digest),
         "on": r["target"],
         "switches": escape(", ".join(f"{s['name']} ({s['driver']})" for s in r["switches"]) or "-"),
         "trials": f"{r['trials_ok']}/{r['trials_planned']}",

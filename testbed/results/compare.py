@@ -14,6 +14,7 @@ separately. Durations: lower is faster.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -169,7 +170,50 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> Group:
     a, b = load_summary(Path(run_a)), load_summary(Path(run_b))
     label_a = f"{a.get('run') or Path(run_a).name} ({a.get('playbook', '?')})"
     label_b = f"{b.get('run') or Path(run_b).name} ({b.get('playbook', '?')})"
-    return compare_summaries(a, b, label_a, label_b)
+    group = compare_summaries(a, b, label_a, label_b)
+    differences = config_differences(_run_info(Path(run_a)), _run_info(Path(run_b)))
+    if not differences:
+        return group
+    shown = differences[:MAX_DIFFERENCES]
+    more = f"\n  ... and {len(differences) - len(shown)} more" if len(differences) > len(shown) else ""
+    said = Text("configuration A -> B:\n" + "\n".join(f"  {d}" for d in shown) + more, style="yellow")
+    return Group(said, *group.renderables)
+
+
+MAX_DIFFERENCES = 12
+# What of run.json is the runs' configuration: what they ran (its ports, pids and clocks differ run by run).
+CONFIGURATION = ("playbook", "inventory", "seed", "trials", "emulate", "git_revision")
+
+
+def config_differences(a: dict, b: dict) -> list[str]:
+    """What differs between two runs' run.json, key path by key path (`inventory.devices.ocs1.emulation.
+    switching_time_ms: 25.0 -> 40.0`): the inventory's content, the playbook's, the seed, the trials, lab or twin.
+    """
+    flat_a = _flatten({k: a[k] for k in CONFIGURATION if k in a})
+    flat_b = _flatten({k: b[k] for k in CONFIGURATION if k in b})
+    out = []
+    for key in sorted(set(flat_a) | set(flat_b)):
+        va, vb = flat_a.get(key, "(none)"), flat_b.get(key, "(none)")
+        if va != vb:
+            out.append(f"{key}: {va} -> {vb}")
+    return out
+
+
+def _flatten(value, prefix: str = "") -> dict[str, str]:
+    if isinstance(value, dict):
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: json.dumps(value) if isinstance(value, list) else str(value)}
+
+
+def _run_info(run_dir: Path) -> dict:
+    try:
+        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def main(a: str | Path, b: str | Path, out: TextIO | None = None) -> int:

@@ -143,6 +143,10 @@ def test_compare_shows_each_points_difference(results):
     console.print(compare_runs(base, slow))
     text = console.export_text()
     assert "sweep point by sweep point" in text
+    # The two inventories share a name; what differs in them is said, and the catalog tells them apart.
+    assert "inventory.devices.ocs1.emulation.switching_time_ms: 25.0 -> 40.0" in text
+    (fast,), (slow_run,) = (select_runs(results, run=p.name) for p in (base, slow))
+    assert fast["inventory"] == slow_run["inventory"] and fast["inventory_digest"] != slow_run["inventory_digest"]
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│")]
     ack = {}
     for i, row in enumerate(rows):
