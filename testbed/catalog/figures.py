@@ -88,8 +88,8 @@ def plot_trend(rows: list[dict], span: str, by: str, path: Path) -> Path:
     step = max(1, len(labels) // 30)  # at most ~30 labels
     ticks = np.arange(len(labels))
     ax.set_xticks(ticks[::step])
-    started = {r["label"]: r.get("started") for r in rows}
-    shown = [started[label][:16] if by == "date" and started.get(label) else label for label in labels]
+    started: dict[str, str] = {r["label"]: r.get("started") or "" for r in rows}
+    shown = [started[label][:16] if by == "date" and started[label] else label for label in labels]
     ax.set_xticklabels(shown[::step], rotation=60, ha="right", fontsize="x-small")
     what = {"date": "run by run", "commit": "commit by commit", "tag": "tag by tag"}.get(by, by)
     ax.set_title(f"{span}: median and its 95% CI, {what}")

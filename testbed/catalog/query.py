@@ -297,13 +297,12 @@ def resolve_run(run: str, results_dirs: str | Path | Iterable[str | Path] | None
     if not candidates:
         if path.is_dir():
             raise UserError(f"{run}: a folder, but not a run (no {RUN_FILE}); pass a folder `testbed run` wrote")
-        names = [r["folder"] for r in every]
-        close = difflib.get_close_matches(run, names, n=3, cutoff=0.5)
+        close = difflib.get_close_matches(run, [r["folder"] for r in every], n=3, cutoff=0.5)
         hint = f"; the closest: {', '.join(close)}" if close else ""
         raise UserError(f"no run {run!r} in {where}{hint}; `testbed runs` lists them (or pass --results DIR)")
     more = f" and {len(candidates) - 8} more" if len(candidates) > 8 else ""
-    names = ", ".join(str(c) for c in candidates[:8]) + more
-    raise UserError(f"{run!r} names {len(candidates)} runs in {where}: {names}; give more of the run id")
+    listed = ", ".join(str(c) for c in candidates[:8]) + more
+    raise UserError(f"{run!r} names {len(candidates)} runs in {where}: {listed}; give more of the run id")
 
 
 def results_paths(results_dirs: str | Path | Iterable[str | Path] | None) -> list[Path]:
