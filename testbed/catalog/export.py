@@ -23,7 +23,7 @@ from testbed.contracts.errors import UserError
 
 ANALYSIS_EXTRA = "pip install 'testbed[analysis]'"
 FORMATS = ("csv", "parquet")
-FILTERS = ("run", "playbook", "inventory", "target", "status", "since", "until", "commit", "tag", "protocol")
+FILTERS = ("run", "playbook", "inventory", "target", "status", "since", "until", "commit", "tag", "protocol", "param")
 
 # The type of each column (how Parquet and pandas hold it; CSV writes text): str, int, float, bool, time (UTC),
 # json (text). A sweep key's column (sweep.NAME) holds what the playbook's sweep gave.

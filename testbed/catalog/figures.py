@@ -63,19 +63,38 @@ def plot_cdf_overlay(runs: list[dict], span: str, path: Path) -> Path | None:
 
 
 def plot_trend(rows: list[dict], span: str, by: str, path: Path) -> Path:
-    """The median of `span` per row of `trend()` in order, its 95 % CI as an error bar (none below 6 samples)."""
-    fig = _figure(max(6.0, min(16.0, 0.35 * len(rows) + 4)), 4.5)
+    """The median of `span` per row of `trend()` in order, its 95 % CI as an error bar (none below 6 samples): one
+    line per series (a sweep point), a run, commit or tag at one x for every series; a red ring marks a row with a run
+    that did not end ok.
+    """
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    where = {label: i for i, label in enumerate(labels)}
+    series = list(dict.fromkeys(r.get("series", "-") for r in rows))
+    fig = _figure(max(6.0, min(16.0, 0.35 * len(labels) + 4)), 4.5)
     ax = fig.add_subplot()
-    x = np.arange(len(rows))
-    p50 = np.array([r["p50_ms"] for r in rows])
-    low = np.array([r["p50_ms"] - r["p50_ci95_ms"][0] if r.get("p50_ci95_ms") else 0.0 for r in rows])
-    high = np.array([r["p50_ci95_ms"][1] - r["p50_ms"] if r.get("p50_ci95_ms") else 0.0 for r in rows])
-    ax.errorbar(x, p50, yerr=[low, high], fmt="o-", markersize=3, capsize=2, linewidth=1)
-    step = max(1, len(rows) // 30)  # at most ~30 labels
-    ax.set_xticks(x[::step])
-    labels = [r["started"][:16] if by == "date" and r.get("started") else r["label"] for r in rows]
-    ax.set_xticklabels(labels[::step], rotation=60, ha="right", fontsize="x-small")
-    ax.set_title(f"{span}: median and its 95% CI, {'run by run' if by == 'date' else 'commit by commit'}")
+    for i, name in enumerate(series):
+        mine = [r for r in rows if r.get("series", "-") == name]
+        x = np.array([where[r["label"]] for r in mine])
+        p50 = np.array([r["p50_ms"] for r in mine])
+        low = np.array([r["p50_ms"] - r["p50_ci95_ms"][0] if r.get("p50_ci95_ms") else 0.0 for r in mine])
+        high = np.array([r["p50_ci95_ms"][1] - r["p50_ms"] if r.get("p50_ci95_ms") else 0.0 for r in mine])
+        ax.errorbar(
+            x, p50, yerr=[low, high], fmt="o-", markersize=3, capsize=2, linewidth=1, color=f"C{i % 10}",
+            label=None if name == "-" else name,
+        )  # fmt: skip
+        bad = [j for j, r in enumerate(mine) if any(s != "ok" for s in r.get("statuses", ["ok"]))]
+        if bad:
+            ax.scatter(x[bad], p50[bad], s=60, facecolors="none", edgecolors="red", zorder=3)
+    step = max(1, len(labels) // 30)  # at most ~30 labels
+    ticks = np.arange(len(labels))
+    ax.set_xticks(ticks[::step])
+    started: dict[str, str] = {r["label"]: r.get("started") or "" for r in rows}
+    shown = [started[label][:16] if by == "date" and started[label] else label for label in labels]
+    ax.set_xticklabels(shown[::step], rotation=60, ha="right", fontsize="x-small")
+    what = {"date": "run by run", "commit": "commit by commit", "tag": "tag by tag"}.get(by, by)
+    ax.set_title(f"{span}: median and its 95% CI, {what}")
     ax.set_ylabel("ms")
     ax.grid(True, alpha=0.3)
+    if 1 < len(series) <= LEGEND_MAX or (len(series) == 1 and series[0] != "-"):
+        ax.legend(fontsize="x-small", title="sweep point", title_fontsize="x-small")
     return _save(fig, path)

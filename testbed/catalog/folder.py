@@ -6,6 +6,7 @@ events.jsonl for the spans, trials, milestones and faults, annotations.jsonl for
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from testbed.catalog.annotations import ANNOTATIONS_FILE, read_annotations
+from testbed.catalog.annotations import ANNOTATIONS_FILE, read_annotations, read_params
 from testbed.events import JsonlError, Op, read_events, read_faults
 from testbed.families import FAMILIES
 from testbed.results.milestones import MILESTONES
@@ -58,6 +59,7 @@ def read_run(run_dir: Path, indexed_at: float) -> RunRows:
         raise NotIndexed(f"damaged: {exc}") from None
     try:
         tags, notes = read_annotations(run_dir)
+        params = read_params(run_dir)
     except JsonlError as exc:
         raise NotIndexed(f"damaged: {exc}") from None
     records = events.records if events is not None else []
@@ -75,6 +77,7 @@ def read_run(run_dir: Path, indexed_at: float) -> RunRows:
         "playbook": playbook.get("name"),
         "playbook_file": info.get("playbook_file"),
         "inventory": inventory.get("name"),
+        "inventory_digest": _digest(inventory),
         "inventory_file": info.get("inventory_file"),
         "target": "twin" if info.get("emulate") else "lab",
         "seed": _int(info.get("seed")),
@@ -122,8 +125,16 @@ def read_run(run_dir: Path, indexed_at: float) -> RunRows:
         "faults": _faults(records),
         "tags": tags,
         "notes": notes,
+        "params": [{"name": k, "value": v} for k, v in params.items()],
     }
     return RunRows(run, children)
+
+
+def _digest(section: dict) -> str | None:
+    """An inventory's content digest: two inventories of one name (a copy with a slower switch) are two."""
+    if not section:
+        return None
+    return hashlib.sha256(json.dumps(section, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def _run_json(run_dir: Path) -> dict:

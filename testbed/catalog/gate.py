@@ -1,5 +1,6 @@
 """The regression gate (`testbed gate`): did a span get slower from a baseline selection of runs to a candidate one,
-beyond noise? docs/catalog.md states the rule; the statistic is testbed.results.stats.median_ratio_interval.
+beyond noise, at any sweep point? docs/catalog.md states the rule; the statistic is
+testbed.results.stats.median_ratio_interval, one per span and sweep point, the family held by Holm-Bonferroni.
 
 A selection is written as KEY=VALUE items (`tag=before`, `commit=3f2a`, `playbook=ocs-reconfig,twin`...): the
 filters of `testbed runs`, parsed by `parse_selection`.
@@ -7,10 +8,13 @@ filters of `testbed runs`, parsed by `parse_selection`.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
 
-from testbed.catalog.query import span_columns
+from testbed.catalog.points import check_selection, group_label, groups, sort_groups
+from testbed.catalog.query import did_you_mean, span_columns, span_counts
 from testbed.contracts.errors import UserError
 from testbed.results.stats import median_ratio_interval
 
@@ -18,6 +22,11 @@ DEFAULT_MAX_SLOWDOWN_PCT = 5.0
 KEYS = ("run", "playbook", "inventory", "target", "status", "since", "until", "commit", "tag", "protocol")
 FLAGS = {"lab": ("target", "lab"), "twin": ("target", "twin")}  # a bare word as short for KEY=VALUE
 SLOWER, OK, UNSURE = "slower", "ok", "cannot tell"
+# The family-wise error rate of a gate, one-sided: with one comparison, the rule of a 95 % interval's low end above
+# the limit. Holm-Bonferroni keeps it over every (span, sweep point) compared.
+ALPHA = 0.025
+CORRECTION = "Holm-Bonferroni"
+DEFAULT_RESAMPLES = 2000
 
 
 def parse_selection(items: Iterable[str], option: str = "--baseline") -> dict:
@@ -36,7 +45,7 @@ def parse_selection(items: Iterable[str], option: str = "--baseline") -> dict:
             if not eq and key in FLAGS:
                 key, value = FLAGS[key]
             elif not eq or not value or key not in KEYS:
-                why = f"unknown key {key!r}" if eq and key not in KEYS else "give KEY=VALUE"
+                why = f"unknown key {key!r}{did_you_mean(key, KEYS)}" if eq and key not in KEYS else "give KEY=VALUE"
                 raise UserError(f"{option} {part!r}: {why}; keys: {', '.join(KEYS)} (e.g. {option} tag=before,twin)")
             if key == "tag":
                 filters.setdefault("tag", []).append(value)
@@ -56,14 +65,20 @@ def gate(
     results_dirs: str | Path | Iterable[str | Path] | None = None,
     max_slowdown_pct: float = DEFAULT_MAX_SLOWDOWN_PCT,
     seed: int = 0,
+    sweep: dict[str, set[str]] | None = None,
 ) -> dict:
-    """Each span's verdict between the runs `baseline` and `candidate` select (select_runs' filters).
+    """Each span's verdict between the runs `baseline` and `candidate` select (select_runs' filters), sweep point by
+    sweep point.
 
-    Per span: both sides' runs, sample counts and pooled medians, the ratio of the medians (candidate / baseline)
-    with its 95 % bootstrap interval, and the verdict: `slower` when the interval's lower bound is above
-    1 + max_slowdown_pct/100 (slower beyond noise and beyond the tolerance), `ok` when its upper bound is at or
-    below it (any slowdown is within the tolerance), `cannot tell` between. `failed` lists the slower spans.
-    UserError when a side selects no run, or no run of a side measured a span.
+    A comparison is one span at one group, a playbook at one sweep point (testbed.catalog.points; `sweep` selects
+    points as --sweep does), with the samples of that group only on both sides: the ratio of the pooled medians
+    (candidate / baseline), its 95 % bootstrap interval, and the one-sided bootstrap p-value of "no slower than the
+    limit" (limit = 1 + max_slowdown_pct/100). The comparisons are a family: a comparison is `slower` when its
+    Holm-Bonferroni adjusted p-value is at most ALPHA (so the chance that any of them fails on noise alone is at
+    most ALPHA, however many points the sweep has); `ok` when the interval's upper bound is at or below the limit;
+    `cannot tell` otherwise. `failed` lists the spans with a slower point, `failed_points` each slower comparison.
+    A group measured on one side only is listed in `unmatched`, never compared. UserError when a side selects no
+    run, a span has no group on both sides, or --sweep names no sweep variable of the runs.
     """
     names = list(dict.fromkeys(spans))
     if max_slowdown_pct < 0:
@@ -74,10 +89,9 @@ def gate(
         sides[side] = runs
         for span in names:
             if not any(span in r["spans"] for r in runs):
-                said = ", ".join(f"{k}={'+'.join(v) if isinstance(v, list) else v}" for k, v in filters.items())
-                measured = sorted({s for r in runs for s in r["spans"]})
+                measured = sorted(span_counts(results_dirs, **filters))
                 raise UserError(
-                    f"the {side} ({said}) has no run that measured {span!r}"
+                    f"the {side} ({_said(filters)}) has no run that measured {span!r}{did_you_mean(span, measured)}"
                     + (f"; its runs measured: {', '.join(measured)}" if measured else "; `testbed runs` lists the runs")
                 )
     overlap = {r["path"] for r in sides["baseline"]} & {r["path"] for r in sides["candidate"]}
@@ -85,32 +99,96 @@ def gate(
         raise UserError(
             f"the baseline and the candidate share {len(overlap)} run(s) (e.g. {min(overlap)}): select disjoint runs"
         )
+    wanted = sweep or {}
+    check_selection(wanted, [k for runs in sides.values() for r in runs for k in (r.get("sweeps") or {}).values()])
     limit = 1 + max_slowdown_pct / 100
-    by_span: dict[str, dict] = {}
-    failed: list[str] = []
-    out = {"max_slowdown_pct": max_slowdown_pct, "limit": limit, "spans": by_span, "failed": failed}
+    playbooks = sorted({r["playbook"] or "?" for runs in sides.values() for r in runs})
+    pairs: list[tuple[str, tuple, dict]] = []
+    unmatched: list[dict] = []
     for span in names:
-        groups = {side: [r for r in runs if span in r["spans"]] for side, runs in sides.items()}
+        by_side = {side: groups(runs, span, wanted) for side, runs in sides.items()}
+        common = [g for g in sort_groups(by_side["baseline"]) if g in by_side["candidate"]]
+        for side, other in (("baseline", "candidate"), ("candidate", "baseline")):
+            for g in sort_groups(by_side[side]):
+                if g not in by_side[other]:
+                    unmatched.append({"span": span, "side": side, "playbook": g[0], "point": json.loads(g[1])})
+        if not common:
+            raise UserError(
+                f"{span}: the baseline and the candidate have no playbook and sweep point in common "
+                f"(baseline: {_groups_said(by_side['baseline'])}; candidate: {_groups_said(by_side['candidate'])})"
+            )
+        pairs.extend((span, g, by_side) for g in common)
+    # Enough resamples that the smallest Holm threshold, ALPHA / comparisons, is many resamples wide.
+    resamples = max(DEFAULT_RESAMPLES, math.ceil(2 * len(pairs) / ALPHA))
+    comparisons: list[dict] = []
+    for span, g, by_side in pairs:
+        base, cand = by_side["baseline"][g], by_side["candidate"][g]
         stats = median_ratio_interval(
-            [r["spans"][span] for r in groups["baseline"]], [r["spans"][span] for r in groups["candidate"]], seed=seed
+            [v for _, v in base], [v for _, v in cand], seed=seed, resamples=resamples, limit=limit
         )
-        interval = stats["interval"]
-        if interval is None:
-            verdict = UNSURE
-        elif interval[0] > limit:
-            verdict = SLOWER
-        elif interval[1] <= limit:
-            verdict = OK
+        comparisons.append(
+            {
+                "span": span,
+                "playbook": g[0],
+                "point": json.loads(g[1]),
+                "label": group_label(g[0], g[1], len(playbooks) > 1),
+                **stats,
+                "baseline_runs": [r["run_id"] for r, _ in base],
+                "candidate_runs": [r["run_id"] for r, _ in cand],
+                "baseline_n": int(sum(len(v) for _, v in base)),
+                "candidate_n": int(sum(len(v) for _, v in cand)),
+            }
+        )
+    for c, adjusted in zip(comparisons, holm([c["p_above_limit"] for c in comparisons]), strict=True):
+        c["p_holm"] = adjusted
+        if adjusted <= ALPHA:
+            c["verdict"] = SLOWER
+        elif c["interval"] is not None and c["interval"][1] <= limit:
+            c["verdict"] = OK
         else:
-            verdict = UNSURE
-        by_span[span] = {
-            **stats,
-            "baseline_runs": [r["run_id"] for r in groups["baseline"]],
-            "candidate_runs": [r["run_id"] for r in groups["candidate"]],
-            "baseline_n": int(sum(len(r["spans"][span]) for r in groups["baseline"])),
-            "candidate_n": int(sum(len(r["spans"][span]) for r in groups["candidate"])),
-            "verdict": verdict,
-        }
-        if verdict == SLOWER:
-            failed.append(span)
-    return out
+            c["verdict"] = UNSURE
+    failed_points = [c for c in comparisons if c["verdict"] == SLOWER]
+    return {
+        "max_slowdown_pct": max_slowdown_pct,
+        "limit": limit,
+        "alpha": ALPHA,
+        "correction": CORRECTION,
+        "playbooks": playbooks,
+        "comparisons": comparisons,
+        "spans": {span: _worst([c for c in comparisons if c["span"] == span]) for span in names},
+        "failed": list(dict.fromkeys(c["span"] for c in failed_points)),
+        "failed_points": [f"{c['span']} @ {c['label']}" for c in failed_points],
+        "unmatched": unmatched,
+    }
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the order given: the i-th smallest p times (m - i + 1), never less than
+    the one before it, at most 1. Rejecting where the adjusted value is at most alpha bounds the family-wise error.
+    """
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def _worst(comparisons: list[dict]) -> dict:
+    verdicts = [c["verdict"] for c in comparisons]
+    verdict = SLOWER if SLOWER in verdicts else UNSURE if UNSURE in verdicts else OK
+    return {"verdict": verdict, "points": len(comparisons), "slower": verdicts.count(SLOWER)}
+
+
+def _said(filters: dict) -> str:
+    return ", ".join(f"{k}={'+'.join(v) if isinstance(v, list) else v}" for k, v in filters.items())
+
+
+def _groups_said(by_group: dict) -> str:
+    if not by_group:
+        return "none"
+    many = len({g[0] for g in by_group}) > 1
+    listed = [group_label(g[0], g[1], many) for g in sort_groups(by_group)]
+    return ", ".join(listed[:8]) + (" ..." if len(listed) > 8 else "")

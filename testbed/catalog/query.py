@@ -7,6 +7,7 @@ folder), so what it answers is what is on disk.
 
 from __future__ import annotations
 
+import difflib
 import json
 import sqlite3
 from collections.abc import Iterable
@@ -22,8 +23,10 @@ from testbed.contracts.errors import UserError
 
 DEFAULT_RESULTS = "results"  # where `testbed run` writes (its --results default)
 TARGETS = ("lab", "twin")
+STATUSES = ("ok", "failed", "aborted", "running")  # a run's status in run.json (running: its runner died unhealed)
 RUN_COLUMNS = (
-    "id, run_id, folder, status, error, playbook, playbook_file, inventory, inventory_file, target, seed, "
+    "id, run_id, folder, status, error, playbook, playbook_file, inventory, inventory_file, inventory_digest, target, "
+    "seed, "
     "trials_planned, trials_ok, trials_failed, git_commit, git_dirty, testbed_version, versions, user, host, "
     "started, ended, format_version, torn"
 )
@@ -42,6 +45,7 @@ def select_runs(
     commit: str | None = None,
     tag: str | Iterable[str] | None = None,
     protocol: str | None = None,
+    param: dict[str, str] | None = None,
     sync_first: bool = True,
 ) -> list[dict]:
     """The runs under `results_dirs` (default ./results) that pass every filter given, oldest first.
@@ -49,11 +53,12 @@ def select_runs(
     Filters: `run` a run id or folder name (or a unique start of one); `playbook`, `inventory` their names;
     `target` "lab" or "twin"; `status` ok, failed, aborted (running: a run whose runner died unhealed);
     `since`/`until` a date (UTC; `until` takes the whole day) or an ISO datetime; `commit` the start of a git
-    commit; `tag` a tag, or several that must all be there; `protocol` a switch's driver or served interface.
+    commit; `tag` a tag, or several that must all be there; `protocol` a switch's driver or served interface;
+    `param` {name: value} parameters given at run time (`testbed run --param`), all of which must hold.
     Each run is a dict: the runs table's columns (times as UTC ISO strings, `versions` a dict), `path` (its
     folder), `results` (its results folder), `duration_s`, `switches`, `tags` and `notes`.
     """
-    where, params = _where(run, playbook, inventory, target, status, since, until, commit, tag, protocol)
+    where, params = _where(run, playbook, inventory, target, status, since, until, commit, tag, protocol, param)
     out: list[dict] = []
     for results, conn in _catalogs(results_dirs, sync_first):
         try:
@@ -153,8 +158,10 @@ def span_columns(
 
     One dict per run that measured any of them, oldest first: run_id, folder, path, results, playbook, inventory,
     target, status, git_commit, git_dirty, started (UTC ISO), `spans` {span: ms as a numpy array} and `trials`
-    {span: each sample's trial, an array of the same length}. Within a run the samples are in trial order (within a
-    trial, by duration): the order the covering index holds them in, so no sample is looked up or sorted one by one.
+    {span: each sample's trial, an array of the same length}, `sweeps` {trial: its sweep point's key, sorted JSON}
+    (testbed.catalog.points splits the samples by point with it), `tags` its tags. Within a run the samples are in
+    trial order (within a trial, by duration): the order the covering index holds them in, so no sample is looked
+    up or sorted one by one.
     """
     names = _span_names(spans)
     sync_first = filters.pop("sync_first", True)
@@ -166,6 +173,15 @@ def span_columns(
             heads = {head["id"]: head for head in _run_heads(conn, where, params)}
             if not heads:
                 continue
+            picked_runs = f" WHERE run IN (SELECT r.id FROM runs r {where})" if where else ""
+            for run, trial, sweep in conn.execute(f"SELECT run, trial, sweep FROM trials{picked_runs}", params):
+                if run in heads:
+                    heads[run].setdefault("sweeps", {})[trial] = sweep
+            for head in heads.values():
+                head["tags"] = []
+            for run, name in conn.execute(f"SELECT run, name FROM tags{picked_runs} ORDER BY rowid", params):
+                if run in heads:
+                    heads[run]["tags"].append(name)
             span_names = (
                 names if names is not None else [row[0] for row in conn.execute("SELECT DISTINCT span FROM spans")]
             )
@@ -197,13 +213,57 @@ def span_columns(
     return out
 
 
+def span_counts(results_dirs: str | Path | Iterable[str | Path] | None = None, **filters) -> dict[str, dict]:
+    """The spans the selected runs measured: {span: {"runs": how many runs, "samples": how many samples}}, by name.
+    What `testbed spans` prints, and what an unknown span's error lists.
+    """
+    sync_first = filters.pop("sync_first", True)
+    where, params = _where(**filters)
+    out: dict[str, dict] = {}
+    for _results, conn in _catalogs(results_dirs, sync_first):
+        try:
+            picked = f" WHERE run IN (SELECT r.id FROM runs r {where})" if where else ""
+            rows = conn.execute(
+                f"SELECT span, COUNT(DISTINCT run), COUNT(*) FROM spans{picked} GROUP BY span", params
+            ).fetchall()
+        finally:
+            conn.close()
+        for span, runs, samples in rows:
+            entry = out.setdefault(span, {"runs": 0, "samples": 0})
+            entry["runs"] += runs
+            entry["samples"] += samples
+    return dict(sorted(out.items()))
+
+
+def unknown_spans(spans: Iterable[str], measured: Iterable[str], said: str = "the selected runs") -> str | None:
+    """The error for spans no selected run measured: each with its closest measured name, and the names there are;
+    None when every span was measured.
+    """
+    measured = list(measured)
+    missing = [s for s in spans if s not in measured]
+    if not missing:
+        return None
+    each = "; ".join(f"{s!r}{did_you_mean(s, measured)}" for s in missing)
+    listed = ", ".join(measured[:30]) + (f" and {len(measured) - 30} more" if len(measured) > 30 else "")
+    return f"no span {each} in {said}; they measured: {listed or 'nothing'} (`testbed spans` lists them)"
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`; did you mean 'X'?` for the closest of `choices` to a mistyped word, or "" when none is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _span_names(spans: str | Iterable[str] | None) -> list[str] | None:
     return [spans] if isinstance(spans, str) else list(spans) if spans is not None else None
 
 
 def _run_heads(conn: sqlite3.Connection, where: str, params: list) -> list[dict]:
     """The selected runs' identity, oldest first (what each sample or column set carries of its run)."""
-    keys = ("id", "run_id", "folder", "playbook", "inventory", "target", "status", "git_commit", "git_dirty", "started")
+    keys = (
+        "id", "run_id", "folder", "playbook", "inventory", "inventory_digest", "target", "status", "git_commit",
+        "git_dirty", "started",
+    )  # fmt: skip
     rows = conn.execute(f"SELECT r.{', r.'.join(keys)} FROM runs r {where} ORDER BY r.started, r.folder", params)
     heads = []
     for row in rows:
@@ -216,7 +276,7 @@ def _run_heads(conn: sqlite3.Connection, where: str, params: list) -> list[dict]
 
 def resolve_run(run: str, results_dirs: str | Path | Iterable[str | Path] | None = None) -> Path:
     """The folder of RUN: a run folder's path, or a run id or folder name (or a unique start of one) under the
-    results folders. UserError saying what there is when it names no run, or several.
+    results folders. UserError when it names no run (listing the closest ids) or several (listing them).
     """
     path = Path(run)
     if (path / RUN_FILE).is_file():
@@ -225,18 +285,24 @@ def resolve_run(run: str, results_dirs: str | Path | Iterable[str | Path] | None
     for results in dirs:
         if (results / run / RUN_FILE).is_file():
             return results / run
-    candidates = [
-        Path(r["path"]) for r in select_runs(dirs) if r["folder"].startswith(run) or r["run_id"].startswith(run)
-    ]
     where = ", ".join(str(d) for d in dirs)
+    if not any(d.is_dir() for d in dirs):
+        if path.is_dir():
+            raise UserError(f"{run}: a folder, but not a run (no {RUN_FILE}); pass a folder `testbed run` wrote")
+        raise UserError(f"{run}: neither a run folder nor a run id in {where} (no such folder; pass --results DIR)")
+    every = select_runs([d for d in dirs if d.is_dir()])
+    candidates = [Path(r["path"]) for r in every if r["folder"].startswith(run) or r["run_id"].startswith(run)]
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
         if path.is_dir():
             raise UserError(f"{run}: a folder, but not a run (no {RUN_FILE}); pass a folder `testbed run` wrote")
-        raise UserError(f"no run {run!r} in {where}; `testbed runs` lists them (or pass --results DIR)")
-    names = ", ".join(c.name for c in candidates[:5]) + (" ..." if len(candidates) > 5 else "")
-    raise UserError(f"{run!r} names {len(candidates)} runs in {where} ({names}); give more of the run id")
+        close = difflib.get_close_matches(run, [r["folder"] for r in every], n=3, cutoff=0.5)
+        hint = f"; the closest: {', '.join(close)}" if close else ""
+        raise UserError(f"no run {run!r} in {where}{hint}; `testbed runs` lists them (or pass --results DIR)")
+    more = f" and {len(candidates) - 8} more" if len(candidates) > 8 else ""
+    listed = ", ".join(str(c) for c in candidates[:8]) + more
+    raise UserError(f"{run!r} names {len(candidates)} runs in {where}: {listed}; give more of the run id")
 
 
 def results_paths(results_dirs: str | Path | Iterable[str | Path] | None) -> list[Path]:
@@ -264,7 +330,7 @@ def _catalogs(results_dirs, sync_first: bool):
 
 
 def _extras(conn: sqlite3.Connection, ids: list[int]) -> dict[int, dict]:
-    out: dict[int, dict] = {i: {"switches": [], "tags": [], "notes": []} for i in ids}
+    out: dict[int, dict] = {i: {"switches": [], "tags": [], "notes": [], "params": {}} for i in ids}
     if not ids:
         return out
     for row in conn.execute(
@@ -276,6 +342,9 @@ def _extras(conn: sqlite3.Connection, ids: list[int]) -> dict[int, dict]:
     for row in conn.execute("SELECT run, name FROM tags ORDER BY rowid"):
         if row["run"] in out:
             out[row["run"]]["tags"].append(row["name"])
+    for row in conn.execute("SELECT run, name, value FROM params ORDER BY rowid"):
+        if row["run"] in out:
+            out[row["run"]]["params"][row["name"]] = row["value"]
     for row in conn.execute("SELECT run, text, wall, user FROM notes ORDER BY rowid"):
         if row["run"] in out:
             out[row["run"]]["notes"].append({"text": row["text"], "at": iso(row["wall"]), "user": row["user"]})
@@ -293,6 +362,7 @@ def _where(
     commit=None,
     tag=None,
     protocol=None,
+    param=None,
 ) -> tuple[str, list]:
     clauses: list[str] = []
     params: list = []
@@ -300,6 +370,8 @@ def _where(
         clauses.append("(r.folder = ? OR r.run_id = ? OR r.folder LIKE ? ESCAPE '\\' OR r.run_id LIKE ? ESCAPE '\\')")
         prefix = _like_prefix(run)
         params += [run, run, prefix, prefix]
+    if status is not None and status not in STATUSES:
+        raise UserError(f"status {status!r}: one of {', '.join(STATUSES)}{did_you_mean(status, STATUSES)}")
     for column, value in (("playbook", playbook), ("inventory", inventory), ("status", status)):
         if value is not None:
             clauses.append(f"r.{column} = ?")
@@ -324,6 +396,9 @@ def _where(
     if protocol is not None:
         clauses.append("r.id IN (SELECT run FROM devices WHERE switch = 1 AND (driver = ? OR interface = ?))")
         params += [protocol, protocol]
+    for name, value in (param or {}).items():
+        clauses.append("r.id IN (SELECT run FROM params WHERE name = ? AND value = ?)")
+        params += [name, value]
     return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 

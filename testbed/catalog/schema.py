@@ -11,7 +11,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # A run ending while another process writes waits this long for the lock; SQLite's writer holds it for the time
 # of one run's insert (milliseconds), or a whole reindex (seconds).
 BUSY_TIMEOUT_S = 60.0
@@ -23,7 +23,7 @@ TABLES = {
     # folder whose signature changed (heal rewrote run.json, a tag was added) is indexed again.
     "runs": """
         id INTEGER PRIMARY KEY, folder TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL, status TEXT, error TEXT,
-        playbook TEXT, playbook_file TEXT, inventory TEXT, inventory_file TEXT, target TEXT,
+        playbook TEXT, playbook_file TEXT, inventory TEXT, inventory_file TEXT, inventory_digest TEXT, target TEXT,
         seed INTEGER, trials_planned INTEGER, trials_ok INTEGER, trials_failed INTEGER,
         git_commit TEXT, git_dirty INTEGER, testbed_version TEXT, versions TEXT,
         user TEXT, host TEXT, started REAL, ended REAL, format_version INTEGER,
@@ -44,6 +44,8 @@ TABLES = {
     """,
     "tags": "run INTEGER NOT NULL, name TEXT NOT NULL, wall REAL, user TEXT",
     "notes": "run INTEGER NOT NULL, text TEXT NOT NULL, wall REAL, user TEXT",
+    # `testbed run --param k=v` (and testbed.catalog.add_param): one row per name, its last value.
+    "params": "run INTEGER NOT NULL, name TEXT NOT NULL, value TEXT",
 }
 INDEXES = (
     # Covering: a span's samples across runs are read from this index alone, in run order (docs/catalog.md).
@@ -51,7 +53,7 @@ INDEXES = (
     "CREATE INDEX spans_by_run ON spans (run)",
     "CREATE INDEX trials_by_run ON trials (run, trial)",
     "CREATE INDEX runs_by_start ON runs (started)",
-    *(f"CREATE INDEX {t}_by_run ON {t} (run)" for t in ("devices", "milestones", "faults", "notes")),
+    *(f"CREATE INDEX {t}_by_run ON {t} (run)" for t in ("devices", "milestones", "faults", "notes", "params")),
     "CREATE INDEX tags_by_name ON tags (name, run)",
 )
 CHILD_TABLES = tuple(t for t in TABLES if t != "runs")

@@ -25,14 +25,25 @@ def add_across_options(p: argparse.ArgumentParser) -> None:
     )
     add_selection_options(p)
     p.add_argument("--span", action="append", help="with --across: only this span (repeat); CDFs of each")
-    _out_option(p)
+    _sweep_option(p)
+    _out_option(p, "the run's folder; with --across, the current folder")
 
 
 def add_parsers(sub) -> None:
+    p = sub.add_parser("spans", help="list the spans the selected runs measured, with how many runs and samples")
+    add_selection_options(p)
+    p.add_argument("--json", action="store_true", help="print {span: {runs, samples}} as JSON")
+
     p = sub.add_parser("trend", help="a span's median and CI run by run (or commit by commit), a table and a plot")
     p.add_argument("span", metavar="SPAN", help="a span's name, e.g. reconfig.total")
     add_selection_options(p)
-    p.add_argument("--by", choices=("date", "commit"), default="date", help="a point per run (date) or per commit")
+    p.add_argument(
+        "--by",
+        choices=("date", "commit", "tag"),
+        default="date",
+        help="a point per run (date), per commit, or per tag (each tag's runs pooled); a series per sweep point",
+    )
+    _sweep_option(p)
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     _out_option(p)
 
@@ -61,11 +72,35 @@ def add_parsers(sub) -> None:
         metavar="DIR",
         help="a results folder (repeat for several; default ./results), for both selections",
     )
+    _sweep_option(p)
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
 
 
-def _out_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", metavar="DIR", help="folder for the figures (default: the current folder)")
+def _sweep_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--sweep",
+        action="append",
+        metavar="KEY=VALUE",
+        help="only these sweep points (repeat; a key given twice: either value), e.g. --sweep mode=on-demand",
+    )
+
+
+def _out_option(p: argparse.ArgumentParser, default: str = "the current folder") -> None:
+    p.add_argument("--out", metavar="DIR", help=f"folder for the figures (default: {default})")
+
+
+def _figures_to(out: Path, draw):
+    """Draw figures into `out` with `draw()`; a folder that cannot be written is the user's mistake (exit 2)."""
+    try:
+        return draw()
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write the figures there ({exc.strerror or exc})") from None
+
+
+def _html_target(html: str, out: Path, default: str) -> Path:
+    """--html's file: as given, DEFAULT in it when it is a folder, DEFAULT in --out's folder when not given."""
+    target = Path(html) if html else out / default
+    return target / default if target.is_dir() else target
 
 
 def _dirs(args) -> list[Path]:
@@ -108,60 +143,93 @@ def _print_paths(console: Console, paths) -> None:
 def cmd_report_across(args, console: Console) -> int:
     from testbed.catalog.across import across
     from testbed.catalog.figures import plot_cdf_overlay
+    from testbed.catalog.points import parse_sweep
 
     console = _wide(console)
     if args.run_dir is not None:
         raise UserError(f"give a run folder ({args.run_dir}) or --across and a selection, not both")
     dirs = _dirs(args)
-    result = across(dirs, args.span, **selection_filters(args))
+    result = across(dirs, args.span, sweep=parse_sweep(args.sweep), **selection_filters(args))
     runs = result["runs"]
     if args.json:
-        rows = [{k: v for k, v in r.items() if k not in ("spans", "trials")} | {"stats": r["stats"]} for r in runs]
-        print(json.dumps({"runs": rows, "pooled": result["pooled"]}, indent=2))
+        rows = [{k: v for k, v in r.items() if k not in ("spans", "trials", "sweeps")} for r in runs]
+        print(json.dumps({"runs": rows, "groups": result["groups"], "pooled": result["pooled"]}, indent=2))
         return EXIT_OK
     for span in result["spans"]:
-        table = Table(title=f"{span}: median run by run", title_justify="left")
+        swept = len(result["groups"][span]) > 1 or result["groups"][span][0]["label"] != "-"
+        table = Table(
+            title=f"{span}: median run by run{', sweep point by sweep point' if swept else ''}", title_justify="left"
+        )
         table.add_column("run", overflow="fold")
-        for name in ("started (UTC)", "commit", "n", "p50 ms", "p50 95% CI", "max ms"):
+        if swept:
+            table.add_column("sweep point", overflow="fold")
+        for name in ("status", "tags", "started (UTC)", "commit", "n", "p50 ms", "p50 95% CI", "max ms"):
             table.add_column(name, justify="right" if name in ("n", "p50 ms", "max ms") else "left", no_wrap=True)
         for r in runs:
-            s = r["stats"].get(span)
-            if not s:
-                continue
             commit = (r["git_commit"] or "-")[:10] + ("+" if r["git_dirty"] else "")
-            table.add_row(
-                escape(r["run_id"]), (r["started"] or "-")[:16], commit, str(s["n"]), _ms(s["p50_ms"]), _ci(s),
-                _ms(s["max_ms"]),
-            )  # fmt: skip
+            for i, s in enumerate(r["points"].get(span) or []):
+                head = [escape(r["run_id"]) if i == 0 else ""] + ([escape(s["label"])] if swept else [])
+                facts = [escape(str(r["status"])), escape(" ".join(r.get("tags") or [])), (r["started"] or "-")[:16],
+                         commit] if i == 0 else ["", "", "", ""]  # fmt: skip
+                table.add_row(*head, *facts, str(s["n"]), _ms(s["p50_ms"]), _ci(s), _ms(s["max_ms"]))
+            if r["points"].get(span):
+                table.rows[-1].end_section = swept
         console.print(table)
-    pooled = Table(title=f"pooled: every sample of the {len(runs)} runs", title_justify="left")
-    for name in ("span", "runs", "n", "p50 ms", "p50 95% CI", "p90 ms", "p99 ms", "max ms"):
-        pooled.add_column(name, justify="left" if name in ("span", "p50 95% CI") else "right")
-    for span, s in result["pooled"].items():
-        measured = sum(span in r["stats"] for r in runs)
-        p99 = _ms(s["p99_ms"]) if s["p99_reliable"] else "n<100"
-        pooled.add_row(
-            span, str(measured), str(s["n"]), _ms(s["p50_ms"]), _ci(s), _ms(s["p90_ms"]), p99, _ms(s["max_ms"])
-        )
+    pooled = Table(
+        title=f"pooled: every sample of the {len(runs)} runs, sweep point by sweep point", title_justify="left"
+    )
+    for name in ("span", "sweep point", "runs", "n", "p50 ms", "p50 95% CI", "p90 ms", "p99 ms", "max ms"):
+        pooled.add_column(name, justify="left" if name in ("span", "sweep point", "p50 95% CI") else "right")
+    for span, rows in result["groups"].items():
+        for i, s in enumerate(rows):
+            p99 = _ms(s["p99_ms"]) if s["p99_reliable"] else "n<100"
+            pooled.add_row(
+                escape(span) if i == 0 else "", escape(s["label"]), str(len(s["runs"])), str(s["n"]), _ms(s["p50_ms"]),
+                _ci(s), _ms(s["p90_ms"]), p99, _ms(s["max_ms"]), end_section=i == len(rows) - 1,
+            )  # fmt: skip
     console.print(pooled)
     console.print(
         "Pooling treats the runs as one sample: read the medians run by run first, and pool runs that differ only "
-        "by chance (the same playbook, inventory and code).",
+        "by chance (the same playbook, inventory and code). Sweep points and playbooks are never pooled together.",
         style="dim",
     )
     pngs = []
+    out = _out_dir(args)
     if not args.no_plots:
-        out = _out_dir(args)
         for span in result["spans"]:
-            path = plot_cdf_overlay(runs, span, out / f"across_cdf_{_safe(span)}.png")
+            path = _figures_to(
+                out, lambda span=span: plot_cdf_overlay(runs, span, out / f"across_cdf_{_safe(span)}.png")
+            )
             if path:
                 pngs.append(path)
         _print_paths(console, pngs)
     if args.html is not None:
         from testbed.results.html_across import write_across_report
 
-        target = Path(args.html) if args.html else _out_dir(args) / "across.html"
+        target = _html_target(args.html, out, "across.html")
         _print_paths(console, [write_across_report([r["path"] for r in runs], target, pngs=pngs)])
+    return EXIT_OK
+
+
+# --- spans ---------------------------------------------------------------------------------------------------
+
+
+def cmd_spans(args, console: Console) -> int:
+    from testbed.catalog.query import span_counts
+
+    counts = span_counts(_dirs(args), **selection_filters(args))
+    if args.json:
+        print(json.dumps(counts, indent=2))
+        return EXIT_OK
+    if not counts:
+        raise UserError("the selected runs measured no span; `testbed runs` with the same options lists them")
+    table = Table(title=f"{len(counts)} spans the selected runs measured", title_justify="left")
+    table.add_column("span", overflow="fold")
+    table.add_column("runs", justify="right")
+    table.add_column("samples", justify="right")
+    for span, c in counts.items():
+        table.add_row(escape(span), str(c["runs"]), str(c["samples"]))
+    _wide(console).print(table)
     return EXIT_OK
 
 
@@ -171,23 +239,41 @@ def cmd_report_across(args, console: Console) -> int:
 def cmd_trend(args, console: Console) -> int:
     from testbed.catalog.across import trend
     from testbed.catalog.figures import plot_trend
+    from testbed.catalog.points import parse_sweep
 
     console = _wide(console)
     dirs = _dirs(args)
-    rows = trend(args.span, dirs, by=args.by, **selection_filters(args))
+    rows = trend(args.span, dirs, by=args.by, sweep=parse_sweep(args.sweep), **selection_filters(args))
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
-    what = "run" if args.by == "date" else "commit"
-    table = Table(title=f"{args.span}: median and its 95% CI, {what} by {what}", title_justify="left")
-    for name in ("#", what, "started (UTC)", "runs", "n", "p50 ms", "p50 95% CI"):
+    what = {"date": "run", "commit": "commit", "tag": "tag"}[args.by]
+    series = list(dict.fromkeys(r["series"] for r in rows))
+    swept = series != ["-"]
+    table = Table(
+        title=f"{args.span}: median and its 95% CI, {what} by {what}"
+        + (f", one series per sweep point ({len(series)})" if swept else ""),
+        title_justify="left",
+    )
+    columns = ["#", *(["sweep point"] if swept else []), what, "status", "started (UTC)", "runs", "n", "p50 ms"]
+    for name in [*columns, "p50 95% CI"]:
         table.add_column(name, justify="right" if name in ("#", "runs", "n", "p50 ms") else "left")
     for i, r in enumerate(rows, 1):
+        statuses = sorted(set(map(str, r["statuses"])))
+        status = ", ".join(f"[red]{x}[/]" if x != "ok" else x for x in statuses)
+        last = i == len(rows) or rows[i]["series"] != r["series"]
         table.add_row(
-            str(i), escape(r["label"]), r["started"] or "-", str(len(r["runs"])), str(r["n"]), _ms(r["p50_ms"]), _ci(r)
-        )
+            str(i), *([escape(r["series"])] if swept else []), escape(r["label"]), status, r["started"] or "-",
+            str(len(r["runs"])), str(r["n"]), _ms(r["p50_ms"]), _ci(r), end_section=swept and last,
+        )  # fmt: skip
     console.print(table)
-    path = plot_trend(rows, args.span, args.by, _out_dir(args) / f"trend_{_safe(args.span)}_by_{args.by}.png")
+    marked = sum(1 for r in rows if any(x != "ok" for x in r["statuses"]))
+    if marked:
+        console.print(f"{marked} row(s) hold a run that did not end ok: its numbers are of the trials it ran")
+    out = _out_dir(args)
+    path = _figures_to(
+        out, lambda: plot_trend(rows, args.span, args.by, out / f"trend_{_safe(args.span)}_by_{args.by}.png")
+    )
     _print_paths(console, [path])
     return EXIT_OK
 
@@ -197,58 +283,90 @@ def cmd_trend(args, console: Console) -> int:
 
 def cmd_gate(args, console: Console) -> int:
     from testbed.catalog.gate import SLOWER, UNSURE, gate, parse_selection
+    from testbed.catalog.points import parse_sweep
 
     console = _wide(console)
     baseline = parse_selection(args.baseline, "--baseline")
     candidate = parse_selection(args.candidate, "--candidate")
-    result = gate(args.spans, baseline, candidate, _dirs(args), max_slowdown_pct=args.max_slowdown)
+    result = gate(
+        args.spans, baseline, candidate, _dirs(args), max_slowdown_pct=args.max_slowdown, sweep=parse_sweep(args.sweep)
+    )
     code = EXIT_EXPERIMENT_FAILED if result["failed"] else EXIT_OK
     if args.json:
         print(json.dumps(result, indent=2))
         return code
     limit = result["limit"]
+    comparisons = result["comparisons"]
+    swept = any(c["label"] != "-" for c in comparisons)
     table = Table(
-        title=f"candidate / baseline: the ratio of the pooled medians and its 95% interval; fails when its low end "
-        f"> {limit:.3f}",
+        title=f"candidate / baseline: the ratio of the pooled medians and its 95% interval, "
+        f"{'sweep point by sweep point' if swept else 'span by span'}; a comparison fails when its "
+        f"{result['correction']} adjusted p-value (of 'no slower than {limit:.3f} x') is <= {result['alpha']:g}, "
+        f"over the {len(comparisons)} comparisons",
         title_justify="left",
     )
     table.add_column("span", overflow="fold")
+    if swept:
+        table.add_column("sweep point", overflow="fold")
     table.add_column("side", no_wrap=True)
     for name in ("runs", "n", "median ms"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("ratio [95%]", justify="right", no_wrap=True)
+    table.add_column("p (Holm)", justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     warnings = []
-    for span, s in result["spans"].items():
-        interval = s["interval"]
-        ratio = "-" if s["ratio"] is None else f"{s['ratio']:.4f}"
+    for c in comparisons:
+        span, interval = c["span"], c["interval"]
+        ratio = "-" if c["ratio"] is None else f"{c['ratio']:.4f}"
         if interval is not None:
             ratio += f" [{interval[0]:.4f}-{interval[1]:.4f}]"
-        style = {SLOWER: "red", UNSURE: "yellow"}.get(s["verdict"], "green")
+        style = {SLOWER: "red", UNSURE: "yellow"}.get(c["verdict"], "green")
+        where = f"{span} @ {c['label']}" if swept else span
         for side in ("baseline", "candidate"):
             last = side == "candidate"
-            table.add_row(
-                span if not last else "", side, str(len(s[side + "_runs"])), str(s[side + "_n"]),
-                _ms(s[side + "_median"]), ratio if last else "", f"[{style}]{s['verdict']}[/]" if last else "",
-                end_section=last,
-            )  # fmt: skip
-            if s["unit"][side] == "samples":
+            row = [escape(span) if not last else ""]
+            if swept:
+                row.append(escape(c["label"]) if not last else "")
+            row += [
+                side, str(len(c[side + "_runs"])), str(c[side + "_n"]), _ms(c[side + "_median"]),
+                ratio if last else "", f"{c['p_holm']:.4f}" if last else "",
+                f"[{style}]{c['verdict']}[/]" if last else "",
+            ]  # fmt: skip
+            table.add_row(*row, end_section=last)
+            if c["unit"][side] == "samples":
                 warnings.append(
-                    f"{span}: the {side} has {len(s[side + '_runs'])} run(s), fewer than 3: resampled by samples, "
+                    f"{where}: the {side} has {len(c[side + '_runs'])} run(s), fewer than 3: resampled by samples, "
                     "which leaves the run-to-run spread out of the interval; run more for a fair verdict"
                 )
-        if s["verdict"] == UNSURE:
-            warnings.append(f"{span}: the interval spans the limit {limit:.3f}: these runs cannot tell; run more")
+        if c["verdict"] == UNSURE:
+            warnings.append(f"{where}: the interval spans the limit {limit:.3f}: these runs cannot tell; run more")
     console.print(table)
+    if len(result["playbooks"]) > 1:
+        console.print(
+            f"the selections mix playbooks ({', '.join(result['playbooks'])}): compared playbook by playbook",
+            markup=False,
+        )
     errors = Console(stderr=True, highlight=False)
+    for u in result["unmatched"]:
+        point = " ".join(f"{k}={v}" for k, v in u["point"].items()) or "-"
+        warnings.append(f"{u['span']} @ {u['playbook']} {point}: measured by the {u['side']} only; not compared")
     for warning in warnings:
         errors.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     if result["failed"]:
-        said = ", ".join(
-            f"{span} x{result['spans'][span]['ratio']:.3f} (low end {result['spans'][span]['interval'][0]:.3f})"
-            for span in result["failed"]
+        slower = [c for c in comparisons if c["verdict"] == SLOWER]
+        said = "; ".join(
+            f"{c['span']}{' @ ' + c['label'] if swept else ''} x{c['ratio']:.3f} "
+            f"(95% interval {c['interval'][0]:.3f}-{c['interval'][1]:.3f}, Holm p {c['p_holm']:.4f})"
+            for c in slower
         )
-        console.print(f"[red]gate: FAIL[/]: slower than {limit:.3f} x the baseline beyond noise: {escape(said)}")
+        console.print(
+            f"[red]gate: FAIL[/]: {len(slower)} of {len(comparisons)} comparisons slower than {limit:.3f} x the "
+            f"baseline beyond noise: {escape(said)}",
+            soft_wrap=True,
+        )
     else:
-        console.print(f"[green]gate: pass[/]: no span slower than {limit:.3f} x the baseline beyond noise")
+        console.print(
+            f"[green]gate: pass[/]: none of {len(comparisons)} comparisons "
+            f"({'span x sweep point' if swept else 'spans'}) slower than {limit:.3f} x the baseline beyond noise"
+        )
     return code

@@ -34,10 +34,21 @@ def cmd_export(args, console: Console) -> int:
 
     if args.format == "parquet":
         require_pyarrow("--format parquet")  # before the work, not after it
-    selection = select(results_paths(args.results), args.span, **selection_filters(args))
+    dirs = results_paths(args.results)
+    if args.span:
+        from testbed.catalog.query import span_counts, unknown_spans
+
+        problem = unknown_spans(args.span, span_counts(dirs, **selection_filters(args)))
+        if problem:
+            raise UserError(problem)
+    selection = select(dirs, args.span, **selection_filters(args))
     if not len(selection.runs):
         raise UserError("no run matches; `testbed runs` with the same options lists what there is")
-    written = write(selection, args.out or f"export.{args.format}", args.format)
+    out = args.out or f"export.{args.format}"
+    try:
+        written = write(selection, out, args.format)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write there ({exc.strerror or exc}); pass --out PATH elsewhere") from None
     if written[0][0] is None:
         return EXIT_OK  # the samples went to stdout: nothing else on it
     say = Console(stderr=True, highlight=False)

@@ -53,6 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--standalone", action="store_true", help="run in this process even when testbed serve serves the lab"
     )
 
+    p.add_argument("--tag", action="append", help="tag the run (repeat for several): `--tag NAME` selects it later")
+    p.add_argument("--note", help="a note on the run, kept with it (testbed runs, reports)")
+    p.add_argument(
+        "--param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a parameter of the run the playbook does not say (repeat): `--param KEY=VALUE` selects it later",
+    )
+
     from testbed.cli.serve import add_parsers as add_serve_parsers
 
     add_serve_parsers(sub)  # serve, queue (docs/serve.md)
@@ -84,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
         _ray_address_option(q, "the lab's Ray cluster, whose keeper holds the leases of every host")
 
     p = sub.add_parser("report", help="print the tables of a run and write its figures (PNG) next to the results")
-    p.add_argument("run_dir", nargs="?", help="a run folder (or --across and a selection of runs)")
+    p.add_argument(
+        "run_dir", nargs="?", help="a run folder, or a run id or its unique start (or --across and a selection)"
+    )
     p.add_argument("--json", action="store_true", help="print summary.json (writes no figures)")
     p.add_argument("--no-plots", action="store_true", help="print the tables only")
     p.add_argument(
@@ -99,29 +110,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_across_options(p)  # report --across SELECTION (docs/catalog.md)
 
-    p = sub.add_parser("compare", help="put two runs side by side, span by span")
-    p.add_argument("run_a")
-    p.add_argument("run_b")
-
     from testbed.cli.runs import add_parser as add_runs_parser
+    from testbed.cli.runs import add_run_options
+
+    p = sub.add_parser("compare", help="put two runs side by side, span by span (sweep point by sweep point)")
+    add_run_options(p, "run_a", "run_b")
 
     add_runs_parser(sub)
-    add_campaign_parsers(sub)  # trend, gate
+    add_campaign_parsers(sub)  # spans, trend, gate
 
     from testbed.cli.export import add_parser as add_export_parser
 
     add_export_parser(sub)
 
     p = sub.add_parser("check", help="verify a run from its history (invokes closed, fabric, interlocks)")
-    p.add_argument("run_dir")
+    add_run_options(p, "run_dir")
 
     p = sub.add_parser(
         "heal", help="restore the lab after a run whose runner died (faults, jobs, fabric), from its event log"
     )
-    p.add_argument("run_dir")
+    add_run_options(p, "run_dir")
 
     p = sub.add_parser("replay", help="replay a run's audit log through fresh emulators and compare every reply")
-    p.add_argument("run_dir")
+    add_run_options(p, "run_dir")
 
     p = sub.add_parser("schema", help="write JSON Schemas of inventories and playbooks (for editors)")
     p.add_argument("--out", default=".", help="folder to write inventory.schema.json and playbook.schema.json")
@@ -141,7 +152,10 @@ def entry() -> None:
     """
     code = main()
     logging.shutdown()
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_gone()
     sys.stderr.flush()
     os._exit(code)
 
@@ -155,6 +169,18 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         errors.print(f"[red]error:[/] {escape(str(exc))}", markup=True, soft_wrap=True)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """The reader of our output left (`testbed trend --json | head`): nothing more to say to it. stdout is pointed
+    at /dev/null so that the interpreter's last flush does not raise again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_OK
 
 
 def cmd_validate(args, console: Console) -> int:
@@ -235,6 +261,7 @@ def cmd_plan(args, console: Console) -> int:
 
 
 def cmd_run(args, console: Console) -> int:
+    metadata = _run_metadata(args)  # a mistake in it costs nothing: before a server or Ray is asked for anything
     if not args.standalone:  # a server for the lab (testbed serve) makes the run in its warm session, if one answers
         from testbed.cli.serve import run_through_server
 
@@ -280,6 +307,7 @@ def cmd_run(args, console: Console) -> int:
         print_summary(console, run.summary, run.run_dir)
         if run.error:
             Console(stderr=True).print(f"[red]{run.status}:[/] {escape(run.error)}", soft_wrap=True, markup=True)
+        metadata(run.run_dir)
         console.print(f"results: {run.run_dir}", soft_wrap=True, markup=False, highlight=False)
     return EXIT_OK if run.status == "ok" else EXIT_EXPERIMENT_FAILED
 
@@ -288,6 +316,37 @@ def _confirm_writes(args) -> None:
     _, plan = _load_plan(args)
     if plan.writes:
         _confirm(plan)
+
+
+def _run_metadata(args):
+    """What --tag, --note and --param give a run, checked now; returns what records them in its folder (its
+    annotations, which the catalog indexes) once the run has one.
+    """
+    from testbed.catalog.annotations import MAX_TAG, parse_params
+
+    params = parse_params(args.param)
+    tags = [t.strip() for t in args.tag or ()]
+    for tag in tags:
+        if not tag or len(tag) > MAX_TAG or any(c.isspace() for c in tag):
+            raise UserError(f"--tag {tag!r}: a tag is one word of 1 to {MAX_TAG} characters (no spaces)")
+    if args.note is not None and not args.note.strip():
+        raise UserError("--note: an empty note; say what to remember about the run")
+
+    def record(run_dir: Path) -> None:
+        if not (tags or params or args.note):
+            return
+        from testbed.catalog import add_note, add_tag, index_run
+        from testbed.catalog.annotations import add_param
+
+        for tag in tags:
+            add_tag(run_dir, tag)
+        for name, value in params.items():
+            add_param(run_dir, name, value)
+        if args.note:
+            add_note(run_dir, args.note)
+        index_run(run_dir)
+
+    return record
 
 
 def _confirm(plan) -> None:
@@ -332,29 +391,68 @@ def cmd_report(args, console: Console) -> int:
         if not args.across:
             raise UserError("give a run folder, or --across and a selection of runs (testbed runs' filters)")
         return cmd_report_across(args, console)
-    summary = load_summary(Path(args.run_dir))
+    from testbed.cli.runs import run_folder
+
+    run_dir = run_folder(args.run_dir, args.results)
+    summary = load_summary(run_dir)
     if args.json:
         print(json.dumps(summary, indent=2))
         return EXIT_OK
+    out = Path(args.out) if args.out else None
     if args.html is not None:
-        from testbed.results.html_report import write_run_report
+        import tempfile
 
-        path = write_run_report(Path(args.run_dir), args.html or None, plots=not args.no_plots)
+        from testbed.results.html_report import DEFAULT_FILE, render_run, write_text
+
+        target = Path(args.html) if args.html else run_dir / DEFAULT_FILE
+        if target.is_dir():  # --html DIR: the page goes in it
+            target = target / DEFAULT_FILE
+        with tempfile.TemporaryDirectory(prefix="testbed-report-") as scratch:
+            pngs = None  # every PNG in the run folder
+            if not args.no_plots:
+                written, where = _run_figures(run_dir, out, Path(scratch))
+                pngs = None if where == run_dir else written
+            path = write_text(target, render_run(run_dir, pngs))
         console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
         return EXIT_OK
-    print_summary(console, summary, Path(args.run_dir))
+    print_summary(console, summary, run_dir)
     if not args.no_plots:
-        from testbed.results.plots import write_plots
-
-        for path in write_plots(Path(args.run_dir)):
+        for path in _run_figures(run_dir, out, None)[0]:
             console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
     return EXIT_OK
 
 
+def _run_figures(run_dir: Path, out: Path | None, scratch: Path | None) -> tuple[list[Path], Path | None]:
+    """Draw a run's figures where --out says, else in its folder; a folder they cannot be written in (a read-only
+    archive) leaves them to `scratch` (the HTML page's, which embeds them) or, with none, unwritten with a warning.
+    Returns the paths and the folder they went to.
+    """
+    from testbed.results.plots import write_plots
+
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            return write_plots(run_dir, out), out
+        except OSError as exc:
+            raise UserError(f"--out {out}: cannot write the figures there ({exc.strerror or exc})") from None
+    try:
+        return write_plots(run_dir), run_dir
+    except OSError as exc:
+        why = f"cannot write the figures in {run_dir} ({exc.strerror or exc})"
+        errors = Console(stderr=True, highlight=False)
+        if scratch is None:
+            errors.print(f"[yellow]note:[/] {escape(why)}: tables only; --out DIR writes them there", soft_wrap=True)
+            return [], None
+        errors.print(f"[yellow]note:[/] {escape(why)}: drawn for the page only", soft_wrap=True)
+        return write_plots(run_dir, scratch), scratch
+
+
 def cmd_compare(args, console: Console) -> int:
+    from testbed.cli.runs import run_folder
     from testbed.results.compare import main as compare_main
 
-    return compare_main(args.run_a, args.run_b)  # 0 compared, 2 a folder that is not a run
+    run_a, run_b = run_folder(args.run_a, args.results), run_folder(args.run_b, args.results)
+    return compare_main(run_a, run_b)  # 0 compared, 2 a folder that is not a run
 
 
 def cmd_runs(args, console: Console) -> int:
@@ -367,6 +465,12 @@ def cmd_export(args, console: Console) -> int:
     from testbed.cli.export import cmd_export
 
     return cmd_export(args, console)
+
+
+def cmd_spans(args, console: Console) -> int:
+    from testbed.cli.campaign import cmd_spans
+
+    return cmd_spans(args, console)
 
 
 def cmd_trend(args, console: Console) -> int:
@@ -382,9 +486,10 @@ def cmd_gate(args, console: Console) -> int:
 
 
 def cmd_check(args, console: Console) -> int:
+    from testbed.cli.runs import run_folder
     from testbed.ops.check import check_run
 
-    result = check_run(Path(args.run_dir))
+    result = check_run(run_folder(args.run_dir, args.results))
     for name, problems in result.checks.items():
         if problems:
             console.print(f"[red]FAIL[/] {name}")
@@ -400,15 +505,18 @@ def cmd_check(args, console: Console) -> int:
 
 
 def cmd_heal(args, console: Console) -> int:
+    from testbed.cli.runs import run_folder
     from testbed.ops.heal import heal_run
 
-    return heal_run(Path(args.run_dir), console)  # 0 healed (or nothing to heal), 1 not all healed, 2 bad input
+    # 0 healed (or nothing to heal), 1 not all healed, 2 bad input
+    return heal_run(run_folder(args.run_dir, args.results), console)
 
 
 def cmd_replay(args, console: Console) -> int:
+    from testbed.cli.runs import run_folder
     from testbed.ops.audit_replay import main as replay_main
 
-    return replay_main(args.run_dir)  # 0 all agree, 1 a disagreement, 2 not a run folder
+    return replay_main(str(run_folder(args.run_dir, args.results)))  # 0 all agree, 1 a disagreement, 2 not a run folder
 
 
 def cmd_schema(args, console: Console) -> int:
@@ -430,6 +538,7 @@ COMMANDS = {
     "report": cmd_report,
     "compare": cmd_compare,
     "runs": cmd_runs,
+    "spans": cmd_spans,
     "trend": cmd_trend,
     "gate": cmd_gate,
     "export": cmd_export,

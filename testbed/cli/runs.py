@@ -1,18 +1,19 @@
-"""`testbed runs`: the runs of one or more results folders, from their catalog (docs/catalog.md); `runs tag` and
-`runs note` annotate one.
+"""`testbed runs`: the runs of one or more results folders, from their catalog (docs/catalog.md); `runs tag`,
+`runs untag` and `runs note` annotate one.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from testbed.contracts.errors import EXIT_OK
+from testbed.contracts.errors import EXIT_OK, UserError
 
 
 def add_parser(sub) -> None:
@@ -22,6 +23,10 @@ def add_parser(sub) -> None:
     p.add_argument("--reindex", action="store_true", help="rebuild the catalog from the run folders first")
     action = p.add_subparsers(dest="action", metavar="ACTION")
     q = action.add_parser("tag", help="tag a run: testbed runs tag RUN NAME (kept in the run's folder)")
+    q.add_argument("run", metavar="RUN", help="a run id (or its unique start) or a run folder")
+    q.add_argument("name", metavar="NAME")
+    _results_option(q, "action_results")
+    q = action.add_parser("untag", help="take a tag off a run: testbed runs untag RUN NAME")
     q.add_argument("run", metavar="RUN", help="a run id (or its unique start) or a run folder")
     q.add_argument("name", metavar="NAME")
     _results_option(q, "action_results")
@@ -45,12 +50,42 @@ def add_selection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--commit", help="only runs of this git commit (its first characters)")
     p.add_argument("--tag", action="append", help="only runs with this tag (repeat: all of them)")
     p.add_argument("--protocol", help="only runs with a switch of this driver or served interface (e.g. netconf)")
+    p.add_argument(
+        "--param", action="append", metavar="KEY=VALUE", help="only runs given this parameter (testbed run --param)"
+    )
+
+
+def run_folder(run: str, results: list[str] | None = None, any_folder: bool = True) -> Path:
+    """The folder a command's RUN argument names: a folder as given (`any_folder`: even one that is not a run, for
+    the command to judge), else a run id or a unique start of one in the results folders (`results`, default
+    ./results), said on stderr. Every command that takes a run resolves it here; UserError (exit 2) listing the
+    candidates when the id is unknown or names several runs.
+    """
+    from testbed.catalog import resolve_run
+    from testbed.catalog.query import results_paths
+
+    path = Path(run)
+    if any_folder and path.is_dir():
+        return path
+    found = resolve_run(run, results_paths(results or None))
+    if found != path:
+        Console(stderr=True, highlight=False).print(f"run {run}: {found}", markup=False, soft_wrap=True)
+    return found
+
+
+def add_run_options(p: argparse.ArgumentParser, *dests: str) -> None:
+    """A command's RUN arguments (a run folder, or a run id or its unique start) and --results to look ids up in."""
+    for dest in dests:
+        p.add_argument(dest, metavar=dest.upper(), help="a run folder, or a run id (or its unique start)")
+    _results_option(p)
 
 
 def selection_filters(args) -> dict:
     """The filters of `add_selection_options` as select_runs' keyword arguments."""
+    from testbed.catalog.annotations import parse_params
+
     names = ("playbook", "inventory", "target", "status", "since", "until", "commit", "tag", "protocol")
-    return {name: getattr(args, name) for name in names}
+    return {name: getattr(args, name) for name in names} | {"param": parse_params(args.param) or None}
 
 
 def _results_option(p: argparse.ArgumentParser, dest: str = "results") -> None:
@@ -65,20 +100,30 @@ def _results_option(p: argparse.ArgumentParser, dest: str = "results") -> None:
 
 
 def cmd_runs(args, console: Console) -> int:
-    from testbed.catalog import add_note, add_tag, index_run, reindex, resolve_run, select_runs, sync
+    from testbed.catalog import add_note, add_tag, index_run, reindex, select_runs, sync
+    from testbed.catalog.annotations import remove_tag
     from testbed.catalog.query import results_paths
 
     given = (args.results or []) + (getattr(args, "action_results", None) or [])
     dirs = results_paths(given or None)
     errors = Console(stderr=True, highlight=False)
-    if args.action in ("tag", "note"):
-        run_dir = resolve_run(args.run, dirs)
-        if args.action == "tag":
-            add_tag(run_dir, args.name)
-            done = f"tagged {run_dir.name}: {args.name}"
-        else:
-            add_note(run_dir, " ".join(args.text))
-            done = f"noted on {run_dir.name}"
+    if args.action in ("tag", "untag", "note"):
+        run_dir = run_folder(args.run, [str(d) for d in dirs], any_folder=False)
+        try:
+            if args.action == "tag":
+                add_tag(run_dir, args.name)
+                done = f"tagged {run_dir.name}: {args.name}"
+            elif args.action == "untag":
+                remove_tag(run_dir, args.name)
+                done = f"untagged {run_dir.name}: {args.name}"
+            else:
+                add_note(run_dir, " ".join(args.text))
+                done = f"noted on {run_dir.name}"
+        except OSError as exc:
+            raise UserError(
+                f"{run_dir}: cannot write there ({exc.strerror or exc}): a run's tags and notes are kept in its "
+                "folder, and this one is read-only"
+            ) from None
         index_run(run_dir)
         console.print(done, markup=False, soft_wrap=True)
         return EXIT_OK
@@ -94,6 +139,8 @@ def cmd_runs(args, console: Console) -> int:
     if args.json:
         print(json.dumps(runs, indent=2))
         return EXIT_OK
+    if not console.is_terminal:  # a CI log, a file: a row per line, every column (tags included)
+        console = Console(highlight=False, width=200, file=console.file)
     console.print(_table(runs, console.width))
     return EXIT_OK
 
@@ -108,16 +155,17 @@ def _cells(r: dict) -> dict[str, str]:
     """One run's cells, as text (escaped for rich)."""
     style = {"ok": "green", "failed": "red", "aborted": "yellow"}.get(r["status"] or "", "")
     status = escape(str(r["status"]))
+    digest = f"@{r['inventory_digest'][:6]}" if r.get("inventory_digest") else ""  # two inventories of one name
     return {
         "run": escape(r["folder"]),
         "status": f"[{style}]{status}[/]" if style else status,
-        "inventory": escape(str(r["inventory"])),
+        "inventory": escape(str(r["inventory"]) + digest),
         "on": r["target"],
         "switches": escape(", ".join(f"{s['name']} ({s['driver']})" for s in r["switches"]) or "-"),
         "trials": f"{r['trials_ok']}/{r['trials_planned']}",
         "s": "-" if r["duration_s"] is None else f"{r['duration_s']:.1f}",
         "commit": escape((r["git_commit"] or "-")[:8] + ("+" if r["git_dirty"] else "")),
-        "tags": escape(" ".join(r["tags"])),
+        "tags": escape(" ".join([*r["tags"], *(f"{k}={v}" for k, v in r.get("params", {}).items())])),
     }
 
 

@@ -142,6 +142,7 @@ def run_through_server(args, console: Console, inventory_file: str, confirm_writ
     """`testbed run` when a server answers for the inventory: submit, follow its events, print the same summary as a
     standalone run -> the exit code; None when no server answers (the run is then made here, as without one).
     """
+    from testbed.catalog.annotations import parse_params
     from testbed.serve.client import Client, find_server
 
     socket_path = find_server(inventory_file, args.emulate)
@@ -176,6 +177,10 @@ def run_through_server(args, console: Console, inventory_file: str, confirm_writ
         "trials": args.trials,
         "seed": args.seed,
         "yes": yes,
+        # what --tag, --note and --param give the run (checked by cmd_run already): recorded with it by the server
+        "tags": [t.strip() for t in args.tag or ()],
+        "note": args.note,
+        "params": parse_params(args.param),
     }
     queued = client.submit(body)
     where = f" at position {queued['position']}" if queued["position"] and queued["position"] > 1 else ""

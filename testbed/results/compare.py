@@ -14,6 +14,7 @@ separately. Durations: lower is faster.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -23,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from testbed.contracts.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
+from testbed.results.points import point_key, point_label, point_order
 from testbed.results.report import load_summary
 
 OVERLAP = "CIs overlap: no clear difference"
@@ -67,30 +69,79 @@ def _ratio(a: dict, b: dict) -> str:
     return f"{b['p50_ms'] / a['p50_ms']:.2f}"
 
 
-def compare_summaries(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> Group:
-    """The comparison as rich renderables: one table of the spans both runs measured (two lines per span,
-    A then B), then the spans only one of them measured, then a note on what the verdicts mean.
-    """
-    spans_a, spans_b = a.get("spans", {}), b.get("spans", {})
-    common = [n for n in spans_a if n in spans_b]
-    table = Table(title=f"A = {label_a}\nB = {label_b}", title_justify="left")
+def _table(title: str, swept: bool) -> Table:
+    table = Table(title=title, title_justify="left")
     table.add_column("span", overflow="fold")
+    if swept:
+        table.add_column("sweep point", overflow="fold")
     table.add_column("run")
     table.add_column("n", justify="right")
     table.add_column("p50 ms [95% CI]", justify="right", no_wrap=True)
     table.add_column("max ms", justify="right")
     table.add_column("B/A", justify="right")
     table.add_column("verdict", min_width=12)
-    for name in common:
-        sa, sb = spans_a[name], spans_b[name]
-        if sa.get("n") and sb.get("n"):
-            v = verdict(sa, sb)
-        else:
-            v = "no samples in " + " and ".join(x for x, s in (("A", sa), ("B", sb)) if not s.get("n"))
-        style = {FASTER: "green", SLOWER: "red"}.get(v, "")
-        table.add_row(name, "A", str(sa.get("n", 0)), _median(sa), _max(sa), _ratio(sa, sb), Text(v, style=style))
-        table.add_row("", "B", str(sb.get("n", 0)), _median(sb), _max(sb), "", "", end_section=True)
-    parts: list = [table] if common else [Text("no span measured by both runs")]
+    return table
+
+
+def _add_span(table: Table, name: str, sa: dict, sb: dict, point: str | None) -> None:
+    """A span's two lines, A then B (with the sweep point's label when the runs sweep)."""
+    if sa.get("n") and sb.get("n"):
+        v = verdict(sa, sb)
+    else:
+        v = "no samples in " + " and ".join(x for x, s in (("A", sa), ("B", sb)) if not s.get("n"))
+    style = {FASTER: "green", SLOWER: "red"}.get(v, "")
+    first = [name] + ([point] if point is not None else [])
+    blank = [""] + ([""] if point is not None else [])
+    table.add_row(*first, "A", str(sa.get("n", 0)), _median(sa), _max(sa), _ratio(sa, sb), Text(v, style=style))
+    table.add_row(*blank, "B", str(sb.get("n", 0)), _median(sb), _max(sb), "", "", end_section=True)
+
+
+def _points(summary: dict) -> dict[str, dict]:
+    """A summary's sweep points: {key (sorted JSON): its spans}; empty for a run without a sweep."""
+    return {
+        point_key(p.get("point")): p.get("spans") or {}
+        for p in summary.get("sweep") or []
+        if isinstance(p, dict) and isinstance(p.get("point"), dict)
+    }
+
+
+def compare_summaries(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> Group:
+    """The comparison as rich renderables: one table of the spans both runs measured (two lines per span,
+    A then B), then the spans only one of them measured, then a note on what the verdicts mean.
+
+    Runs that sweep are compared sweep point by sweep point (a point's samples against the same point's): a span's
+    samples over every point mix the points, and the two runs' mixes need not be alike.
+    """
+    spans_a, spans_b = a.get("spans", {}), b.get("spans", {})
+    points_a, points_b = _points(a), _points(b)
+    parts: list = []
+    if a.get("playbook") != b.get("playbook"):
+        parts.append(
+            Text(
+                f"A and B are runs of different playbooks ({a.get('playbook', '?')}, {b.get('playbook', '?')}): "
+                "a span of the same name may measure another thing",
+                style="yellow",
+            )
+        )
+    if points_a or points_b:
+        common_points = sorted((k for k in points_a if k in points_b), key=point_order)
+        table = _table(f"A = {label_a}\nB = {label_b}\nsweep point by sweep point", swept=True)
+        for name in [n for n in spans_a if n in spans_b]:
+            for key in common_points:
+                sa, sb = points_a[key].get(name), points_b[key].get(name)
+                if sa is not None and sb is not None:
+                    _add_span(table, name, sa, sb, point_label(key))
+        parts.append(table if common_points else Text("no sweep point measured by both runs"))
+        for who, mine, theirs in (("A", points_a, points_b), ("B", points_b, points_a)):
+            alone = [point_label(k) for k in mine if k not in theirs]
+            if alone:
+                parts.append(Text(f"sweep points only in {who} (not compared): {'; '.join(alone)}", style="yellow"))
+    else:
+        common = [n for n in spans_a if n in spans_b]
+        table = _table(f"A = {label_a}\nB = {label_b}", swept=False)
+        for name in common:
+            _add_span(table, name, spans_a[name], spans_b[name], None)
+        parts.append(table if common else Text("no span measured by both runs"))
     only_a = [n for n in spans_a if n not in spans_b]
     only_b = [n for n in spans_b if n not in spans_a]
     for who, names, spans in (("A", only_a, spans_a), ("B", only_b, spans_b)):
@@ -119,7 +170,50 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> Group:
     a, b = load_summary(Path(run_a)), load_summary(Path(run_b))
     label_a = f"{a.get('run') or Path(run_a).name} ({a.get('playbook', '?')})"
     label_b = f"{b.get('run') or Path(run_b).name} ({b.get('playbook', '?')})"
-    return compare_summaries(a, b, label_a, label_b)
+    group = compare_summaries(a, b, label_a, label_b)
+    differences = config_differences(_run_info(Path(run_a)), _run_info(Path(run_b)))
+    if not differences:
+        return group
+    shown = differences[:MAX_DIFFERENCES]
+    more = f"\n  ... and {len(differences) - len(shown)} more" if len(differences) > len(shown) else ""
+    said = Text("configuration A -> B:\n" + "\n".join(f"  {d}" for d in shown) + more, style="yellow")
+    return Group(said, *group.renderables)
+
+
+MAX_DIFFERENCES = 12
+# What of run.json is the runs' configuration: what they ran (its ports, pids and clocks differ run by run).
+CONFIGURATION = ("playbook", "inventory", "seed", "trials", "emulate", "git_revision")
+
+
+def config_differences(a: dict, b: dict) -> list[str]:
+    """What differs between two runs' run.json, key path by key path (`inventory.devices.ocs1.emulation.
+    switching_time_ms: 25.0 -> 40.0`): the inventory's content, the playbook's, the seed, the trials, lab or twin.
+    """
+    flat_a = _flatten({k: a[k] for k in CONFIGURATION if k in a})
+    flat_b = _flatten({k: b[k] for k in CONFIGURATION if k in b})
+    out = []
+    for key in sorted(set(flat_a) | set(flat_b)):
+        va, vb = flat_a.get(key, "(none)"), flat_b.get(key, "(none)")
+        if va != vb:
+            out.append(f"{key}: {va} -> {vb}")
+    return out
+
+
+def _flatten(value, prefix: str = "") -> dict[str, str]:
+    if isinstance(value, dict):
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: json.dumps(value) if isinstance(value, list) else str(value)}
+
+
+def _run_info(run_dir: Path) -> dict:
+    try:
+        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def main(a: str | Path, b: str | Path, out: TextIO | None = None) -> int:
@@ -130,5 +224,7 @@ def main(a: str | Path, b: str | Path, out: TextIO | None = None) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_BAD_INPUT
     console = Console(file=out, highlight=False, width=120 if out is not None else None)
+    if out is None and not console.is_terminal:  # a CI log, a file: a row per line
+        console = Console(highlight=False, width=160)
     console.print(renderable)
     return EXIT_OK

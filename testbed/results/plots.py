@@ -43,27 +43,28 @@ SWEEP_X_PREFERRED = ("delay_ms", "switching_ms", "switch_ms", "switching_delay_m
 DPI = 120
 
 
-def write_plots(run_dir: str | Path) -> list[Path]:
-    """Write every figure the run has data for into `run_dir`; returns the paths written."""
+def write_plots(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
+    """Write every figure the run has data for into `out` (default `run_dir`); returns the paths written."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such folder; pass a folder that `testbed run` wrote")
+    dest = Path(out) if out is not None else run_dir
     written: list[Path] = []
     durations = span_durations(run_dir)
-    path = plot_latency_cdf(durations, run_dir)
+    path = plot_latency_cdf(durations, dest)
     if path:
         written.append(path)
     events_path = run_dir / "events.jsonl"
     if events_path.is_file():
-        path = plot_timeline(read_jsonl(events_path).records, run_dir / TIMELINE_FILE)
+        path = plot_timeline(read_jsonl(events_path).records, dest / TIMELINE_FILE)
         if path:
             written.append(path)
     summary = _read_json(run_dir / "summary.json")
     if summary:
-        path = plot_sweep(summary, run_dir / SWEEP_FILE)
+        path = plot_sweep(summary, dest / SWEEP_FILE)
         if path:
             written.append(path)
-    path = plot_collective(run_dir, summary, run_dir / COLLECTIVE_FILE)
+    path = plot_collective(run_dir, summary, dest / COLLECTIVE_FILE)
     if path:
         written.append(path)
     return written

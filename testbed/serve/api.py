@@ -266,6 +266,12 @@ OPENAPI: dict[str, Any] = {
                                     "trials": {"type": "integer"},
                                     "seed": {"type": "integer"},
                                     "tags": {"type": "array", "items": {"type": "string"}},
+                                    "note": {"type": "string", "description": "kept with the run (testbed runs)"},
+                                    "params": {
+                                        "type": "object",
+                                        "additionalProperties": {"type": "string"},
+                                        "description": "parameters the playbook does not say, kept with the run",
+                                    },
                                     "yes": {"type": "boolean", "description": "a real lab's writes are confirmed"},
                                 },
                             }

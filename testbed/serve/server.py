@@ -97,7 +97,14 @@ class Server:
         trials = _optional_int(body, "trials", minimum=1)
         seed = _optional_int(body, "seed", minimum=0)
         yes = bool(body.get("yes", False))
-        options = {"trials": trials, "seed": seed, "tags": _tags(body.get("tags", [])), "yes": yes}
+        options = {
+            "trials": trials,
+            "seed": seed,
+            "tags": _tags(body.get("tags", [])),
+            "note": _note(body.get("note")),
+            "params": _params(body.get("params", {})),
+            "yes": yes,
+        }
         if body.get("path") is not None:
             if peer.uid not in (0, os.geteuid()):
                 raise UserError("only root and the server's account may have the server read a file: send its text")
@@ -200,7 +207,7 @@ class Server:
                 self._in_run = None  # first: a cancel that comes later finds no run to stop
                 self.lab.stop_following()
             status, error, run_dir = run.status, run.error, str(run.run_dir)
-            _tag(run.run_dir, item.options["tags"])
+            _annotate(run.run_dir, item.options)
         except KeyboardInterrupt as exc:  # before the run had its folder: nothing of it to record
             status, error = "aborted", str(exc) or "interrupted"
         except UserError as exc:  # refused when it came to run (a device lock another holds, a lease)
@@ -429,11 +436,32 @@ def _read_text(path: Path) -> str:
         raise UserError(f"{path}: cannot read it: {exc}") from None
 
 
-def _tag(run_dir: Path, tags: list[str]) -> None:
-    if not tags:
+def _note(value) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise UserError("note: give the note's text")
+    return value
+
+
+def _params(value) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise UserError("params: give an object of names to text values")
+    return value
+
+
+def _annotate(run_dir: Path, options: dict) -> None:
+    """The tags, note and parameters the run was submitted with, kept with it as `testbed run --tag ...` keeps
+    them (its annotations, which the catalog indexes).
+    """
+    tags, note, params = options["tags"], options["note"], options["params"]
+    if not (tags or note or params):
         return
-    from testbed.catalog import add_tag, index_run
+    from testbed.catalog import add_note, add_tag, index_run
+    from testbed.catalog.annotations import add_param
 
     for name in tags:
         add_tag(run_dir, name)
+    for name, value in params.items():
+        add_param(run_dir, name, value)
+    if note:
+        add_note(run_dir, note)
     index_run(run_dir)

@@ -42,7 +42,7 @@ def gate(capsys, results: Path, candidate: str, *extra: str) -> tuple[int, str]:
 
 def test_a_slower_switch_fails_the_gate_with_the_samples_numbers(results, capsys):
     code, out = gate(capsys, results, "tag=slow,twin")
-    assert code == 1
+    assert code == 1, out
     assert "gate: FAIL" in out
     for span in SPANS:
         base, slow = samples(results, "baseline", span), samples(results, "slow", span)
@@ -61,8 +61,10 @@ def test_an_unchanged_rerun_passes(results, capsys):
     assert code == 0, out
     assert "gate: pass" in out
     result = json.loads(gate(capsys, results, "tag=rerun", "--json")[1])
-    for span in SPANS:
-        s = result["spans"][span]
+    assert [c["span"] for c in result["comparisons"]] == list(SPANS)  # no sweep: one comparison a span
+    assert result["correction"] == "Holm-Bonferroni" and result["failed_points"] == []
+    for span, s in zip(SPANS, result["comparisons"], strict=True):
+        assert s["point"] == {} and result["spans"][span]["verdict"] == "ok"
         assert s["verdict"] == "ok" and s["baseline_n"] == s["candidate_n"] == 3 * 10 * 3  # 3 runs, 10 trials, 3 steps
         assert (
             s["interval"]

@@ -309,8 +309,9 @@ def test_several_runs_side_by_side_and_pooled(runs, tmp_path):
 
     assert [row[0] for row in page.table("")[1:]] == ["slow", "fast"]  # the runs, in the order given
     side = page.table("p50 ms [95% CI of the median] n, per run")
-    assert side[0] == ["span", "slow", "fast"]
-    totals = {row[0]: row[1:] for row in side[1:]}["failover.total"]
+    assert side[0][0] == "run" and "failover.total" in side[0]  # the runs as rows: any number of them reads
+    assert [row[0] for row in side[1:]] == ["slow", "fast"]
+    totals = [row[side[0].index("failover.total")] for row in side[1:]]
     for cell, folder in zip(totals, (slow, fast), strict=True):
         s = json.loads((folder / "summary.json").read_text())["spans"]["failover.total"]
         ci = s["p50_ci95_ms"]
@@ -318,3 +319,16 @@ def test_several_runs_side_by_side_and_pooled(runs, tmp_path):
     pooled = {row[0]: row[1:] for row in page.table("every sample of the 2 runs pooled")[1:]}
     assert pooled["failover.total"][0] == "20"
     assert float(totals[1].split()[0]) < float(pooled["failover.total"][1]) < float(totals[0].split()[0])
+
+
+def test_several_sweeps_are_pooled_point_by_point(runs, tmp_path):
+    a = runs("sweep", "a", seed=2)
+    b = runs("sweep", "b", seed=3)
+    path = write_across_report([a, b], tmp_path / "across.html")
+    page = Page(chromium(path, tmp_path))
+    side = page.table("p50 ms [95% CI of the median] n, per run and sweep point")
+    assert side[0] == ["run", "sweep point", "iteration.time"]
+    assert len(side) == 1 + 2 * 21 and side[1][:2] == ["a", "delay_ms=0 mode=static"]
+    pooled = page.table("every sample of the 2 runs pooled, delay_ms=1000 mode=on-demand")
+    assert pooled[1][0] == "iteration.time" and pooled[1][1] == "16"  # 8 samples of that point in each run, no more
+    assert not any(t["caption"] == "every sample of the 2 runs pooled" for t in page.tables)  # no pool of all points

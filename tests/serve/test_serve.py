@@ -19,6 +19,7 @@ import pytest
 from accounts import ALICE, BOB, as_account, needs_root
 from served import BLOCKER, OCS_RECONFIG, Served, ended, started, waiting
 
+from testbed.catalog.annotations import read_annotations
 from testbed.serve.client import Client, ServerError
 
 
@@ -38,7 +39,10 @@ def cli(repo: Path, served: Served, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_run_through_the_cli_completes_into_a_folder_check_passes(repo, served):
-    proc = cli(repo, served, "run", OCS_RECONFIG, "--emulate", "--trials", "2")
+    proc = cli(
+        repo, served, "run", OCS_RECONFIG, "--emulate", "--trials", "2",
+        "--tag", "served-run", "--note", "through the server", "--param", "fibre_m=20",
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert lines[0] == f"via testbed serve at {served.socket}"
@@ -53,6 +57,12 @@ def test_a_run_through_the_cli_completes_into_a_folder_check_passes(repo, served
     assert checked.returncode == 0, checked.stdout
     listed = cli(repo, served, "runs", "--results", str(served.results), "--json")
     assert run_dir.name in {r["run_id"] for r in json.loads(listed.stdout)}  # the catalog entry, as standalone
+    # what --tag, --note and --param gave it is kept with it, as a standalone run keeps them, and selects it
+    tagged = cli(repo, served, "runs", "--results", str(served.results), "--tag", "served-run", "--param", "fibre_m=20",
+                 "--json")  # fmt: skip
+    assert [r["run_id"] for r in json.loads(tagged.stdout)] == [run_dir.name], tagged.stdout + tagged.stderr
+    tags, notes = read_annotations(run_dir)
+    assert [t["name"] for t in tags] == ["served-run"] and [n["text"] for n in notes] == ["through the server"]
 
     run_id = lines[1].split()[1]  # "run ID queued"
     queue = cli(repo, served, "queue", "--emulate")
