@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         "heal", help="restore the lab after a run whose runner died (faults, jobs, fabric), from its event log"
     )
     p.add_argument("run_dir")
+    p.add_argument("--inventory", help="the inventory the run used (default: the file run.json records)")
 
     p = sub.add_parser("replay", help="replay a run's audit log through fresh emulators and compare every reply")
     p.add_argument("run_dir")
@@ -369,7 +370,8 @@ def cmd_check(args, console: Console) -> int:
 def cmd_heal(args, console: Console) -> int:
     from testbed.ops.heal import heal_run
 
-    return heal_run(Path(args.run_dir), console)  # 0 healed (or nothing to heal), 1 not all healed, 2 bad input
+    # 0 healed (or nothing to heal), 1 not all healed, 2 bad input
+    return heal_run(Path(args.run_dir), console, args.inventory)
 
 
 def cmd_replay(args, console: Console) -> int:

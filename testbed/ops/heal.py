@@ -56,6 +56,7 @@ from testbed.fabric_service.history import windows as service_windows
 from testbed.families import family_of
 from testbed.faults import FAULT_KINDS
 from testbed.ops.remains import UNKNOWN, Findings, RunFolder, find, read_run
+from testbed.ops.trust import refuse_foreign_folder, user_inventory
 from testbed.results.folder import SummaryCollector, write_json
 from testbed.results.recorder import Recorder, count_lines
 
@@ -133,8 +134,12 @@ class HealReport:
     notes: list[str] = field(default_factory=list)
 
 
-def heal_run(run_dir: Path, console: Console) -> int:
+def heal_run(run_dir: Path, console: Console, inventory_file: str | None = None) -> int:
+    """Heal the run in `run_dir`, driving the lab as the user's inventory describes it: the file the run recorded,
+    or `inventory_file` (--inventory); see testbed.ops.trust for what heal believes of the folder.
+    """
     run_dir = Path(run_dir)
+    refuse_foreign_folder(run_dir, "heal")
     run = read_run(run_dir)
     host = run.info.get("host", {})
     runner = run.info.get("runner") or {"pid": host.get("pid"), "hostname": host.get("hostname")}
@@ -163,16 +168,15 @@ def heal_run(run_dir: Path, console: Console) -> int:
         console.print(f"nothing to heal in {run_dir}: {what}", soft_wrap=True, markup=False, highlight=False)
         return EXIT_OK
 
-    try:
-        inventory = Inventory.model_validate(run.info["inventory"])
-    except ValueError as exc:
-        raise UserError(f"{run_dir}/run.json: its inventory no longer validates ({exc})") from None
     gone = _twin_gone(run.info)
+    # The lab as the user describes it, never as run.json does (its addresses, interlocks and secrets); a twin that
+    # went with its run leaves no device to drive.
+    inventory = user_inventory(run_dir, run.info, inventory_file) if gone is None else None
     with contextlib.ExitStack() as stack:
         # The devices are locked before anything is written: a run holding one is refused, nothing done.
         recorder = Recorder.reopen(run_dir, run.run_id)
         stack.callback(recorder.close)
-        lab = None if gone is not None else stack.enter_context(_lab_session(run, inventory, found, recorder, report))
+        lab = None if inventory is None else stack.enter_context(_lab_session(run, inventory, found, recorder, report))
         _heal(run, found, recorder, lab, gone, report)
     _update_run_files(run_dir, run.info, report)
     for line in report.notes:

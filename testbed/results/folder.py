@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import getpass
+import hashlib
 import json
 import os
 import platform
@@ -59,6 +60,8 @@ def run_info(
             "playbook_file": playbook_file,
             "playbook": playbook,
             "inventory_file": inventory_file,
+            # What `testbed heal` drives the lab from: this file, if it still holds these bytes (never `inventory`).
+            "inventory_source": inventory_source(inventory_file),
             "inventory": inventory,
             "seed": seed,
             "trials": trials,
@@ -82,6 +85,16 @@ def run_info(
             },
         }
     )
+
+
+def inventory_source(inventory_file: str) -> dict:
+    """The inventory file's absolute path and sha256 (both None for an inventory that is no file)."""
+    path = Path(inventory_file)
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return {"path": None, "sha256": None}
+    return {"path": str(path.resolve()), "sha256": digest}
 
 
 def write_json(path: Path, data: dict) -> None:
