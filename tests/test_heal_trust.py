@@ -119,6 +119,13 @@ def test_heal_refuses_its_own_folder_when_others_can_write_it(tmp_path):
     (run_dir / "events.jsonl").chmod(0o646)
     with pytest.raises(UserError, match="events.jsonl is writable by every account"):
         heal(run_dir)
+    (run_dir / "events.jsonl").chmod(0o644)
+    results = tmp_path / "results"
+    results.mkdir(mode=0o777)
+    results.chmod(0o777)  # every account may rename what is in it (no sticky bit): the folder could be swapped
+    moved = run_dir.rename(results / "run")
+    with pytest.raises(UserError, match=r"parent folder is writable by its group and every account \(and not sticky"):
+        heal(moved)
     assert not connected(attacker)
 
 

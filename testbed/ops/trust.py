@@ -47,7 +47,7 @@ def foreign_folder_problems(run_dir: Path) -> list[str]:
     if (who := _writable_by(st.st_mode)) is not None:
         problems.append(f"the folder is writable by {who}")
     parent = os.stat(Path(run_dir).resolve().parent)
-    if _writable_by(parent.st_mode) and not parent.st_mode & stat.S_ISVTX and parent.st_uid != me:
+    if _writable_by(parent.st_mode) and not parent.st_mode & stat.S_ISVTX:
         # Without the sticky bit, whoever can write the parent can replace the run folder between check and use.
         problems.append(f"its parent folder is writable by {_writable_by(parent.st_mode)} (and not sticky)")
     with os.scandir(run_dir) as entries:
