@@ -65,7 +65,7 @@ def test_heal_ends_nothing_for_a_folder_that_is_not_a_ray_session(tmp_path):
         ):
             report = HealReport()
             info = {"ray": {"session_dir": named}, "runner": {"hostname": socket.gethostname()}}
-            _end_ray_leftovers(info, recorder=None, report=report)
+            _end_ray_leftovers(info, recorder=None, report=report, run_dir=tmp_path)
             assert bystander.poll() is None  # a process holding a file in the folder: not touched
             assert report.done == [] and why in report.problems[0], (named, report.problems)
         assert session_folder_problem(str(session)) is None  # a Ray session's folder is believed

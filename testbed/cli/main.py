@@ -130,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         "heal", help="restore the lab after a run whose runner died (faults, jobs, fabric), from its event log"
     )
     add_run_options(p, "run_dir")
+    p.add_argument("--inventory", help="the inventory the run used (default: the file run.json records)")
 
     p = sub.add_parser("replay", help="replay a run's audit log through fresh emulators and compare every reply")
     add_run_options(p, "run_dir")
@@ -509,7 +510,7 @@ def cmd_heal(args, console: Console) -> int:
     from testbed.ops.heal import heal_run
 
     # 0 healed (or nothing to heal), 1 not all healed, 2 bad input
-    return heal_run(run_folder(args.run_dir, args.results), console)
+    return heal_run(run_folder(args.run_dir, args.results), console, args.inventory)
 
 
 def cmd_replay(args, console: Console) -> int:

@@ -18,6 +18,11 @@ from testbed.steps import CheckContext, walk_located
 
 Problem = tuple[tuple, str]  # (key path, message)
 KNOWN_SHOWN = 12  # names listed after "no GPU host named ...": enough to show the naming, not all 256
+# Under --netns a GPU host's name becomes its network namespace's, a file name under /run/netns (at most 255
+# characters): testbed-<6-hex-digit tag>-<host> (emulators/netns.py ns_name). Checked at validate, not found out as
+# "File name too long" once the twin is half made. The characters are Name's (NAME_PATTERN), all valid there.
+NETNS_NAME_MAX = 255
+MAX_HOST_NAME = NETNS_NAME_MAX - len("testbed-") - 6 - len("-")
 
 
 def check_inventory(inv: Inventory, describe: Callable[[tuple], str] = format_loc) -> list[Problem]:
@@ -29,6 +34,16 @@ def check_inventory(inv: Inventory, describe: Callable[[tuple], str] = format_lo
     seen_switch_ports: dict[tuple[str, int], tuple] = {}  # (switch, port) -> what cables it, e.g. ("fibres", 3)
     seen_host_ports: dict[tuple[str, str], int] = {}
     hosts = inv.hosts()
+    for name in hosts:
+        if len(name) > MAX_HOST_NAME:
+            problems.append(
+                (
+                    ("devices", name),
+                    f"a GPU host's name is at most {MAX_HOST_NAME} characters, not {len(name)}: it becomes the name of "
+                    "its network namespace under --netns (testbed-<tag>-<host>, a file name of at most "
+                    f"{NETNS_NAME_MAX} characters)",
+                )
+            )
     for i, f in enumerate(inv.fibres):
         loc = ("fibres", i)
         host = hosts.get(f.host)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import os
 import signal
 import threading
 import time
@@ -27,6 +28,7 @@ from testbed.engine.devices import Devices
 from testbed.engine.dispatch import ActorLost
 from testbed.engine.job import JobController
 from testbed.engine.ray_session import runner_identity
+from testbed.engine.run_marks import ProcessLedger, mark_netns, mark_ray_session
 from testbed.events import Op
 from testbed.families import family_of
 from testbed.plan import Plan
@@ -114,10 +116,13 @@ def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: 
         options.emulate,
         options.ray_address,
     )
-    info["runner"] = runner_identity()  # `testbed heal` tells from it whether this run's process is gone
+    # `testbed heal` tells from it whether this run's process is gone (and that it was this account's, this run's).
+    info["runner"] = {**runner_identity(), "uid": os.geteuid(), "run": run_id}
     write_json(run_dir / "run.json", info)
     collector = SummaryCollector()
-    recorder = Recorder(run_dir, run_id, observers=[collector])
+    # An emulated run's ranks are processes of this machine: each recorded as it starts, for heal (run_marks).
+    ledger = ProcessLedger(run_dir, run_id) if options.emulate else None
+    recorder = Recorder(run_dir, run_id, observers=[collector] + ([ledger] if ledger is not None else []))
     status, error = "failed", None
     # Where the run's first seconds go (run.json "startup_s"; bench/RESULTS.md's start-up rows read it).
     started = time.monotonic()
@@ -134,12 +139,17 @@ def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: 
                     twin.open_truth(run_dir / TRUTH_FILE)
                     twin.call(None, "dataplane.reset")
                 info["twin"] = twin.endpoints
+                netns_tag = (twin.endpoints.get("netns") or {}).get("tag")
+                if netns_tag is not None:  # the namespaces heal may remove after a crash: marked as this run's
+                    _note(console, mark_netns(netns_tag, run_id, run_dir))
                 info["twin_pid"] = twin.pid  # heal looks for it in /proc: did the twin die with the run?
                 info["twin_clock"] = twin.clock()
                 stack.callback(_record_dataplane, twin, info)  # runs before the twin stops, on every path
             devices.runs += 1
             stack.enter_context(_sigterm_as_interrupt())
             info["ray"] = {"session_dir": devices.ray_session_dir}
+            if devices.ray_session_dir is not None:  # the instance heal may end after a crash: marked as this run's
+                _note(console, mark_ray_session(devices.ray_session_dir, run_id, run_dir))
             for note in devices.notes:
                 console.print(f"[dim]{note}[/]")
             info["placement"] = measure_clocks(dispatcher, dispatcher.names())
@@ -176,6 +186,8 @@ def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: 
         raise
     finally:
         recorder.close()
+        if ledger is not None:
+            ledger.close()
         collector.write_trials_csv(run_dir / "trials.csv")
         summary = collector.summary(run_id, plan.playbook.name, status, len(plan.trials))
         if plan.playbook.job is not None:  # the twin's ground truth against the measured failovers
@@ -191,6 +203,11 @@ def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: 
         if warning is not None:
             console.print(f"[yellow]{escape(warning)}[/]", soft_wrap=True)
     return Run(run_dir, status, summary, error)
+
+
+def _note(console: Console, note: str | None) -> None:
+    if note is not None:
+        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
 
 
 def _execute(plan: Plan, coordinator: Coordinator, recorder: Recorder) -> tuple[str, str | None]:

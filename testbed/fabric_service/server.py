@@ -24,7 +24,10 @@ boundary every rank asks for the same configuration at once; coalescing them is 
 The service listens where the ranks' hosts reach it (testbed/fabric_service/addresses.py), so anyone on that
 network may connect. A connection must say hello with the run's token, as a rank of the job (0 .. world_size - 1),
 within `hello_timeout_s`, or it is closed; at most `max_connections` are open at once (more are closed at once,
-counted); and a connection that never said a valid hello leaves a trace in the run's history only for the first
+counted); at most `max_pending_per_peer` from one address have not said hello yet (more from it are closed at once,
+counted), so idle connections from a stranger cannot take the places of the job's ranks; a rank is held by one
+connection at a time (a new hello as that rank, its client reconnecting, ends the connection that held it); and a
+connection that never said a valid hello leaves a trace in the run's history only for the first
 `TRACED_UNAUTHORISED` of them (the rest are counted: `refused_counts`), so a stranger cannot fill the history.
 """
 
@@ -62,6 +65,9 @@ log = logging.getLogger(__name__)
 MAX_ERROR = 2000  # characters of an error answer (a long list of allowed configurations is cut)
 HELLO_TIMEOUT_S = 10.0  # a connection that says no valid hello by then is closed: it holds no thread longer
 TRACED_UNAUTHORISED = 8  # connections without a valid hello whose events are recorded; the rest are counted
+# Connections from one address not past their hello, when the job's size is not known: a host's ranks say hello at
+# once on connecting, so only a stranger holds many. Known, it is the job's size (no host has more ranks than that).
+PENDING_PER_PEER = 8
 
 Handler = Callable[[ConfigRequest], None]
 OnEvent = Callable[[dict[str, Any]], None]
@@ -106,6 +112,7 @@ class FabricService:
         port: int = 0,
         world_size: int | None = None,
         max_connections: int = 64,
+        max_pending_per_peer: int | None = None,
         hello_timeout_s: float = HELLO_TIMEOUT_S,
         advertised: dict[str, str] | None = None,
     ) -> None:
@@ -115,9 +122,14 @@ class FabricService:
         self.allowed = frozenset(allowed)
         self.world_size = world_size  # a hello claims a rank of the job: 0 .. world_size - 1
         self.max_connections = max_connections
+        self.max_pending_per_peer = max_pending_per_peer or world_size or PENDING_PER_PEER
+        self._pending: dict[str, int] = {}  # peer address -> its connections not past their hello
+        self._rank_holders: dict[int, int] = {}  # rank -> the connection that holds it
+        self._taken_over: dict[int, int] = {}  # connection -> the one that took its rank over
         self.hello_timeout_s = hello_timeout_s
         self.advertised = advertised or {}  # host -> the address that host reaches the service at
         self._traced_unauthorised = 0
+        # Recorded at the service's stop (fabric_service.stop): over_limit counts both limits on connections.
         self.refused_counts = {"over_limit": 0, "untraced_unauthorised": 0}
         self._handler = handler
         self._on_event = on_event
@@ -187,10 +199,14 @@ class FabricService:
             if len(self._connections) >= self.max_connections:
                 self.refused_counts["over_limit"] += 1
                 return  # closed by socketserver once this returns; nothing recorded
+            if self._pending.get(peer[0], 0) >= self.max_pending_per_peer:
+                self.refused_counts["over_limit"] += 1
+                return  # likewise
+            self._pending[peer[0]] = self._pending.get(peer[0], 0) + 1
             number = next(self._ids)
             self._connections[number] = (conn, threading.current_thread())
         # Until its hello is valid a connection's events are held back (a stranger's may never be recorded).
-        state: dict[str, Any] = {"conn": number, "rank": None, "held": []}
+        state: dict[str, Any] = {"conn": number, "rank": None, "held": [], "peer": peer[0], "pending": True}
         # Set before the deadline shuts the connection: the reader, woken by that shutdown, knows why it ended
         # (the timer's thread may not have returned yet, so whether it is alive says nothing).
         deadline_passed = threading.Event()
@@ -213,6 +229,7 @@ class FabricService:
                         break
                     # The framing is lost (the rest of the line would be read as the next one): answer and close.
                     error = f"a line longer than {MAX_LINE} bytes"
+                    self._leave_pending(state)
                     self._answer(wfile, state, None, Answer(None, False, t_received, error=error, kind=INVALID))
                     reason = error
                     break
@@ -225,6 +242,13 @@ class FabricService:
             hello_deadline.cancel()
             if state["rank"] is None and deadline_passed.is_set() and reason == "closed by the rank":
                 reason = f"no valid hello within {self.hello_timeout_s:g} s"
+            with self._conn_lock:
+                self._end_pending(state)
+                if self._rank_holders.get(state["rank"]) == number:
+                    del self._rank_holders[state["rank"]]
+                successor = self._taken_over.pop(number, None)
+            if successor is not None:
+                reason = f"rank {state['rank']} was taken over by connection {successor} (its hello as that rank)"
             self._event(
                 {"event": "fabric_service.disconnect", "conn": number, "rank": state["rank"], "reason": reason}, state
             )
@@ -239,6 +263,7 @@ class FabricService:
         except ProtocolError as e:
             self._request_event(state, None, t_received, invalid=str(e))
             if state["rank"] is None:  # nothing but a valid hello may open a connection
+                self._leave_pending(state)
                 answer = Answer(e.id, False, t_received, error=f"hello first: {e}", kind=UNAUTHORISED)
                 self._answer(wfile, state, None, answer)
                 return False
@@ -252,24 +277,61 @@ class FabricService:
                 return True
             if not hmac.compare_digest(request.token.encode(), self._token):
                 error = "wrong token: this is not the fabric service of your run"
+                self._leave_pending(state)
                 self._answer(wfile, state, request, Answer(None, False, t_received, error=error, kind=UNAUTHORISED))
                 return False
             if self.world_size is not None and not 0 <= request.rank < self.world_size:
                 error = f"rank {request.rank} is not a rank of this job (0 .. {self.world_size - 1})"
+                self._leave_pending(state)
                 self._answer(wfile, state, request, Answer(None, False, t_received, error=error, kind=INVALID))
                 return False
             state["deadline"].cancel()
             state["rank"] = request.rank
+            self._hold_rank(state)
             self._release_held(state)
             self._answer(wfile, state, request, Answer(None, True, t_received))
             return True
         if state["rank"] is None:
             error = f"hello first: {request.op} before hello"
+            self._leave_pending(state)
             self._answer(wfile, state, request, Answer(request.id, False, t_received, error=error, kind=UNAUTHORISED))
             return False
         assert isinstance(request, ConfigRequest)
         self._answer(wfile, state, request, self._decide(request, state["rank"], t_received))
         return True
+
+    def _leave_pending(self, state: dict[str, Any]) -> None:
+        """A connection closed at its hello: it stops counting against its address before its answer is sent, so
+        a client told no may connect again at once.
+        """
+        with self._conn_lock:
+            self._end_pending(state)
+
+    def _end_pending(self, state: dict[str, Any]) -> None:
+        """The connection is no longer one not past its hello (under _conn_lock)."""
+        if state["pending"]:
+            state["pending"] = False
+            left = self._pending[state["peer"]] - 1
+            if left:
+                self._pending[state["peer"]] = left
+            else:
+                del self._pending[state["peer"]]
+
+    def _hold_rank(self, state: dict[str, Any]) -> None:
+        """A valid hello: the connection holds its rank, alone; one that held it before (its client gone, or a
+        second client claiming the rank) is ended.
+        """
+        number, rank = state["conn"], state["rank"]
+        with self._conn_lock:
+            self._end_pending(state)
+            before = self._rank_holders.get(rank)
+            self._rank_holders[rank] = number
+            held = None
+            if before is not None and before in self._connections:
+                held = self._connections[before]
+                self._taken_over[before] = number
+        if held is not None:
+            _shut(held[0])
 
     def _decide(self, request: ConfigRequest, rank: int, t_received: int) -> Answer:
         if request.config not in self.allowed:

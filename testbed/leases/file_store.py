@@ -39,6 +39,10 @@ from testbed.leases.table import Holder, Kind, Lease, LeaseTable, Refused, new_i
 DEFAULT_DIR = "/var/tmp"  # root's and sticky: nobody may replace another's file there; it survives a reboot
 VERSION = 2
 MAX_FILE = 64 * 1024  # a lease file is a few hundred bytes
+# The longest a lease lasts (as `testbed lease acquire --for` allows, testbed/cli/leases.py), counted from when its
+# file was last written (its ctime, which the kernel sets and no one can set back): a hand-written file asking for
+# ten years holds its device no longer than one written by testbed.
+LIFETIME_CAP_S = 14 * 86400
 RACE_RETRIES = 3  # takes tried again when they lost only to a lease written at the same moment
 RACE_WINDOW_S = 2.0
 _NAME = re.compile(r"^testbed-lease-(?P<key>[0-9a-f]{20})-(?P<id>[0-9a-f]{12})\.json$")
@@ -274,7 +278,7 @@ class FileLeaseStore:
             raise _Unbelievable(f"names {lease.holder.user} as its holder, but {owner} owns it")
         if lease.id != lease_id or device_key(lease.identity) != key:
             raise _Unbelievable("its name is not its lease's device and id")
-        return with_boot_clock(lease, data.get("clock"))
+        return capped(with_boot_clock(lease, data.get("clock")), written=st.st_ctime)
 
     @contextlib.contextmanager
     def _folder(self) -> Iterator[int]:
@@ -361,6 +365,13 @@ def boot_id() -> str:
 def boot_clock(until: float) -> dict:
     """A lease's end on this boot's boot-time clock, which counts a suspend and no wall-clock step."""
     return {"boot": boot_id(), "until": time.clock_gettime(time.CLOCK_BOOTTIME) + (until - time.time())}
+
+
+def capped(lease: Lease, written: float) -> Lease:
+    """The lease as long as a lease may be: ending at most LIFETIME_CAP_S after its file was written."""
+    if lease.until <= written + LIFETIME_CAP_S:
+        return lease
+    return Lease(**{**lease.__dict__, "until": written + LIFETIME_CAP_S})
 
 
 def with_boot_clock(lease: Lease, clock) -> Lease:

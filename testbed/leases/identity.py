@@ -4,7 +4,9 @@ Two inventories may name one switch differently: `admin@ocs1:3082` and `alice@oc
 accounts on it), `TCPIP0::127.0.0.1::5025::SOCKET` and `TCPIP::localhost::5025::SOCKET`, `OCS1.lab.` and
 `ocs1.lab`, `/dev/serial/by-id/usb-...` and the `/dev/ttyUSB0` it points at. Each is one device, so each gets one
 identity: the transport's endpoint (testbed.config.transports.Endpoint: no login user), its host lowercased,
-without a trailing dot and resolved to an address (an IPv4 one where the name has both). Where a device says who it
+without a trailing dot and resolved to an address (an IPv4 one where the name has both). Every spelling of this
+machine (127.0.0.0/8, ::1, ::ffff:127.0.0.1, localhost, 0.0.0.0, ::) is one host, 127.0.0.1: a switch reached as
+`::1` by one run and as `127.0.0.1` by another is one switch. Where a device says who it
 is when identified (its vendor, model and serial number), that is an identity too (`told_identity`): a switch
 reached over NETCONF by one run and over TL1 by another is still one switch (docs/leases.md).
 """
@@ -54,9 +56,15 @@ def canonical_host(name: str) -> str:
     return _address_text(addresses[0]) if addresses else host
 
 
+LOOPBACK = "127.0.0.1"
+
+
 def _address_text(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
-    mapped = getattr(address, "ipv4_mapped", None)
-    return str(mapped or address)
+    address = getattr(address, "ipv4_mapped", None) or address
+    # A connection to any of these reaches this machine: one host, however it was written.
+    if address.is_loopback or address.is_unspecified:
+        return LOOPBACK
+    return str(address)
 
 
 def _ipv4_first(address) -> tuple[int, bytes]:

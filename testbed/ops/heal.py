@@ -51,11 +51,21 @@ from testbed.config.device import DeviceConfig
 from testbed.contracts.errors import EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
 from testbed.documents.inventory import Inventory
 from testbed.engine.ray_session import leftovers, runner_alive, session_folder_problem
+from testbed.engine.run_marks import (
+    NETNS_MARKS,
+    mark_problem,
+    netns_mark_name,
+    process_problem,
+    ray_mark_name,
+    read_process_records,
+    unmark_netns,
+)
 from testbed.events import Event, Op, orphan_outcome, read_events, read_jsonl, set_aside_torn_line
 from testbed.fabric_service.history import windows as service_windows
 from testbed.families import family_of
 from testbed.faults import FAULT_KINDS
 from testbed.ops.remains import UNKNOWN, Findings, RunFolder, find, read_run
+from testbed.ops.trust import refuse_foreign_folder, user_inventory
 from testbed.results.folder import SummaryCollector, write_json
 from testbed.results.recorder import Recorder, count_lines
 
@@ -133,8 +143,12 @@ class HealReport:
     notes: list[str] = field(default_factory=list)
 
 
-def heal_run(run_dir: Path, console: Console) -> int:
+def heal_run(run_dir: Path, console: Console, inventory_file: str | None = None) -> int:
+    """Heal the run in `run_dir`, driving the lab as the user's inventory describes it: the file the run recorded,
+    or `inventory_file` (--inventory); see testbed.ops.trust for what heal believes of the folder.
+    """
     run_dir = Path(run_dir)
+    refuse_foreign_folder(run_dir, "heal")
     run = read_run(run_dir)
     host = run.info.get("host", {})
     runner = run.info.get("runner") or {"pid": host.get("pid"), "hostname": host.get("hostname")}
@@ -163,16 +177,15 @@ def heal_run(run_dir: Path, console: Console) -> int:
         console.print(f"nothing to heal in {run_dir}: {what}", soft_wrap=True, markup=False, highlight=False)
         return EXIT_OK
 
-    try:
-        inventory = Inventory.model_validate(run.info["inventory"])
-    except ValueError as exc:
-        raise UserError(f"{run_dir}/run.json: its inventory no longer validates ({exc})") from None
     gone = _twin_gone(run.info)
+    # The lab as the user describes it, never as run.json does (its addresses, interlocks and secrets); a twin that
+    # went with its run leaves no device to drive.
+    inventory = user_inventory(run_dir, run.info, inventory_file) if gone is None else None
     with contextlib.ExitStack() as stack:
         # The devices are locked before anything is written: a run holding one is refused, nothing done.
         recorder = Recorder.reopen(run_dir, run.run_id)
         stack.callback(recorder.close)
-        lab = None if gone is not None else stack.enter_context(_lab_session(run, inventory, found, recorder, report))
+        lab = None if inventory is None else stack.enter_context(_lab_session(run, inventory, found, recorder, report))
         _heal(run, found, recorder, lab, gone, report)
     _update_run_files(run_dir, run.info, report)
     for line in report.notes:
@@ -214,13 +227,13 @@ def _heal(
         report.done.append(f"closed {len(found.open_invokes)} open operation(s) with info (outcome unknown)")
     _close_fabric_service(run.events, recorder, report)
     if gone is not None:
-        _record_lab_gone(recorder, found, gone, report)
+        _record_lab_gone(run.path, run.run_id, recorder, found, gone, report)
         _remove_netns(run, report)
     elif lab is not None:
         _heal_faults(lab, found, report)
         _stop_jobs(lab, found, report)
         _restore_fabric(lab, run.path, found, report)
-    _end_ray_leftovers(run.info, recorder, report)
+    _end_ray_leftovers(run.info, recorder, report, run.path)
     _release_leases(run, report)
     recorder.emit(
         "mark", Op.RUN_HEALED, data={"ok": not report.problems, "problems": report.problems, "done": report.done}
@@ -245,8 +258,10 @@ def _close_fabric_service(events: list[dict], recorder: Recorder, report: HealRe
         )
 
 
-def _netns_tag(run: RunFolder) -> str | None:
-    """The tag of an emulated run's namespaces and links (--netns): as its twin announced it, else from its id."""
+def _netns_candidate(run: RunFolder) -> str | None:
+    """The tag run.json gives an emulated run's namespaces and links (--netns): as its twin announced it, else from
+    its id. Only a claim: see _netns_tag.
+    """
     if not run.info.get("emulate"):
         return None
     from testbed.twin.netns import tag_of
@@ -255,8 +270,20 @@ def _netns_tag(run: RunFolder) -> str | None:
     return recorded if isinstance(recorded, str) and recorded.isalnum() else tag_of(run.run_id)
 
 
+def _netns_tag(run: RunFolder) -> tuple[str | None, str | None]:
+    """(the tag of the run's namespaces, why heal may not act on the tag run.json names): a tag is the run's only
+    if the run marked it as its own when its twin made them (testbed.engine.run_marks), for this run and this folder.
+    """
+    tag = _netns_candidate(run)
+    if tag is None:
+        return None, None
+    why = mark_problem(NETNS_MARKS, netns_mark_name(tag, run.run_id, run.path), run.run_id, run.path)
+    return (tag, None) if why is None else (None, why)
+
+
 def _netns_leftovers(run: RunFolder) -> bool:
-    tag = _netns_tag(run)
+    """Whether namespaces or links of the tag run.json names are there (the run's or not: heal then says which)."""
+    tag = _netns_candidate(run)
     if tag is None:
         return False
     from testbed.twin.netns import leftovers
@@ -266,8 +293,15 @@ def _netns_leftovers(run: RunFolder) -> bool:
 
 def _remove_netns(run: RunFolder, report: HealReport) -> None:
     """What a --netns twin killed outright left: the processes in its namespaces, the namespaces, its links."""
-    tag = _netns_tag(run)
-    if tag is None or not _netns_leftovers(run):
+    if not _netns_leftovers(run):
+        return
+    tag, why = _netns_tag(run)
+    if tag is None:
+        report.problems.append(
+            f"network namespaces and links tagged testbed-{_netns_candidate(run)}-* are there, but {why}: heal "
+            "removes only the run's own (another run's may carry the tag run.json names); look at them with "
+            "`ip netns list` and `ip link`"
+        )
         return
     from testbed.twin.netns import leftovers, remove
 
@@ -279,6 +313,8 @@ def _remove_netns(run: RunFolder, report: HealReport) -> None:
     left = leftovers(tag)
     if any(left.values()):
         report.problems.append(f"still there after removing the run's network namespaces: {left}")
+    else:
+        unmark_netns(tag, run.run_id, run.path)
 
 
 def _runner_still_runs(runner: dict) -> bool:
@@ -319,11 +355,14 @@ def _twin_gone(info: dict) -> str | None:
         control.close()
 
 
-def _record_lab_gone(recorder: Recorder, found: Findings, why: str, report: HealReport) -> None:
+def _record_lab_gone(
+    run_dir: Path, run_id: str, recorder: Recorder, found: Findings, why: str, report: HealReport
+) -> None:
     for fault in found.faults:
         recorder.emit("invoke", Op.FAULT_HEAL, device=fault.device, data=fault.data)
         recorder.emit("ok", Op.FAULT_HEAL, device=fault.device, data={**fault.data, "how": why})
-    leftover = [_end_twin_rank(job) for job in found.jobs]
+    records = read_process_records(run_dir)
+    leftover = [_end_twin_rank(job, records, run_id) for job in found.jobs]
     recorder.emit(
         "mark",
         Op.HEAL_LAB_GONE,
@@ -336,20 +375,31 @@ def _record_lab_gone(recorder: Recorder, found: Findings, why: str, report: Heal
     ended = [j for j in leftover if j["result"] == "killed"]
     if ended:
         report.done.append(f"ended {len(ended)} rank process(es) the twin left: {[j['pid'] for j in ended]}")
+    for j in leftover:
+        if str(j["result"]).startswith("not ended"):
+            report.problems.append(f"rank {str(j['name'])[:80]} (pid {j['pid']}) on {j['host']}: {j['result']}")
 
 
-def _end_twin_rank(job: dict) -> dict:
+def _end_twin_rank(job: dict, records: dict, run_id: str) -> dict:
     """An emulated rank is a process of this machine, in its own session; the twin ends its ranks when it
-    stops, but not if it was killed outright. Ended only if /proc shows it is that very rank.
+    stops, but not if it was killed outright. Ended only if it is that very rank: the record the run took when it
+    started (pid, start time, owner, run id: testbed.engine.run_marks) still holds, and its environment names the job.
     """
-    pid = int(job.get("pid") or 0)
+    recorded_pid = job.get("pid")
+    pid = recorded_pid if isinstance(recorded_pid, int) else 0
     out = {"host": job.get("host"), "pid": pid, "name": job.get("name")}
+    problem = process_problem(records.get((job.get("host"), pid)), run_id)
+    if problem == "it is gone":
+        return {**out, "result": "gone"}
+    if problem is not None:
+        return {**out, "result": f"not ended: {problem}"}
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        leader = os.getpgid(pid) == pid
     except OSError:
         return {**out, "result": "gone"}
-    if f"TESTBED_JOB={job.get('name')}".encode() not in environ:
-        return {**out, "result": "gone (its pid is another process now)"}
+    if f"TESTBED_JOB={job.get('name')}".encode() not in environ or not leader:
+        return {**out, "result": "not ended: its environment names another job, or it leads no process group"}
     try:
         os.killpg(pid, signal.SIGKILL)
     except OSError as exc:
@@ -516,12 +566,19 @@ def _release_leases(run: RunFolder, report: HealReport) -> None:
         report.notes.append(f"the run's leases were not released ({exc}); they lapse by themselves within a minute")
 
 
-def _end_ray_leftovers(info: dict, recorder: Recorder, report: HealReport) -> None:
-    """The agents a SIGKILLed runner's Ray instance leaves for a while (see testbed.engine.ray_session)."""
+def _end_ray_leftovers(info: dict, recorder: Recorder, report: HealReport, run_dir: Path) -> None:
+    """The agents a SIGKILLed runner's Ray instance leaves for a while (see testbed.engine.ray_session): ended only if
+    the session's folder carries the mark this run left in it (testbed.engine.run_marks), and only this account's.
+    """
     session = (info.get("ray") or {}).get("session_dir")
     if not session or (info.get("runner") or {}).get("hostname") != socket.gethostname():
         return
+    recorded_run = info.get("run")
+    run_id = recorded_run if isinstance(recorded_run, str) else run_dir.name
     problem = session_folder_problem(session) if isinstance(session, str) else "not a path"
+    if problem is None:  # a session folder of this account, but perhaps another run's: the run's mark says
+        problem = mark_problem(Path(session), ray_mark_name(run_id, run_dir), run_id, run_dir)
+        problem = None if problem is None else f"a Ray session, but {problem}"
     if problem is not None:  # run.json is a file anyone who can write the results folder may have changed
         report.problems.append(
             f"run.json names {str(session)[:200]!r} as its Ray instance's folder, which is {problem}: no process "
@@ -530,6 +587,8 @@ def _end_ray_leftovers(info: dict, recorder: Recorder, report: HealReport) -> No
         return
     ended, exiting = [], {}
     for pid, name in leftovers(session):
+        if not _owned_by_me(pid):
+            continue  # another account's process with a file in the folder: never this run's
         try:
             # A pidfd names this very process (never a later one with its pid) and tells when it has exited.
             pidfd = os.pidfd_open(pid)
@@ -554,6 +613,13 @@ def _end_ray_leftovers(info: dict, recorder: Recorder, report: HealReport) -> No
             "SIGKILL (a process stuck in the kernel, e.g. on a hung disk): look at them with `ps -o pid,stat,wchan -p "
             f"{','.join(map(str, still))}`"
         )
+
+
+def _owned_by_me(pid: int) -> bool:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == os.geteuid()
+    except OSError:
+        return False
 
 
 def _wait_exited(pidfds: dict[int, int], timeout_s: float) -> list[int]:

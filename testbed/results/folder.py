@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import csv
 import getpass
+import hashlib
 import json
 import os
 import platform
+import secrets
 import socket
 import subprocess
 import time
@@ -24,20 +26,29 @@ from testbed.results.stats import summarize
 PACKAGES = ("testbed", "ray", "pydantic", "pyvisa", "pyvisa-py", "pyserial", "paramiko", "rich", "numpy", "matplotlib")
 
 
-def make_run_dir(root: Path, playbook_name: str) -> tuple[str, Path]:
+# Random hex digits in every run id: two runs started in the same instant, in one results folder or in two, get two
+# ids, and so two network tags (testbed/twin/netns.py derives a run's tag from its id).
+RUN_ID_RANDOM_BYTES = 3
+
+
+def new_run_id(playbook_name: str) -> str:
+    """<UTC time to the millisecond>-<6 random hex digits>_<playbook>: sorts by time, and unique across folders."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")[:-4] + "Z"
-    run_id = f"{stamp}_{playbook_name}"
+    return f"{stamp}-{secrets.token_hex(RUN_ID_RANDOM_BYTES)}_{playbook_name}"
+
+
+def make_run_dir(root: Path, playbook_name: str) -> tuple[str, Path]:
+    """A new run's id and its folder, created here and by no one else (mkdir fails on a folder that exists: the
+    run then takes another id, never another run's folder).
+    """
     root.mkdir(parents=True, exist_ok=True)
-    path = root / run_id
-    suffix = 1
     while True:
+        run_id = new_run_id(playbook_name)
         try:
-            path.mkdir()
-            break
-        except FileExistsError:  # two runs started in the same centisecond
-            suffix += 1
-            path = root / f"{run_id}-{suffix}"
-    return path.name, path
+            (root / run_id).mkdir()
+        except FileExistsError:  # the same random digits in the same centisecond, or a folder planted in advance
+            continue
+        return run_id, root / run_id
 
 
 def run_info(
@@ -59,6 +70,8 @@ def run_info(
             "playbook_file": playbook_file,
             "playbook": playbook,
             "inventory_file": inventory_file,
+            # What `testbed heal` drives the lab from: this file, if it still holds these bytes (never `inventory`).
+            "inventory_source": inventory_source(inventory_file),
             "inventory": inventory,
             "seed": seed,
             "trials": trials,
@@ -82,6 +95,16 @@ def run_info(
             },
         }
     )
+
+
+def inventory_source(inventory_file: str) -> dict:
+    """The inventory file's absolute path and sha256 (both None for an inventory that is no file)."""
+    path = Path(inventory_file)
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return {"path": None, "sha256": None}
+    return {"path": str(path.resolve()), "sha256": digest}
 
 
 def write_json(path: Path, data: dict) -> None:

@@ -7,6 +7,7 @@ token holder may claim only a rank of the job.
 from __future__ import annotations
 
 import json
+import select
 import socket
 
 from test_fabric_service import TOKEN, Recorder
@@ -97,3 +98,55 @@ def test_strangers_leave_a_bounded_trace_and_ranks_a_full_one():
     assert s.refused_counts["untraced_unauthorised"] == 12
     ok = [e for e in recorder.of("answer") if e.get("ok")]
     assert [e["hello_rank"] for e in ok] == [0]  # the rank's hello, recorded in full
+
+
+def test_idle_strangers_from_one_address_cannot_take_the_places_of_the_job_s_ranks():
+    """A stranger opens 200 connections from one address and says nothing: at most the job's size of them are held
+    (no host has more ranks), the rest closed at once; every one of the 36 ranks still gets in.
+    """
+    ranks = 36
+    recorder = Recorder()
+    # As testbed/fabric_service/serving.py makes it for a job of 36 ranks; the stranger's connections stay for the
+    # whole test unless the limit closes them.
+    limits = {"world_size": ranks, "max_connections": 2 * ranks + 16, "hello_timeout_s": 120}
+    service = FabricService(TOKEN, {"ring"}, recorder.handler, recorder.on_event, **limits)
+    with service as s:
+        elsewhere = ("127.0.0.2", 0)  # another address than the ranks'
+        stranger = [socket.create_connection(s.address, timeout=5, source_address=elsewhere) for _ in range(200)]
+        closed = 0
+        while closed < 200 - ranks:  # the closed ones become readable (EOF); the held ones never do
+            readable, _, _ = select.select(stranger, [], [], 10)
+            assert readable, f"only {closed} of the stranger's connections were closed"
+            for sock in readable:
+                assert sock.recv(1) == b""
+                stranger.remove(sock)
+                sock.close()
+                closed += 1
+        assert s.refused_counts["over_limit"] == 200 - ranks and len(stranger) == ranks
+        held = [hello(s, rank) for rank in range(ranks)]
+        assert all(answer["ok"] for _, answer in held)
+        for sock in stranger + [sock for sock, _ in held]:
+            sock.close()
+
+
+def test_one_connection_holds_a_rank_at_a_time():
+    """A second hello as rank 3 (its client reconnecting, or another claiming it): the connection that held the rank
+    is ended, saying why, and rank 3's requests come from the new one alone.
+    """
+    recorder = Recorder()
+    with FabricService(TOKEN, {"ring"}, recorder.handler, recorder.on_event, world_size=4) as s:
+        first, answer = hello(s, 3)
+        assert answer["ok"] is True
+        second, answer = hello(s, 3)
+        assert answer["ok"] is True
+        assert first.makefile("rb").readline() == b""  # ended by the service
+        second.sendall(encode({"op": "setup", "config": "ring", "id": 1, "t_job_ns": 5}))
+        assert json.loads(second.makefile("rb").readline())["ok"] is True
+        events = recorder.wait_for(lambda ev: any(e["event"] == "fabric_service.disconnect" for e in ev))
+        (gone,) = [e for e in events if e["event"] == "fabric_service.disconnect"]
+        taken = [e["conn"] for e in recorder.of("connect")]
+        assert gone["conn"] == taken[0]
+        assert gone["reason"] == f"rank 3 was taken over by connection {taken[1]} (its hello as that rank)"
+        assert [(r.rank, r.config) for r in recorder.requests] == [(3, "ring")]
+        first.close()
+        second.close()

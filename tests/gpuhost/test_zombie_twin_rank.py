@@ -11,7 +11,10 @@ import sys
 
 from proc_state import wait_state
 
+from testbed.engine.run_marks import process_record
 from testbed.ops.heal import _end_twin_rank
+
+RUN = "20261127T180141.123Z-a1b2c3_gpu-failover"
 
 
 def rank(name: str) -> subprocess.Popen:
@@ -33,13 +36,16 @@ def test_a_rank_left_running_is_killed_and_a_zombie_one_is_gone():
     try:
         dead.send_signal(signal.SIGKILL)
         assert wait_state(dead.pid, {"Z"}) == "Z"  # this test is its parent and has not reaped it
-        assert _end_twin_rank({"host": "gpu02", "pid": dead.pid, "name": "rank1.1"}) == {
+        # The records the run took as it started them (testbed.engine.run_marks.ProcessLedger).
+        records = {(host, p.pid): process_record(p.pid, RUN) for host, p in (("gpu01", alive), ("gpu02", dead))}
+        assert _end_twin_rank({"host": "gpu02", "pid": dead.pid, "name": "rank1.1"}, records, RUN) == {
             "host": "gpu02",
             "pid": dead.pid,
             "name": "rank1.1",
             "result": "gone",
         }
-        assert _end_twin_rank({"host": "gpu01", "pid": alive.pid, "name": "rank0.1"})["result"] == "killed"
+        ended = _end_twin_rank({"host": "gpu01", "pid": alive.pid, "name": "rank0.1"}, records, RUN)
+        assert ended["result"] == "killed"
         assert alive.wait(10) == -signal.SIGKILL
     finally:
         for p in (alive, dead):

@@ -19,7 +19,7 @@ from testbed.config.switch_transports import Tl1Transport
 from testbed.config.transports import SerialTransport, SshTransport, VisaTransport
 from testbed.contracts.errors import UserError
 from testbed.leases import HeldLeases, LeaseHeld, LeaseLapsed, acquire, held, me
-from testbed.leases.file_store import FileLeaseStore, LeaseFolderError, boot_clock, device_key
+from testbed.leases.file_store import LIFETIME_CAP_S, FileLeaseStore, LeaseFolderError, boot_clock, device_key
 from testbed.leases.identity import device_identity, told_identity
 from testbed.leases.table import Refused
 
@@ -57,6 +57,29 @@ def test_one_device_named_two_ways_is_one_identity():
     assert device_identity(ssh[0]) == device_identity(ssh[1])
     other_port = VisaTransport(type="visa", resource="TCPIP0::127.0.0.1::5026::SOCKET")
     assert device_identity(other_port) != device_identity(local)
+
+
+LOOPBACK_SPELLINGS = ("127.0.0.1", "127.0.0.2", "127.1.2.3", "::1", "[::1]", "localhost", "LOCALHOST.")
+LOOPBACK_SPELLINGS += ("::ffff:127.0.0.1",)
+
+
+def test_every_spelling_of_this_machine_is_one_host():
+    """A switch (or an emulator) on this machine, reached as ::1 by one run and as 127.0.0.1 by another: one device."""
+    spelled = {
+        device_identity(Tl1Transport(type="tl1", host=host, port=3082, user="admin", password_env="P"))
+        for host in (*LOOPBACK_SPELLINGS, "0.0.0.0", "::")  # a connection to these reaches this machine too
+    }
+    assert spelled == {"tl1://127.0.0.1:3082"}
+    assert device_identity(Tl1Transport(type="tl1", host="10.0.0.5", user="a", password_env="P")) != spelled.pop()
+
+
+@needs_root
+def test_two_accounts_reaching_one_local_switch_as_ipv6_and_ipv4_loopback_get_one_lease(folder):
+    as_v6 = Tl1Transport(type="tl1", host="::1", port=3082, user="alice", password_env="P")
+    as_v4 = Tl1Transport(type="tl1", host="127.0.0.1", port=3082, user="bob", password_env="P")
+    as_account(ALICE, _take, folder, device_identity(as_v6))
+    with pytest.raises(LeaseHeld, match=f"reserved by {ALICE}@"):
+        as_account(BOB, _take, folder, device_identity(as_v4), "run")
 
 
 def test_a_serial_port_is_the_device_file_its_link_names(tmp_path):
@@ -222,6 +245,25 @@ def test_a_lease_ends_by_the_boot_clock_within_a_boot_whatever_the_wall_clock_sa
     path.write_text(json.dumps(data))
     (kept,) = FileLeaseStore(folder).list()
     assert kept.id == lease.id and kept.until > time.time() + 3000
+
+
+@needs_root
+def test_a_hand_written_lease_for_ten_years_lasts_no_longer_than_the_cap(folder):
+    """A lease file its owner wrote by hand (a ten-year lease, by the wall clock and by the boot clock): believed as
+    that account's lease, but ending LIFETIME_CAP_S after the file was written, as the longest `--for` would.
+    """
+    (lease,) = as_account(MALLORY, _take, folder, "tcp://10.0.0.17:5025")
+    (path,) = folder.glob("testbed-lease-*.json")
+
+    def rewrite():
+        data = json.loads(path.read_text())
+        data["lease"]["until"] = time.time() + 10 * 365 * 86400
+        data["clock"] = boot_clock(time.time() + 10 * 365 * 86400)
+        path.write_text(json.dumps(data))
+
+    as_account(MALLORY, rewrite)
+    (kept,) = FileLeaseStore(folder).list()
+    assert kept.id == lease.id and kept.until == path.stat().st_ctime + LIFETIME_CAP_S
 
 
 # --- a run whose lease lapsed stops --------------------------------------------------------------------------------

@@ -170,7 +170,11 @@ def dead_run(tmp_path, twin, inv: Inventory) -> int:
     """What a runner that died during host.power_off on a lab leaves: run.json (as a run writes it, redacted)
     and its events: the rank started, the fault injected through the BMC (the host is left off), no heal.
     """
-    info = run_info("dead", "p.yaml", {"name": "power"}, "lab.yaml", inv.model_dump(mode="json"), 0, 1, False, None)
+    # The user's inventory file, as the run recorded it (heal drives the lab from it, never from run.json).
+    inventory_file = tmp_path / "lab.yaml"
+    inventory_file.write_text(json.dumps(inv.model_dump(mode="json", exclude_defaults=True)))
+    snapshot = inv.model_dump(mode="json")
+    info = run_info("dead", "p.yaml", {"name": "power"}, str(inventory_file), snapshot, 0, 1, False, None)
     exited = subprocess.Popen(["true"])
     exited.wait()
     info["runner"] = {"pid": exited.pid, "hostname": socket.gethostname()}  # a runner that is gone
