@@ -310,7 +310,22 @@ def cmd_report(args, console: Console) -> int:
         console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
         return EXIT_OK
     print_summary(console, summary, Path(args.run_dir))
+    from testbed.events.safe_files import owner, writable_by_us
+
+    folder_owner = owner(Path(args.run_dir))
+    if folder_owner is not None:
+        console.print(f"{args.run_dir}: owned by {folder_owner}", soft_wrap=True, markup=False, highlight=False)
     if not args.no_plots:
+        if not writable_by_us(Path(args.run_dir)):  # another's folder, or read-only: report writes nothing into it
+            why = f"owned by {folder_owner}" if folder_owner else "not writable by you"
+            console.print(
+                f"figures not written: {args.run_dir} is {why}; `testbed report {args.run_dir} --html FILE` draws "
+                "them into FILE",
+                soft_wrap=True,
+                markup=False,
+                highlight=False,
+            )
+            return EXIT_OK
         from testbed.results.plots import write_plots
 
         for path in write_plots(Path(args.run_dir)):

@@ -27,7 +27,6 @@ over SCPI, TL1 or NETCONF); the others are reported as not replayable yet.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Protocol, TextIO
 
 from testbed.contracts.errors import EXIT_BAD_INPUT, EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
 from testbed.events import Op, read_jsonl
+from testbed.events.safe_files import read_json_object
 
 
 class Exchange(Protocol):
@@ -135,7 +135,7 @@ def replay_run(run_dir: str | Path) -> ReplayReport:
 
     run_dir = Path(run_dir)
     try:
-        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        info = read_json_object(run_dir / "run.json")  # a link, a FIFO, too large or too deep: UnsafeFile, exit 2
         audit = read_jsonl(run_dir / "audit.jsonl").numbered()
         events = read_jsonl(run_dir / "events.jsonl", missing_ok=True).numbered()
         inventory = Inventory.model_validate(info["inventory"])

@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from drivers.audit import ALL_PORTS
 from testbed.contracts.errors import UserError
 from testbed.documents.inventory import Inventory
 from testbed.events import InvokeLedger, Op, active_faults, read_events, read_jsonl
+from testbed.events.safe_files import owner, read_json_object
 from testbed.fabric_service.history import fabric_within_allowed, requests_answered
 from testbed.families.drivers import driver_spec
 
@@ -45,13 +45,16 @@ class CheckResult:
 def check_run(run_dir: Path) -> CheckResult:
     run_dir = Path(run_dir)
     try:
-        info = json.loads((run_dir / "run.json").read_text())
+        info = read_json_object(run_dir / "run.json")  # a link, a FIFO, too large or too deep: UnsafeFile, exit 2
         inventory = Inventory.model_validate(info["inventory"])
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"{run_dir}: not a readable run folder ({exc}); pass a folder `testbed run` wrote") from None
     events_file, audit_file = read_events(run_dir / "events.jsonl"), read_jsonl(run_dir / "audit.jsonl")
     events, audit = events_file.records, audit_file.records
     result = CheckResult()
+    folder_owner = owner(run_dir)
+    if folder_owner is not None:  # read, never written: check writes nothing anywhere
+        result.notes.append(f"{run_dir} is owned by {folder_owner}: read as another's record, not as your run")
     result.notes += [f.torn for f in (events_file, audit_file) if f.torn]
     result.checks["every invoke closed"] = _invokes_closed(events)
     result.checks["every fault healed"] = _faults_healed(events)

@@ -7,12 +7,12 @@ naming the file and line.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.contracts.errors import UserError
 from testbed.events import FaultRecord, InvokeLedger, Op, active_faults
+from testbed.events.safe_files import read_json_object
 
 UNKNOWN = "outcome unknown: the runner died before this operation completed"
 # Marks a runner writes once it has ended the run itself (teardown and read-back done, or refused early).
@@ -170,7 +170,7 @@ class RunFolder:
 
 def read_run(run_dir: Path) -> RunFolder:
     try:
-        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        info = read_json_object(run_dir / "run.json")  # a link, a FIFO, too large or too deep: UnsafeFile, exit 2
         inventory = info["inventory"]
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"{run_dir}: not a readable run folder ({exc}); pass a folder `testbed run` wrote") from None

@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from testbed.contracts.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
+from testbed.events.safe_files import owner
 from testbed.results.report import load_summary
 
 OVERLAP = "CIs overlap: no clear difference"
@@ -119,7 +120,10 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> Group:
     a, b = load_summary(Path(run_a)), load_summary(Path(run_b))
     label_a = f"{a.get('run') or Path(run_a).name} ({a.get('playbook', '?')})"
     label_b = f"{b.get('run') or Path(run_b).name} ({b.get('playbook', '?')})"
-    return compare_summaries(a, b, label_a, label_b)
+    # Whose folder each is: what a run.json says anyone may have written; its owner, nobody but root can forge.
+    owners = [(who, run, owner(Path(run))) for who, run in (("A", run_a), ("B", run_b))]
+    notes = [Text(f"{who} = {run}: owned by {name}") for who, run, name in owners if name is not None]
+    return Group(*notes, compare_summaries(a, b, label_a, label_b))
 
 
 def main(a: str | Path, b: str | Path, out: TextIO | None = None) -> int:
