@@ -151,6 +151,8 @@ def read_events(path: Path) -> JsonlFile:
         if problem is not None:
             raise JsonlError(f"{path}:{number}: {problem}; the history is damaged (not a line the recorder writes)")
         last = record["seq"]
+        if record.get("data") is None:  # optional in the envelope: every reader reads it as an object
+            record["data"] = {}
     return out
 
 

@@ -27,14 +27,15 @@ over SCPI, TL1 or NETCONF); the others are reported as not replayable yet.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol, TextIO
 
 from testbed.contracts.errors import EXIT_BAD_INPUT, EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
-from testbed.events import Op, read_jsonl
-from testbed.events.safe_files import read_json_object
+from testbed.events import Op, read_events, read_jsonl
+from testbed.events.run_info import read_run_info
 
 
 class Exchange(Protocol):
@@ -135,9 +136,9 @@ def replay_run(run_dir: str | Path) -> ReplayReport:
 
     run_dir = Path(run_dir)
     try:
-        info = read_json_object(run_dir / "run.json")  # a link, a FIFO, too large or too deep: UnsafeFile, exit 2
+        info = read_run_info(run_dir)  # a link, a FIFO, too large, too deep, a field of a wrong type: exit 2
         audit = read_jsonl(run_dir / "audit.jsonl").numbered()
-        events = read_jsonl(run_dir / "events.jsonl", missing_ok=True).numbered()
+        events = read_events(run_dir / "events.jsonl").numbered() if os.path.lexists(run_dir / "events.jsonl") else []
         inventory = Inventory.model_validate(info["inventory"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from folders import REPO, healable_run, run_testbed, victim
+from folders import REPO, healable_run, run_testbed, summarised, victim
 
 from testbed.cli.main import main
 from testbed.events import read_jsonl
@@ -198,6 +198,25 @@ def test_a_write_replaces_a_planted_link_at_the_target_and_never_writes_through_
     assert not (tmp_path / "run.json").is_symlink() and (tmp_path / "run.json").read_text() == "{}\n"
 
 
+# --- report writes nothing through a link ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("planted", "args"),
+    [("report.html.tmp", ["--html"]), ("latency_cdf.png.tmp", []), ("latency_cdf.png.tmp", ["--html"])],
+)
+def test_report_writes_its_page_and_figures_without_writing_through_a_planted_tmp_link(tmp_path, planted, args):
+    run = summarised(healable_run(tmp_path / "run", measures=6))
+    target = victim(tmp_path / "root")
+    (run / planted).symlink_to(target)
+
+    assert main(["report", str(run), *args]) == 0
+    assert target.read_text() == "root's own file\nits last line"
+    written = run / ("report.html" if args else "latency_cdf.png")
+    assert written.is_file() and not written.is_symlink() and (run / planted).is_symlink()
+    assert not [p for p in os.listdir(run) if p.endswith(".tmp") and p != planted]
+
+
 # --- the catalog and export ----------------------------------------------------------------------------------
 
 
@@ -223,3 +242,38 @@ def test_export_never_writes_through_a_link_planted_under_the_temporary_name_it_
     assert target.read_text() == "root's own file\nits last line"
     assert (out / "x.csv").read_text().startswith("run_id,") or (out / "x.csv").stat().st_size > 0
     assert not [p for p in os.listdir(out) if p.endswith(".tmp")]
+
+
+# --- what the fuzz found (tests/run_folders/fuzz_run_folder.py): each a traceback before -------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("seed", ["x"], """'seed' is ["x"], not an integer"""),
+        ("run", -1, "'run' is -1, not a string"),
+        ("runner", {"pid": "1"}, """'runner.pid' is "1", not an integer"""),
+    ],
+)
+@pytest.mark.parametrize("command", ["check", "replay", "heal"])
+def test_a_run_json_field_of_another_type_is_named_not_a_traceback(tmp_path, capsys, command, field, value, said):
+    run = healable_run(tmp_path / "run")
+    info = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**info, field: value}))
+
+    assert main([command, str(run)]) == 2
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("pid", ["/dev/zero", [], True, -5])
+def test_heal_acts_on_no_job_whose_recorded_pid_is_no_pid(tmp_path, capsys, pid):
+    run = healable_run(tmp_path / "run")
+    job = {"host": "gpu01", "name": "rank0.1", "pid": pid, "log": "", "workdir": ""}
+    with open(run / "events.jsonl", "a") as f:
+        for seq, type_, data in ((3, "invoke", {"name": "rank0.1"}), (4, "ok", {"value": job})):
+            event = {"seq": seq, "type": type_, "op": "gpu.start_job", "mono_ns": seq, "wall": 1.0, "run": run.name}
+            f.write(json.dumps({**event, "device": "gpu01", "data": data}) + "\n")
+
+    assert main(["heal", str(run)]) == 0  # the twin is gone: heal records it, and ends no process for that job
+    out = capsys.readouterr().out
+    assert "ended" not in out and "killed" not in out
