@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import IO, TextIO
 
 from testbed.catalog.query import select_runs, span_samples
 from testbed.contracts.errors import UserError
@@ -211,7 +211,7 @@ def _write_csv(table: Table, stream: TextIO) -> None:
     out.writerows(zip(*(table.column(name, _csv_cell) for name in table.columns), strict=True))
 
 
-def _csv_file(table: Table, stream: BinaryIO) -> None:
+def _csv_file(table: Table, stream: IO[bytes]) -> None:
     text = io.TextIOWrapper(stream, encoding="utf-8", newline="")
     _write_csv(table, text)
     text.flush()
@@ -245,7 +245,7 @@ def arrow_table(table: Table):
     return pa.table(arrays)
 
 
-def _write_parquet(table: Table, stream: BinaryIO) -> None:
+def _write_parquet(table: Table, stream: IO[bytes]) -> None:
     import pyarrow.parquet as pq
 
     pq.write_table(arrow_table(table), stream)

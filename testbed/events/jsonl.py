@@ -63,8 +63,6 @@ def read_jsonl(path: Path, *, missing_ok: bool = False) -> JsonlFile:
         if missing_ok:
             return out
         raise JsonlError(f"{path}: no such file; pass a folder `testbed run` wrote") from None
-    except IsADirectoryError:
-        raise JsonlError(f"{path}: a folder, not a file; pass a folder `testbed run` wrote") from None
     return out
 
 

@@ -24,7 +24,7 @@ import os
 import pwd
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -68,6 +68,8 @@ def open_fd(path: Path, flags: int, mode: int = 0o644, *, limit: int | None = No
                 f"{path}: a symbolic link ({_link_target(path)}); a run folder's files are read and written only "
                 "as regular files in it, never through a link"
             ) from None
+        if exc.errno == errno.EISDIR:  # opened to write
+            raise UnsafeFile(f"{path}: a folder, not a regular file; refused (a run folder holds files)") from None
         if exc.errno == errno.ENXIO:  # opened to write, O_NONBLOCK: a FIFO without a reader, or a device without one
             why = "a FIFO or a device, not a regular file; refused (a run folder holds files)"
             raise UnsafeFile(f"{path}: {why}") from None
@@ -142,7 +144,7 @@ def _depth_over(value: Any, limit: int) -> bool:
     while todo:
         item, depth = todo.pop()
         if isinstance(item, dict):
-            children = item.values()
+            children: Iterable = item.values()
         elif isinstance(item, list):
             children = item
         else:

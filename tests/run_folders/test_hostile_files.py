@@ -82,6 +82,16 @@ def test_a_fifo_in_the_folder_ends_the_command_at_once_with_a_clear_error(tmp_pa
         assert "a FIFO" in proc.stderr
 
 
+@pytest.mark.parametrize("command", ["check", "replay", "heal"])
+def test_a_history_that_is_a_folder_is_refused_with_a_clear_error(tmp_path, capsys, command):
+    run = healable_run(tmp_path / "run")
+    (run / "audit.jsonl").unlink()
+    (run / "audit.jsonl").mkdir()
+
+    assert main([command, str(run)]) == 2
+    assert "audit.jsonl: a folder, not a regular file" in capsys.readouterr().err
+
+
 def test_a_run_json_linked_to_dev_zero_is_refused_not_read(tmp_path):
     run = healable_run(tmp_path / "run")
     (run / "run.json").unlink()
