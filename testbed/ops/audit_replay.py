@@ -209,14 +209,28 @@ def _initial_circuits(events: list[tuple[int, dict]]) -> dict[str, dict]:
     """
     for _, e in events:
         if e.get("op") == Op.FABRIC_INITIAL:
-            return {sw: c for sw, c in (e.get("data") or {}).get("circuits", {}).items() if isinstance(c, dict)}
+            circuits = e["data"].get("circuits")
+            mapping = circuits.items() if isinstance(circuits, dict) else ()
+            return {sw: c for sw, c in mapping if _port_pairs(c)}
     found: dict[str, dict] = {}
     for _, e in events:
         if str(e.get("op", "")).endswith(".identify") and e.get("type") == "ok" and e.get("device") not in found:
-            value = (e.get("data") or {}).get("value") or {}
-            if isinstance(value.get("circuits"), dict):
+            value = e["data"].get("value")
+            if isinstance(value, dict) and _port_pairs(value.get("circuits")):
                 found[e["device"]] = value["circuits"]
     return found
+
+
+def _port_pairs(circuits) -> bool:
+    """Whether recorded circuits are ingress: egress port numbers (as a run records them: strings or numbers). Others
+    (a damaged or forged history) are not handed to the emulator: the device replays from no circuits, and says so.
+    """
+    if not isinstance(circuits, dict):
+        return False
+    try:
+        return all(int(i) > 0 and int(o) > 0 for i, o in circuits.items())
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 def _shown(reply: str) -> str:

@@ -287,3 +287,18 @@ def test_heal_acts_on_no_job_whose_recorded_pid_is_no_pid(tmp_path, capsys, pid)
     assert main(["heal", str(run)]) == 0  # the twin is gone: heal records it, and ends no process for that job
     out = capsys.readouterr().out
     assert "ended" not in out and "killed" not in out
+
+
+@pytest.mark.parametrize("circuits", [[], "x", {"ocs1": []}, {"ocs1": {"1": "x"}}, {"ocs1": {"1": 1e308}}])
+@pytest.mark.parametrize("command", ["check", "replay", "heal"])
+def test_initial_circuits_of_another_shape_are_an_answer_not_a_traceback(tmp_path, capsys, command, circuits):
+    run = healable_run(tmp_path / "run")
+    mark = {"seq": 3, "type": "mark", "op": "fabric.initial", "mono_ns": 3, "wall": 1.0, "run": run.name}
+    with open(run / "events.jsonl", "a") as f:
+        f.write(json.dumps({**mark, "data": {"circuits": circuits, "managed": {}}}) + "\n")
+
+    assert main([command, str(run)]) in (0, 1, 2)  # an answer; a refusal says why
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    if err:
+        assert "circuits" in err
