@@ -46,9 +46,8 @@ def read_jsonl(path: Path, *, missing_ok: bool = False) -> JsonlFile:
     """
     path = Path(path)
     out = JsonlFile(path)
-    number = 0
     try:
-        for number, raw in enumerate(iter_lines(path), 1):  # noqa: B007 - the last number is used below
+        for number, raw in enumerate(iter_lines(path), 1):
             if raw.endswith(b"\n"):
                 _parse(out, path, number, raw)
             elif raw.strip():  # bytes after the last newline: a torn line, unless they parse

@@ -28,7 +28,7 @@ import numpy as np
 
 from testbed.contracts.errors import UserError
 from testbed.events import Op, read_jsonl
-from testbed.events.safe_files import atomic_writer, open_fd, read_json
+from testbed.events.safe_files import UnsafeFile, atomic_writer, open_fd, read_json
 from testbed.results.collective_view import collective_data
 from testbed.results.milestones import MILESTONES, segments_of, trial_milestones
 from testbed.results.stats import summarize
@@ -76,11 +76,9 @@ def write_plots(run_dir: str | Path, out_dir: str | Path | None = None) -> list[
 
 def _read_json(path: Path) -> dict | None:
     try:
-        value = read_json(path)
-    except FileNotFoundError:
+        value = read_json(path)  # never through a link, from a FIFO, or too large or deep
+    except (OSError, UnsafeFile):  # missing or damaged: no figure from it
         return None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read it: {exc}") from None
     return value if isinstance(value, dict) else None
 
 
