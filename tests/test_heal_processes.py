@@ -184,9 +184,7 @@ def test_a_forged_netns_tag_removes_nothing_of_another_run(tmp_path):
     try:
         run_dir = emulated_run(tmp_path / "forged", twin={"netns": {"tag": tag}})
         code, healed = heal(run_dir)
-        assert code == 1 and f"tagged testbed-{tag}-* are there, but it carries no mark" in " ".join(
-            healed["problems"]
-        )
+        assert code == 1 and f"tagged testbed-{tag}-* are there, but it carries no mark" in " ".join(healed["problems"])
         assert name in netns.leftovers(tag)["namespaces"]
         assert not signalled(inside)
 

@@ -1,6 +1,6 @@
 """`testbed heal` acts on a lab from a run folder, often as root: it believes a folder only if the invoking user owns
 it and no one else can write it, and it drives the lab as the user's own inventory file describes it, never as
-run.json does (docs/run-folders-heal.md). The folders below are forged as an attacker would forge them; the
+run.json does (docs/run-folders.md). The folders below are forged as an attacker would forge them; the
 accounts are real (created by the test as root, as the lease tests do).
 """
 

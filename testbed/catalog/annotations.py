@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
 import time
 from pathlib import Path
 
 from testbed.contracts.errors import UserError
 from testbed.events import read_jsonl
+from testbed.events.safe_files import append
 
 ANNOTATIONS_FILE = "annotations.jsonl"
 MAX_TAG = 100
@@ -94,11 +94,7 @@ def read_annotations(run_dir: Path) -> tuple[list[dict], list[dict]]:
 def _append(run_dir: Path, record: dict) -> dict:
     record = record | {"wall": time.time(), "user": _user()}
     line = (json.dumps(record) + "\n").encode()
-    fd = os.open(Path(run_dir) / ANNOTATIONS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    append(Path(run_dir) / ANNOTATIONS_FILE, line)  # to a regular file of the folder, never through a link
     return record
 
 

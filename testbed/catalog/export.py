@@ -9,17 +9,18 @@ nested (the sweep point, versions, notes) is JSON text; each sweep key also gets
 from __future__ import annotations
 
 import csv
+import io
 import json
-import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
 
 from testbed.catalog.query import select_runs, span_samples
 from testbed.contracts.errors import UserError
+from testbed.events.safe_files import atomic_writer
 
 ANALYSIS_EXTRA = "pip install 'testbed[analysis]'"
 FORMATS = ("csv", "parquet")
@@ -186,12 +187,10 @@ def write(selection: Selection, out: str | Path, fmt: str) -> list[tuple[Path | 
         require_pyarrow("--format parquet")
     done: list[tuple[Path | None, int]] = []
     for table, target in ((selection.samples, path), (selection.runs, runs_path)):
-        aside = target.with_name(f".{target.name}.{os.getpid()}.part")
-        try:
-            writer(table, aside)
-            os.replace(aside, target)
-        finally:
-            aside.unlink(missing_ok=True)
+        # Aside under a random name created exclusively (a link planted under a name we would pick is never
+        # written through), then renamed over the target.
+        with atomic_writer(target) as stream:
+            writer(table, stream)
         done.append((target, len(table)))
     return done
 
@@ -212,9 +211,11 @@ def _write_csv(table: Table, stream: TextIO) -> None:
     out.writerows(zip(*(table.column(name, _csv_cell) for name in table.columns), strict=True))
 
 
-def _csv_file(table: Table, path: Path) -> None:
-    with path.open("w", newline="", encoding="utf-8") as stream:
-        _write_csv(table, stream)
+def _csv_file(table: Table, stream: IO[bytes]) -> None:
+    text = io.TextIOWrapper(stream, encoding="utf-8", newline="")
+    _write_csv(table, text)
+    text.flush()
+    text.detach()  # the stream is its writer's to close
 
 
 def arrow_table(table: Table):
@@ -244,7 +245,7 @@ def arrow_table(table: Table):
     return pa.table(arrays)
 
 
-def _write_parquet(table: Table, path: Path) -> None:
+def _write_parquet(table: Table, stream: IO[bytes]) -> None:
     import pyarrow.parquet as pq
 
-    pq.write_table(arrow_table(table), path)
+    pq.write_table(arrow_table(table), stream)

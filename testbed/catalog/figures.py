@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from testbed.events.safe_files import atomic_writer
 from testbed.results.plots import DPI
 
 LEGEND_MAX = 12  # more runs than this: no legend (it would hide the curves); the title gives their number
@@ -25,9 +26,8 @@ def _figure(width: float, height: float):
 
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
-    tmp.replace(path)  # a reader never sees half a PNG
+    with atomic_writer(path) as f:  # aside under a random name, then renamed: never half a PNG, never via a link
+        fig.savefig(f, format="png", dpi=DPI, bbox_inches="tight")
     return path
 
 

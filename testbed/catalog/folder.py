@@ -16,6 +16,7 @@ from typing import Any
 
 from testbed.catalog.annotations import ANNOTATIONS_FILE, read_annotations, read_params
 from testbed.events import JsonlError, Op, read_events, read_faults
+from testbed.events.safe_files import UnsafeFile, loads, read_bytes
 from testbed.families import FAMILIES
 from testbed.results.milestones import MILESTONES
 
@@ -55,12 +56,12 @@ def read_run(run_dir: Path, indexed_at: float) -> RunRows:
     info = _run_json(run_dir)
     try:
         events = read_events(run_dir / EVENTS_FILE) if (run_dir / EVENTS_FILE).is_file() else None
-    except JsonlError as exc:
+    except (JsonlError, UnsafeFile, OSError) as exc:
         raise NotIndexed(f"damaged: {exc}") from None
     try:
         tags, notes = read_annotations(run_dir)
         params = read_params(run_dir)
-    except JsonlError as exc:
+    except (JsonlError, UnsafeFile, OSError) as exc:
         raise NotIndexed(f"damaged: {exc}") from None
     records = events.records if events is not None else []
     folder = run_dir.name
@@ -142,15 +143,13 @@ def _run_json(run_dir: Path) -> dict:
     if not run_dir.is_dir():
         raise NotIndexed("not a run: not a folder")
     try:
-        text = path.read_text(encoding="utf-8")
+        info = loads(read_bytes(path), str(path))  # never through a link, nor from a FIFO, nor too large or deep
     except FileNotFoundError:
         raise NotIndexed(f"not a run: no {RUN_FILE}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnsafeFile as exc:
+        raise NotIndexed(f"damaged: {exc}") from None
+    except OSError as exc:
         raise NotIndexed(f"damaged: {path}: {exc}") from None
-    try:
-        info = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise NotIndexed(f"damaged: {path}: not JSON ({exc})") from None
     if not isinstance(info, dict) or not isinstance(info.get("run"), str) or "format_version" not in info:
         raise NotIndexed(f"damaged: {path}: not a run's run.json (no 'run' id or 'format_version')")
     return info

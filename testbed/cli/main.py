@@ -403,8 +403,13 @@ def cmd_report(args, console: Console) -> int:
     if args.html is not None:
         import tempfile
 
+        from testbed.events.safe_files import owner, writable_by_us
         from testbed.results.html_report import DEFAULT_FILE, render_run, write_text
 
+        if not args.html and not writable_by_us(run_dir):
+            name = owner(run_dir)
+            why = f"owned by {name}" if name else "not writable by you"
+            raise UserError(f"{run_dir}: {why}: the report is not written into it; pass --html FILE")
         target = Path(args.html) if args.html else run_dir / DEFAULT_FILE
         if target.is_dir():  # --html DIR: the page goes in it
             target = target / DEFAULT_FILE
@@ -417,6 +422,11 @@ def cmd_report(args, console: Console) -> int:
         console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
         return EXIT_OK
     print_summary(console, summary, run_dir)
+    from testbed.events.safe_files import owner
+
+    folder_owner = owner(run_dir)
+    if folder_owner is not None:  # another's folder: read, never written into (docs/run-folders.md)
+        console.print(f"{run_dir}: owned by {folder_owner}", soft_wrap=True, markup=False, highlight=False)
     if not args.no_plots:
         for path in _run_figures(run_dir, out, None)[0]:
             console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
@@ -436,7 +446,12 @@ def _run_figures(run_dir: Path, out: Path | None, scratch: Path | None) -> tuple
             return write_plots(run_dir, out), out
         except OSError as exc:
             raise UserError(f"--out {out}: cannot write the figures there ({exc.strerror or exc})") from None
+    from testbed.events.safe_files import owner, writable_by_us
+
     try:
+        if not writable_by_us(run_dir):  # another's folder, or read-only: nothing is written into it
+            name = owner(run_dir)
+            raise PermissionError(f"owned by {name}" if name else "not writable by you")
         return write_plots(run_dir), run_dir
     except OSError as exc:
         why = f"cannot write the figures in {run_dir} ({exc.strerror or exc})"

@@ -14,6 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.contracts.errors import UserError
+from testbed.events.safe_files import (
+    MAX_LINE_BYTES,
+    UnsafeFile,
+    append,
+    iter_lines,
+    nested_too_deep,
+    open_fd,
+    too_deep,
+)
 
 
 class JsonlError(UserError):
@@ -32,28 +41,27 @@ class JsonlFile:
 
 
 def read_jsonl(path: Path, *, missing_ok: bool = False) -> JsonlFile:
-    """Every record of a JSONL file, by the rule above. A missing file is an error unless missing_ok."""
+    """Every record of a JSONL file, by the rule above, read line by line (testbed.events.safe_files: a link, a
+    FIFO, a device, a line or a file over its limit is refused). A missing file is an error unless missing_ok.
+    """
     path = Path(path)
     out = JsonlFile(path)
     try:
-        data = path.read_bytes()
+        for number, raw in enumerate(iter_lines(path), 1):
+            if raw.endswith(b"\n"):
+                _parse(out, path, number, raw)
+            elif raw.strip():  # bytes after the last newline: a torn line, unless they parse
+                try:
+                    _parse(out, path, number, raw)
+                except JsonlError:
+                    out.torn = (
+                        f"{path.name}: its last line is torn ({len(raw)} bytes, no newline: the writer was killed); "
+                        "left out (`testbed heal` sets it aside)"
+                    )
     except FileNotFoundError:
         if missing_ok:
             return out
         raise JsonlError(f"{path}: no such file; pass a folder `testbed run` wrote") from None
-    lines = data.split(b"\n")
-    complete = lines[:-1]  # everything before the last newline
-    last = lines[-1]  # bytes after it: empty, or a torn line
-    for number, raw in enumerate(complete, 1):
-        _parse(out, path, number, raw)
-    if last.strip():
-        try:
-            _parse(out, path, len(complete) + 1, last)
-        except JsonlError:
-            out.torn = (
-                f"{path.name}: its last line is torn ({len(last)} bytes, no newline: the writer was killed); "
-                "left out (`testbed heal` sets it aside)"
-            )
     return out
 
 
@@ -67,7 +75,9 @@ def _parse(out: JsonlFile, path: Path, number: int, raw: bytes) -> None:
             f"{path}:{number}: not a JSON line ({exc}); the file is damaged beyond a torn last line"
         ) from None
     except RecursionError:
-        raise JsonlError(f"{path}:{number}: a JSON value nested too deep for a run's record") from None
+        raise JsonlError(str(too_deep(f"{path}:{number}"))) from None
+    if nested_too_deep(record):
+        raise JsonlError(str(too_deep(f"{path}:{number}")))
     if not isinstance(record, dict):
         raise JsonlError(f"{path}:{number}: a JSON {type(record).__name__}, not an object")
     out.records.append(record)
@@ -76,23 +86,34 @@ def _parse(out: JsonlFile, path: Path, number: int, raw: bytes) -> None:
 
 def set_aside_torn_line(path: Path) -> str | None:
     """Move a torn last line to PATH.torn, so that what is appended next starts on a line of its own and every
-    line left parses. Returns what was done (None: nothing was torn).
+    line left parses. Returns what was done (None: nothing was torn). Neither file is reached through a link.
     """
-    if not path.is_file():
+    try:
+        fd = open_fd(path, os.O_RDWR)
+    except FileNotFoundError:
         return None
-    with open(path, "rb+") as f:
+    with os.fdopen(fd, "rb+") as f:
         size = f.seek(0, os.SEEK_END)
         if size == 0:
             return None
         f.seek(max(0, size - 1))
         if f.read(1) == b"\n":
             return None
-        f.seek(0)
-        data = f.read()
-        keep = data.rfind(b"\n") + 1
-        fragment = data[keep:]
-        with open(str(path) + ".torn", "ab") as torn:
-            torn.write(fragment + b"\n")
+        # The torn line starts after the last newline: read back from the end, a chunk at a time.
+        keep, position = 0, size
+        while position > 0:
+            start = max(0, position - (1 << 20))
+            f.seek(start)
+            newline = f.read(position - start).rfind(b"\n")
+            if newline >= 0:
+                keep = start + newline + 1
+                break
+            position = start
+        if size - keep > MAX_LINE_BYTES:
+            raise UnsafeFile(f"{path}: a torn last line of {size - keep} bytes, over the limit of {MAX_LINE_BYTES}")
+        f.seek(keep)
+        fragment = f.read()
+        append(Path(str(path) + ".torn"), fragment + b"\n")
         f.truncate(keep)
     return f"{path.name}: its last line was torn ({len(fragment)} bytes, no newline); set aside in {path.name}.torn"
 
@@ -127,6 +148,8 @@ def read_events(path: Path) -> JsonlFile:
         if problem is not None:
             raise JsonlError(f"{path}:{number}: {problem}; the history is damaged (not a line the recorder writes)")
         last = record["seq"]
+        if record.get("data") is None:  # optional in the envelope: every reader reads it as an object
+            record["data"] = {}
     return out
 
 

@@ -27,14 +27,15 @@ over SCPI, TL1 or NETCONF); the others are reported as not replayable yet.
 
 from __future__ import annotations
 
-import json
+import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol, TextIO
 
 from testbed.contracts.errors import EXIT_BAD_INPUT, EXIT_EXPERIMENT_FAILED, EXIT_OK, UserError
-from testbed.events import Op, read_jsonl
+from testbed.events import Op, read_events, read_jsonl
+from testbed.events.run_info import read_run_info
 
 
 class Exchange(Protocol):
@@ -135,9 +136,9 @@ def replay_run(run_dir: str | Path) -> ReplayReport:
 
     run_dir = Path(run_dir)
     try:
-        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        info = read_run_info(run_dir)  # a link, a FIFO, too large, too deep, a field of a wrong type: exit 2
         audit = read_jsonl(run_dir / "audit.jsonl").numbered()
-        events = read_jsonl(run_dir / "events.jsonl", missing_ok=True).numbered()
+        events = read_events(run_dir / "events.jsonl").numbered() if os.path.lexists(run_dir / "events.jsonl") else []
         inventory = Inventory.model_validate(info["inventory"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(
@@ -208,14 +209,28 @@ def _initial_circuits(events: list[tuple[int, dict]]) -> dict[str, dict]:
     """
     for _, e in events:
         if e.get("op") == Op.FABRIC_INITIAL:
-            return {sw: c for sw, c in (e.get("data") or {}).get("circuits", {}).items() if isinstance(c, dict)}
+            circuits = e["data"].get("circuits")
+            mapping = circuits.items() if isinstance(circuits, dict) else ()
+            return {sw: c for sw, c in mapping if _port_pairs(c)}
     found: dict[str, dict] = {}
     for _, e in events:
         if str(e.get("op", "")).endswith(".identify") and e.get("type") == "ok" and e.get("device") not in found:
-            value = (e.get("data") or {}).get("value") or {}
-            if isinstance(value.get("circuits"), dict):
+            value = e["data"].get("value")
+            if isinstance(value, dict) and _port_pairs(value.get("circuits")):
                 found[e["device"]] = value["circuits"]
     return found
+
+
+def _port_pairs(circuits) -> bool:
+    """Whether recorded circuits are ingress: egress port numbers (as a run records them: strings or numbers). Others
+    (a damaged or forged history) are not handed to the emulator: the device replays from no circuits, and says so.
+    """
+    if not isinstance(circuits, dict):
+        return False
+    try:
+        return all(int(i) > 0 and int(o) > 0 for i, o in circuits.items())
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 def _shown(reply: str) -> str:

@@ -28,6 +28,8 @@ from drivers.audit import ALL_PORTS
 from testbed.contracts.errors import UserError
 from testbed.documents.inventory import Inventory
 from testbed.events import InvokeLedger, Op, active_faults, read_events, read_jsonl
+from testbed.events.run_info import read_run_info
+from testbed.events.safe_files import owner
 from testbed.fabric_service.history import fabric_within_allowed, requests_answered
 from testbed.families.drivers import driver_spec
 
@@ -45,14 +47,30 @@ class CheckResult:
 def check_run(run_dir: Path) -> CheckResult:
     run_dir = Path(run_dir)
     try:
-        info = json.loads((run_dir / "run.json").read_text())
+        info = read_run_info(run_dir)  # a link, a FIFO, too large, too deep, a field of a wrong type: exit 2
         inventory = Inventory.model_validate(info["inventory"])
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"{run_dir}: not a readable run folder ({exc}); pass a folder `testbed run` wrote") from None
     events_file, audit_file = read_events(run_dir / "events.jsonl"), read_jsonl(run_dir / "audit.jsonl")
     events, audit = events_file.records, audit_file.records
     result = CheckResult()
+    folder_owner = owner(run_dir)
+    if folder_owner is not None:  # read, never written: check writes nothing anywhere
+        result.notes.append(f"{run_dir} is owned by {folder_owner}: read as another's record, not as your run")
     result.notes += [f.torn for f in (events_file, audit_file) if f.torn]
+    try:
+        _check(result, events, audit, inventory)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+        # A record of a shape the recorder never writes (each envelope is checked as read; a payload is the
+        # operation's own). The checks only read: what they met is said, and nothing was done.
+        raise UserError(
+            f"{run_dir}: a record of its history is not one `testbed run` writes ({type(exc).__name__}: "
+            f"{str(exc)[:200]}); the folder is damaged or forged"
+        ) from None
+    return result
+
+
+def _check(result: CheckResult, events: list[dict], audit: list[dict], inventory: Inventory) -> None:
     result.checks["every invoke closed"] = _invokes_closed(events)
     result.checks["every fault healed"] = _faults_healed(events)
     result.checks["final fabric matches history"] = _fabric_matches(events, audit, inventory, result.notes)
@@ -62,7 +80,6 @@ def check_run(run_dir: Path) -> CheckResult:
     result.checks["fabric within the job's allowed configurations"] = fabric_within_allowed(
         events, audit, initial, lambda device: _audit_model(inventory.devices.get(device))
     )
-    return result
 
 
 def _invokes_closed(events: list[dict]) -> list[str]:
@@ -99,8 +116,8 @@ def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory, notes
     problems = []
     initial = _initial(events)
     marked: dict = next((e["data"] for e in events if e["op"] == Op.FABRIC_INITIAL), {})
-    managed = marked.get("managed", {})
-    for device, circuits in final["data"]["circuits"].items():
+    managed = _mapping(marked.get("managed"))
+    for device, circuits in _mapping(final["data"].get("circuits")).items():
         dev = inv.devices.get(device)
         model = _audit_model(dev)
         if model is None:
@@ -115,9 +132,12 @@ def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory, notes
         commands = [(n, a["data"]) for n, a in enumerate(audit) if a["device"] == device and a["direction"] == "tx"]
         replayed_to, since_seq = 0, 0  # audit position and event seq the replay has reached
         for seen_at in (e for e in events if e["op"] == Op.FABRIC_OBSERVED and e.get("device") == device):
-            upto = seen_at["data"]["audit_line"]
+            upto = seen_at["data"].get("audit_line")
+            if not isinstance(upto, int) or isinstance(upto, bool):
+                problems.append(f"{device}: read back at seq {seen_at['seq']} with no audit line: cannot replay to it")
+                break
             state = model.replay(state, [c for n, c in commands if replayed_to <= n < upto])
-            seen = _circuits(seen_at["data"]["circuits"])
+            seen = _circuits(seen_at["data"].get("circuits"))
             if seen != state:
                 lost = [
                     e["seq"]
@@ -128,7 +148,7 @@ def _fabric_matches(events: list[dict], audit: list[dict], inv: Inventory, notes
                     and since_seq < e["seq"] < seen_at["seq"]
                 ]
                 ports = {p for pair in set(seen.items()) ^ set(state.items()) for p in pair}
-                outside = sorted(ports - set(managed[device])) if device in managed else []
+                outside = sorted(ports - set(_ports(managed[device]))) if device in managed else []
                 where = f"{device}: read back at seq {seen_at['seq']} ({seen_at['data'].get('why', '')})"
                 if not lost or outside:
                     why = f"port(s) {outside} are not the run's" if lost else "no call's outcome is unknown"
@@ -156,15 +176,33 @@ def _initial(events: list[dict]) -> dict[str, dict]:
     initial = {  # a run from before the fabric.initial mark: what each switch's identify read
         e["device"]: e["data"]["value"]["circuits"]
         for e in events
-        if e["op"].endswith(".identify") and e["type"] == "ok" and isinstance(e["data"]["value"].get("circuits"), dict)
+        if e["op"].endswith(".identify")
+        and e["type"] == "ok"
+        and isinstance(_mapping(e["data"].get("value")).get("circuits"), dict)
     }
     marked: dict = next((e["data"] for e in events if e["op"] == Op.FABRIC_INITIAL), {})
-    initial.update({d: c for d, c in marked.get("circuits", {}).items() if isinstance(c, dict)})
+    initial.update({d: c for d, c in _mapping(marked.get("circuits")).items() if isinstance(c, dict)})
     return initial
 
 
-def _circuits(raw: dict) -> dict[int, int]:
-    return {int(i): int(e) for i, e in raw.items()}
+def _ports(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _mapping(value) -> dict:
+    """A recorded object, or {} where the history holds something else (a damaged or forged one)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _circuits(raw) -> dict[int, int]:
+    """Recorded circuits (ingress -> egress port, as strings or numbers) as numbers; UserError if they are not."""
+    try:
+        return {int(i): int(e) for i, e in raw.items()}
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        raise UserError(
+            f"circuits recorded as {json.dumps(raw, default=str)[:80]}, not ingress: egress port numbers; the "
+            "run's history is damaged (not what `testbed run` records)"
+        ) from None
 
 
 def _audit_model(dev):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from testbed.contracts.errors import UserError
 from testbed.events import FaultRecord, InvokeLedger, Op, active_faults
+from testbed.events.run_info import read_run_info
 
 UNKNOWN = "outcome unknown: the runner died before this operation completed"
 # Marks a runner writes once it has ended the run itself (teardown and read-back done, or refused early).
@@ -65,14 +66,13 @@ def find(events: list[dict]) -> Findings:
         if e["op"] == "gpu.start_job":
             if e["type"] == "invoke":
                 start_invokes[(e.get("device"), data.get("name"))] = e
-            elif e["type"] == "ok":
-                handle = data.get("value") or {}
+            elif e["type"] == "ok" and (handle := job_handle(data.get("value"))) is not None:
                 start_invokes.pop((e.get("device"), handle.get("name")), None)
-                jobs[(e.get("device"), handle.get("pid"))] = handle
+                jobs[(e.get("device"), handle["pid"])] = handle
             else:
                 start_invokes = {k: v for k, v in start_invokes.items() if k[0] != e.get("device")}
-        elif e["op"] == "gpu.stop_job" and e["type"] == "ok":
-            jobs.pop((e.get("device"), (data.get("value") or {}).get("pid")), None)
+        elif e["op"] == "gpu.stop_job" and e["type"] == "ok" and (handle := job_handle(data.get("value"))) is not None:
+            jobs.pop((e.get("device"), handle["pid"]), None)
         elif e["op"] == Op.HEAL_LAB_GONE:  # an earlier heal found the twin gone, and its jobs with it
             jobs.clear()
     initial, managed = _initial_fabric(events)
@@ -108,11 +108,11 @@ def _job_of(events: list[dict], fault: FaultRecord, start: int, end: int) -> dic
     before it.
     """
     data = fault.data
-    if isinstance(data.get("job"), dict):
+    if job_handle(data.get("job")) is not None:
         return data["job"]
     for e in events[start:end]:
         if e["op"] == "gpu.kill_job" and e["type"] == "invoke" and e.get("device") == fault.device:
-            return e["data"]["job"]
+            return job_handle(e["data"].get("job"))
     rank = data.get("rank")
     for e in reversed(events[:start]):
         value = (e.get("data") or {}).get("value") or {}
@@ -122,10 +122,24 @@ def _job_of(events: list[dict], fault: FaultRecord, start: int, end: int) -> dic
             and e.get("device") == data.get("host")
             and str(value.get("name", "")).startswith(f"rank{rank}.")
         ):
-            return value
-    if data.get("pid"):
+            return job_handle(value)
+    if job_handle({"pid": data.get("pid")}) is not None:
         return {"host": data.get("host"), "name": "", "pid": data["pid"], "log": "", "workdir": ""}
     return None
+
+
+def job_handle(value) -> dict | None:
+    """A job's handle as recorded (host, name, pid, ...), or None where the history holds something else: a pid that
+    is no positive number names no process heal may act on (a damaged or forged history).
+    """
+    if not isinstance(value, dict):
+        return None
+    pid = value.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None
+    if not all(isinstance(value.get(k), str | None) for k in ("host", "name")):
+        return None
+    return value
 
 
 def _calls_in(events: list[dict], fault: FaultRecord, start: int, end: int) -> list[dict]:
@@ -140,8 +154,10 @@ def _calls_in(events: list[dict], fault: FaultRecord, start: int, end: int) -> l
 def _initial_fabric(events: list[dict]) -> tuple[dict[str, dict[int, int]], dict[str, list[int] | None]]:
     mark = next((e for e in events if e["op"] == Op.FABRIC_INITIAL), None)
     if mark is not None:
-        circuits = {sw: c for sw, c in mark["data"]["circuits"].items() if isinstance(c, dict)}
-        managed = mark["data"].get("managed", {})
+        recorded = mark["data"].get("circuits")
+        circuits = {sw: c for sw, c in recorded.items() if isinstance(c, dict)} if isinstance(recorded, dict) else {}
+        managed = mark["data"].get("managed")
+        managed = managed if isinstance(managed, dict) else {}
     else:  # a run from before the mark existed: what identify read, and no record of the ports it manages
         circuits = {
             e["device"]: e["data"]["value"]["circuits"]
@@ -149,7 +165,13 @@ def _initial_fabric(events: list[dict]) -> tuple[dict[str, dict[int, int]], dict
             if e["op"] == "ocs.identify" and e["type"] == "ok" and isinstance(e["data"]["value"].get("circuits"), dict)
         }
         managed = {sw: None for sw in circuits}
-    initial = {sw: {int(i): int(o) for i, o in c.items()} for sw, c in circuits.items()}
+    try:
+        initial = {sw: {int(i): int(o) for i, o in c.items()} for sw, c in circuits.items()}
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(
+            f"the circuits the run found ({json.dumps(circuits, default=str)[:120]}) are not ingress: egress port "
+            "numbers; its history is damaged or forged, and heal restores no fabric from it"
+        ) from None
     return initial, {sw: managed.get(sw) for sw in initial}
 
 
@@ -170,7 +192,7 @@ class RunFolder:
 
 def read_run(run_dir: Path) -> RunFolder:
     try:
-        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        info = read_run_info(run_dir)  # a link, a FIFO, too large, too deep, a field of a wrong type: exit 2
         inventory = info["inventory"]
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"{run_dir}: not a readable run folder ({exc}); pass a folder `testbed run` wrote") from None

@@ -1,4 +1,4 @@
-"""What `testbed heal` believes of a run folder before it acts on a lab from it (docs/run-folders-heal.md).
+"""What `testbed heal` believes of a run folder before it acts on a lab from it (docs/run-folders.md).
 
 A run folder is input, like a playbook: anyone who can write it can make it say anything. heal drives devices and
 signals processes, often as root, so before it acts:

@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from testbed.contracts.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
+from testbed.events.safe_files import owner, read_json
 from testbed.results.points import point_key, point_label, point_order
 from testbed.results.report import load_summary
 
@@ -170,7 +171,10 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> Group:
     a, b = load_summary(Path(run_a)), load_summary(Path(run_b))
     label_a = f"{a.get('run') or Path(run_a).name} ({a.get('playbook', '?')})"
     label_b = f"{b.get('run') or Path(run_b).name} ({b.get('playbook', '?')})"
-    group = compare_summaries(a, b, label_a, label_b)
+    # Whose folder each is: what a run.json says anyone may have written; its owner, nobody but root can forge.
+    owners = [(who, run, owner(Path(run))) for who, run in (("A", run_a), ("B", run_b))]
+    notes = [Text(f"{who} = {run}: owned by {name}") for who, run, name in owners if name is not None]
+    group = Group(*notes, *compare_summaries(a, b, label_a, label_b).renderables)
     differences = config_differences(_run_info(Path(run_a)), _run_info(Path(run_b)))
     if not differences:
         return group
@@ -210,8 +214,8 @@ def _flatten(value, prefix: str = "") -> dict[str, str]:
 
 def _run_info(run_dir: Path) -> dict:
     try:
-        info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        info = read_json(run_dir / "run.json")  # no link followed, its size and depth bounded
+    except (OSError, ValueError, UserError):
         return {}
     return info if isinstance(info, dict) else {}
 

@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
-from testbed.events import FORMAT_VERSION, Event, Op
+from testbed.events import FORMAT_VERSION, Event, Op, safe_files
 from testbed.results.redact import redact
 from testbed.results.stats import summarize
 
@@ -108,9 +108,10 @@ def inventory_source(inventory_file: str) -> dict:
 
 
 def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)  # atomic: a reader never sees half a file
+    """Written aside under a random name, then renamed: a reader never sees half a file, and a link planted in the
+    folder is replaced, never written through (testbed.events.safe_files).
+    """
+    safe_files.write_json(path, data)
 
 
 class SummaryCollector:
@@ -147,7 +148,7 @@ class SummaryCollector:
             self.sweep_points[event.trial] = event.data.get("sweep", {})
 
     def write_trials_csv(self, path: Path) -> None:
-        with open(path, "w", newline="", encoding="utf-8") as f:
+        with safe_files.atomic_writer(path, "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=["trial", "sweep", "step", "span", "duration_ms", "start_utc"])
             writer.writeheader()
             writer.writerows(self.rows)

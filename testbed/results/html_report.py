@@ -19,13 +19,22 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import json
+import tempfile
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from testbed.contracts.errors import UserError
 from testbed.events import read_faults, read_jsonl
+from testbed.events.safe_files import (
+    MAX_FIGURE_BYTES,
+    UnsafeFile,
+    atomic_writer,
+    owner,
+    read_bytes,
+    read_json,
+    writable_by_us,
+)
 from testbed.results.milestones import (
     MILESTONES,
     SEGMENTS,
@@ -75,8 +84,8 @@ def e(value: object) -> str:
 
 def _read_json(path: Path) -> dict:
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        value = read_json(path)  # never through a link, from a FIFO, or too large or deep
+    except (OSError, UnsafeFile):  # missing or damaged: the page shows what the other files say
         return {}
     return value if isinstance(value, dict) else {}
 
@@ -142,6 +151,7 @@ def provenance(run_dir: Path, summary: dict, events: list[dict]) -> list[tuple[s
         ("git commit", run.get("git_revision")),
         ("versions", ", ".join(f"{k} {v}" for k, v in versions.items())),
         ("user@host", f"{host['user']}@{host['hostname']}" if host.get("user") and host.get("hostname") else ""),
+        ("folder owned by", owner(run_dir)),  # shown only when it is another account's
         ("start (UTC)", _utc(start)),
         ("end (UTC)", _utc(end) + duration if end is not None else ""),
         ("error", run.get("error")),
@@ -344,17 +354,25 @@ def faults_section(events: list[dict]) -> str:
     return "<h2>Faults</h2>" + table(columns, body, "each fault injected, and how it went", cls="text")
 
 
-def _png_data_uri(path: Path) -> str:
-    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+def _png_data_uri(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
 def figures_section(pngs: Sequence[Path]) -> str:
+    """Each figure embedded; one that is a link, not a regular file, or too large is named, not embedded (a PNG
+    linked to a file the reader may read and the folder's writer may not would otherwise be handed to them).
+    """
     if not pngs:
         return ""
     parts = ["<h2>Figures</h2>"]
     for png in pngs:
+        try:
+            data = read_bytes(png, MAX_FIGURE_BYTES)
+        except (UnsafeFile, OSError) as exc:
+            parts.append(f'<p class="broken">{e(png.name)}: not embedded: {e(exc)}</p>')
+            continue
         parts.append(
-            f'<figure><img src="{_png_data_uri(png)}" alt="{e(png.name)}">'
+            f'<figure><img src="{_png_data_uri(data)}" alt="{e(png.name)}">'
             f"<figcaption>{e(png.name)}</figcaption></figure>"
         )
     return "".join(parts)
@@ -401,19 +419,33 @@ def write_run_report(run_dir: str | Path, out: str | Path | None = None, plots: 
     """Write the run's HTML report (default RUN/report.html), drawing its figures first; returns the path."""
     run_dir = Path(run_dir)
     load_summary(run_dir)  # not a run: the user's mistake, said before any figure is drawn
-    if plots:
-        from testbed.results.plots import write_plots
+    ours = writable_by_us(run_dir)
+    if out is None and not ours:
+        raise UserError(f"{run_dir}: {_not_ours(run_dir)}: the report is not written into it; pass --html FILE")
+    if not plots:
+        return write_text(Path(out) if out else run_dir / DEFAULT_FILE, render_run(run_dir))
+    from testbed.results.plots import write_plots
 
+    if ours:
         write_plots(run_dir)
-    return write_text(Path(out) if out else run_dir / DEFAULT_FILE, render_run(run_dir))
+        return write_text(Path(out) if out else run_dir / DEFAULT_FILE, render_run(run_dir))
+    # Another's folder, or one we may not write: its figures are drawn in a private folder of ours, embedded,
+    # and gone with it; nothing is written into the run's.
+    with tempfile.TemporaryDirectory(prefix="testbed-figures-") as drawn:
+        pngs = write_plots(run_dir, drawn)
+        return write_text(Path(str(out)), render_run(run_dir, sorted(pngs)))
+
+
+def _not_ours(folder: Path) -> str:
+    name = owner(folder)
+    return f"owned by {name}" if name else "not writable by you"
 
 
 def write_text(path: Path, text: str) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        with atomic_writer(path) as f:
+            f.write(text.encode("utf-8"))
     except OSError as exc:
         raise UserError(f"{path}: cannot write the report: {exc}; pass --html FILE to write it elsewhere") from None
     return path

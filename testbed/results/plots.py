@@ -20,14 +20,15 @@ Headless: figures are drawn on matplotlib's Agg canvas directly (no pyplot, no d
 from __future__ import annotations
 
 import csv
-import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
 
 from testbed.contracts.errors import UserError
 from testbed.events import Op, read_jsonl
+from testbed.events.safe_files import UnsafeFile, atomic_writer, open_fd, read_json
 from testbed.results.collective_view import collective_data
 from testbed.results.milestones import MILESTONES, segments_of, trial_milestones
 from testbed.results.stats import summarize
@@ -43,28 +44,28 @@ SWEEP_X_PREFERRED = ("delay_ms", "switching_ms", "switch_ms", "switching_delay_m
 DPI = 120
 
 
-def write_plots(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
-    """Write every figure the run has data for into `out` (default `run_dir`); returns the paths written."""
+def write_plots(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+    """Write every figure the run has data for into `out_dir` (default: `run_dir`); returns the paths written."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such folder; pass a folder that `testbed run` wrote")
-    dest = Path(out) if out is not None else run_dir
+    out = Path(out_dir) if out_dir is not None else run_dir
     written: list[Path] = []
     durations = span_durations(run_dir)
-    path = plot_latency_cdf(durations, dest)
+    path = plot_latency_cdf(durations, out)
     if path:
         written.append(path)
     events_path = run_dir / "events.jsonl"
     if events_path.is_file():
-        path = plot_timeline(read_jsonl(events_path).records, dest / TIMELINE_FILE)
+        path = plot_timeline(read_jsonl(events_path).records, out / TIMELINE_FILE)
         if path:
             written.append(path)
     summary = _read_json(run_dir / "summary.json")
     if summary:
-        path = plot_sweep(summary, dest / SWEEP_FILE)
+        path = plot_sweep(summary, out / SWEEP_FILE)
         if path:
             written.append(path)
-    path = plot_collective(run_dir, summary, dest / COLLECTIVE_FILE)
+    path = plot_collective(run_dir, summary, out / COLLECTIVE_FILE)
     if path:
         written.append(path)
     return written
@@ -75,9 +76,10 @@ def write_plots(run_dir: str | Path, out: str | Path | None = None) -> list[Path
 
 def _read_json(path: Path) -> dict | None:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        value = read_json(path)  # never through a link, from a FIFO, or too large or deep
+    except (OSError, UnsafeFile):  # missing or damaged: no figure from it
         return None
+    return value if isinstance(value, dict) else None
 
 
 def span_durations(run_dir: Path) -> dict[str, list[float]]:
@@ -86,8 +88,8 @@ def span_durations(run_dir: Path) -> dict[str, list[float]]:
     """
     out: dict[str, list[float]] = {}
     trials_csv = run_dir / "trials.csv"
-    if trials_csv.is_file():
-        with open(trials_csv, newline="", encoding="utf-8") as f:
+    if trials_csv.is_file() or trials_csv.is_symlink():
+        with os.fdopen(open_fd(trials_csv, os.O_RDONLY), newline="", encoding="utf-8") as f:
             for row in csv.DictReader(f):
                 try:
                     out.setdefault(row["span"], []).append(float(row["duration_ms"]))
@@ -119,9 +121,9 @@ def _figure(width: float, height: float):
 
 
 def _save(fig, path: Path) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
-    tmp.replace(path)  # a reader never sees half a PNG
+    # Aside under a random name, then renamed: a reader never sees half a PNG, nothing is written through a link.
+    with atomic_writer(path) as f:
+        fig.savefig(f, format="png", dpi=DPI, bbox_inches="tight")
     return path
 
 

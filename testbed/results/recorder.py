@@ -15,6 +15,7 @@ from pathlib import Path
 
 from drivers.audit import AuditRecord
 from testbed.events import Event, EventType, Observer, now, read_events
+from testbed.events.safe_files import open_append, open_fd
 from testbed.events.schema import SchemaError, check_event
 from testbed.families import PROCEDURES
 from testbed.results.redact import StreamRedactor, redact
@@ -28,8 +29,9 @@ NOT_RUN = "not run: an earlier step on this device failed"
 class Recorder:
     def __init__(self, run_dir: Path, run_id: str, observers: list[Observer] | None = None) -> None:
         self.run_id = run_id
-        self._events = open(run_dir / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-        self._audit = open(run_dir / "audit.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        # Appended to as regular files of the folder, never through a link planted there (safe_files).
+        self._events = os.fdopen(open_append(run_dir / "events.jsonl"), "a", encoding="utf-8")
+        self._audit = os.fdopen(open_append(run_dir / "audit.jsonl"), "a", encoding="utf-8")
         self._observers = list(observers or [])
         self._seq = 0
         self._lock = threading.Lock()
@@ -165,7 +167,8 @@ def summarise(kwargs: dict) -> dict:
 def count_lines(path: Path) -> int:
     """Complete lines in a file (the position of the next audit record)."""
     try:
-        with open(path, "rb") as f:
-            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+        fd = open_fd(path, os.O_RDONLY)
     except FileNotFoundError:
         return 0
+    with os.fdopen(fd, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))

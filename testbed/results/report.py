@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from testbed.contracts.errors import UserError
+from testbed.events.safe_files import read_json_object
 from testbed.fabric_service.share_table import framework_share_table
 from testbed.results.collective_view import collective_tables
 from testbed.results.milestones import milestone_prefixes, milestone_segments
@@ -16,13 +16,13 @@ from testbed.results.milestones import milestone_prefixes, milestone_segments
 
 def load_summary(run_dir: Path) -> dict:
     path = Path(run_dir) / "summary.json"
-    if not path.is_file():
+    try:
+        return read_json_object(path)
+    except FileNotFoundError:
         raise UserError(
             f"{run_dir}: no summary.json here; pass a folder that `testbed run` wrote (results/<timestamp>_<playbook>/)"
-        )
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        ) from None
+    except OSError as exc:
         raise UserError(f"{path}: cannot read the summary: {exc}") from None
 
 

@@ -1,0 +1,258 @@
+"""Reading and writing a run folder's files as untrusted input (docs/run-folders.md, "Files").
+
+A run folder may come from anyone who can write the results folder: a colleague's archive, a shared (1777)
+folder, a planted copy. So every reader and writer of its files goes through here, by these rules:
+- a file is opened without following a symbolic link (O_NOFOLLOW), so a link planted in the folder never leads
+  a read out of it (a root-only file) nor a write onto another file;
+- only a regular file is read or appended to: a FIFO, a device or a socket is refused at once (opened
+  O_NONBLOCK, so a FIFO with no writer cannot block the open, then checked with fstat);
+- a file larger than its limit is refused before it is read, naming the file and the limit; JSONL files are
+  read line by line, each line within a limit, so memory stays bounded by the records kept;
+- JSON nested deeper than MAX_JSON_DEPTH is refused (as testbed.config refuses YAML), never a RecursionError;
+- a file is written whole or not at all: into a temporary file created exclusively (O_EXCL, O_NOFOLLOW, a
+  random name) in the destination's folder, then renamed over the target (a rename replaces a planted link
+  itself and writes nothing through it).
+Every refusal is an UnsafeFile, a UserError: the command line prints it and exits 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import pwd
+import secrets
+import stat
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from testbed.contracts.errors import UserError
+
+MAX_JSON_BYTES = 64 << 20  # run.json (with its inventory and playbook), summary.json: a large one is a few MB
+MAX_JSONL_BYTES = 16 << 30  # events.jsonl, audit.jsonl: a long soak's history; a larger one is not a run's
+MAX_LINE_BYTES = 16 << 20  # one event or audit record (a device's reply included)
+MAX_FIGURE_BYTES = 32 << 20  # a PNG embedded in a report
+MAX_JSON_DEPTH = 64  # objects and lists inside each other; a run's records nest a handful deep
+_CHUNK = 1 << 20
+
+
+class UnsafeFile(UserError):
+    """A run folder's file that is refused: a link, not a regular file, too large, nested too deep."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_fd(path: Path, flags: int, mode: int = 0o644, *, limit: int | None = None) -> int:
+    """A descriptor of `path`, a regular file, opened with `flags` without following a link; UnsafeFile if it
+    is a link, anything but a regular file, or (with `limit`) larger than `limit` bytes. FileNotFoundError and
+    other OSErrors of the open itself pass through for the caller to say what a missing file means.
+    """
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the name is a symbolic link
+            raise UnsafeFile(
+                f"{path}: a symbolic link ({_link_target(path)}); a run folder's files are read and written only "
+                "as regular files in it, never through a link"
+            ) from None
+        if exc.errno == errno.EISDIR:  # opened to write
+            raise UnsafeFile(f"{path}: a folder, not a regular file; refused (a run folder holds files)") from None
+        if exc.errno == errno.ENXIO:  # opened to write, O_NONBLOCK: a FIFO without a reader, or a device without one
+            why = "a FIFO or a device, not a regular file; refused (a run folder holds files)"
+            raise UnsafeFile(f"{path}: {why}") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(f"{path}: {_kind(st.st_mode)}, not a regular file; refused (a run folder holds files)")
+        if limit is not None and st.st_size > limit:
+            raise UnsafeFile(
+                f"{path}: {st.st_size} bytes, over the limit of {limit} bytes for this file; not a file a run writes"
+            )
+        os.set_blocking(fd, True)  # a regular file: reads and writes as usual
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return f"to {os.readlink(path)}"
+    except OSError:
+        return "its target unread"
+
+
+# --- reading ---------------------------------------------------------------------------------------------------
+
+
+def read_bytes(path: Path, limit: int = MAX_JSON_BYTES) -> bytes:
+    """The whole of a regular file of at most `limit` bytes (a file that grows past it while read is refused too)."""
+    fd = open_fd(path, os.O_RDONLY, limit=limit)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise UnsafeFile(f"{path}: over the limit of {limit} bytes for this file; not a file a run writes")
+    return data
+
+
+def read_text(path: Path, limit: int = MAX_JSON_BYTES) -> str:
+    try:
+        return read_bytes(path, limit).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnsafeFile(f"{path}: not UTF-8 text ({exc})") from None
+
+
+def loads(text: str | bytes, where: str) -> Any:
+    """JSON, nested at most MAX_JSON_DEPTH deep; UnsafeFile naming `where` otherwise (or if it is not JSON)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise too_deep(where) from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UnsafeFile(f"{where}: not JSON ({exc})") from None
+    if _depth_over(value, MAX_JSON_DEPTH):
+        raise too_deep(where)
+    return value
+
+
+def too_deep(where: str) -> UnsafeFile:
+    return UnsafeFile(f"{where}: JSON nested more than {MAX_JSON_DEPTH} deep: not a file a run writes")
+
+
+def nested_too_deep(value: Any) -> bool:
+    """Whether a value loaded from JSON nests deeper than MAX_JSON_DEPTH."""
+    return _depth_over(value, MAX_JSON_DEPTH)
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether containers nest more than `limit` deep (walked without recursion)."""
+    todo = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict):
+            children: Iterable = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        todo.extend((child, depth + 1) for child in children)
+    return False
+
+
+def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> Any:
+    """A JSON file by the rules above (a link, a FIFO, too large, too deep: UnsafeFile)."""
+    return loads(read_bytes(path, limit), str(path))
+
+
+def read_json_object(path: Path, limit: int = MAX_JSON_BYTES) -> dict:
+    value = read_json(path, limit)
+    if not isinstance(value, dict):
+        raise UnsafeFile(f"{path}: a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def iter_lines(path: Path, limit: int = MAX_JSONL_BYTES, line_limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """The lines of a file, each with its newline (the last one without, if the file does not end with one), read in
+    chunks: memory holds one line at a time. A line longer than `line_limit` is refused (a 6 GB file of zeros is
+    one such line), as is a file larger than `limit`.
+    """
+    fd = open_fd(path, os.O_RDONLY, limit=limit)
+    with os.fdopen(fd, "rb") as f:
+        pending = b""
+        number = 1
+        while chunk := f.read(_CHUNK):
+            pending += chunk
+            start = 0
+            while (end := pending.find(b"\n", start)) >= 0:
+                yield pending[start : end + 1]
+                number += 1
+                start = end + 1
+            pending = pending[start:]
+            if len(pending) > line_limit:
+                raise UnsafeFile(
+                    f"{path}:{number}: a line over the limit of {line_limit} bytes; not a line a run writes"
+                )
+        if pending:
+            yield pending
+
+
+# --- writing ---------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def atomic_writer(path: Path, mode: str = "wb", **open_args) -> Iterator[IO]:
+    """A file object to write `path` with: a new file of a random name beside it, created exclusively and without
+    following a link, renamed over `path` when the block ends without an error (removed if it raises).
+    """
+    path = Path(path)
+    aside = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        with os.fdopen(fd, mode, **open_args) as f:
+            yield f
+        os.replace(aside, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(aside)
+        raise
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """`path` written whole or not at all (see atomic_writer)."""
+    with atomic_writer(path) as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def open_append(path: Path) -> int:
+    """A descriptor to append to a regular file (created if missing), never through a link."""
+    return open_fd(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+
+
+def append(path: Path, data: bytes) -> None:
+    fd = open_append(path)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+# --- whose folder ----------------------------------------------------------------------------------------------
+
+
+def owner(path: Path) -> str | None:
+    """The account that owns `path` when it is not the invoking user (by name, else uid); None when it is ours."""
+    uid = os.stat(path).st_uid
+    if uid == os.geteuid():
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def writable_by_us(folder: Path) -> bool:
+    """Whether commands that read a folder may also write into it: it is ours, and we can write it."""
+    try:
+        return owner(folder) is None and os.access(folder, os.W_OK)
+    except OSError:
+        return False
