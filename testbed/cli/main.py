@@ -457,7 +457,7 @@ def _run_figures(run_dir: Path, out: Path | None, scratch: Path | None) -> tuple
         why = f"cannot write the figures in {run_dir} ({exc.strerror or exc})"
         errors = Console(stderr=True, highlight=False)
         if scratch is None:
-            errors.print(f"[yellow]note:[/] {escape(why)}: tables only; --out DIR writes them there", soft_wrap=True)
+            errors.print(f"[yellow]figures not written:[/] {escape(why)}; --out DIR writes them there", soft_wrap=True)
             return [], None
         errors.print(f"[yellow]note:[/] {escape(why)}: drawn for the page only", soft_wrap=True)
         return write_plots(run_dir, scratch), scratch

@@ -63,8 +63,8 @@ def test_report_of_another_s_folder_writes_nothing_into_it_and_names_its_owner(p
     before = listing(run)
 
     assert main(["report", str(run)]) == 0
-    out = capsys.readouterr().out
-    assert f"owned by uid {MALLORY}" in out and "figures not written" in out
+    said = capsys.readouterr()
+    assert f"owned by uid {MALLORY}" in said.out and "figures not written" in said.err
     assert main(["report", str(run), "--html"]) == 2
     assert "pass --html FILE" in capsys.readouterr().err
     assert listing(run) == before
