@@ -154,7 +154,8 @@ def train_in_job(torch, args: argparse.Namespace, say) -> int:
     groups: list[Collectives] = []  # every generation's group, never dropped (the module says why)
     after, parked, warned, joined = -1, args.spare, False, False
     if parked:
-        say(f"spare parked slot {slot}")
+        # the generation it waits for from (the number lets a watcher follow this line as a step: testbed's job.start)
+        say(f"spare parked slot {slot} waiting for generation {after + 1}")
     while True:
         who = f"slot {slot}"
         try:

@@ -1,15 +1,17 @@
 """Failover milestones: from a trial's `mark` events to the segments of its failover latency.
 
 A failover trial marks, in order: fault_injected, failure_detected, spare_selected, fabric_reconfigured,
-link_verified, job_relaunched, job_ready, first_step. The segments between consecutive milestones are
+link_verified, job_relaunched (recovery: restart) or generation_published (recovery: in-job), job_ready,
+first_step. The segments between consecutive milestones are
 
-    detect       fault_injected      -> failure_detected
-    select       failure_detected    -> spare_selected
-    reconfigure  spare_selected      -> fabric_reconfigured
-    verify       fabric_reconfigured -> link_verified
-    relaunch     link_verified       -> job_relaunched
-    ready        job_relaunched      -> job_ready
-    first_step   job_ready           -> first_step
+    detect       fault_injected       -> failure_detected
+    select       failure_detected     -> spare_selected
+    reconfigure  spare_selected       -> fabric_reconfigured
+    verify       fabric_reconfigured  -> link_verified
+    relaunch     link_verified        -> job_relaunched        (restart: every rank started again)
+    publish      link_verified        -> generation_published  (in-job: the spare named in the failed slot)
+    ready        job_relaunched or generation_published -> job_ready
+    first_step   job_ready            -> first_step
 
 and `total` is fault_injected -> first_step. The runner emits them as `measure` events named
 `<measure>.<segment>` (`failover.detect`, ..., `failover.total`, see `measure_name`); the report prints
@@ -24,6 +26,8 @@ Rules:
 - A missing milestone is skipped: the segment then runs from the previous milestone that was found to the
   next one, and its name joins the segments it covers (`select+reconfigure`), so the segments of a trial
   always add up to its total and a merged segment is never mistaken for a single one.
+- job_relaunched and generation_published are alternatives (RECOVERED): a trial has one, and the one it lacks is
+  no gap (the segments are `relaunch` / `publish`, then `ready`, never joined with the other's name).
 - `total` needs both fault_injected and first_step.
 - Times are `mono_ns`; marks taken on different machines do not share a monotonic clock, so segments that
   cross machines carry their clock offset (on the twin every mark is taken on one machine).
@@ -43,11 +47,23 @@ MILESTONES: tuple[str, ...] = (
     Op.FABRIC_RECONFIGURED,
     Op.LINK_VERIFIED,
     Op.JOB_RELAUNCHED,
+    Op.GENERATION_PUBLISHED,
     Op.JOB_READY,
     Op.FIRST_STEP,
 )
 # SEGMENTS[i] ends at MILESTONES[i + 1]
-SEGMENTS: tuple[str, ...] = ("detect", "select", "reconfigure", "verify", "relaunch", "ready", "first_step")
+SEGMENTS: tuple[str, ...] = (
+    "detect",
+    "select",
+    "reconfigure",
+    "verify",
+    "relaunch",
+    "publish",
+    "ready",
+    "first_step",
+)
+# How the job came back, by recovery mode: a trial has one of these milestones, at the same place in the order.
+RECOVERED = frozenset({Op.JOB_RELAUNCHED, Op.GENERATION_PUBLISHED})
 LAST_OF_SEVERAL = frozenset({Op.JOB_READY})  # one mark per rank; the milestone is reached by the last rank
 MEASURE_PREFIX = "failover"
 
@@ -103,9 +119,15 @@ def segments_of(found: Mapping[str, int]) -> list[dict]:
             continue
         if prev is not None:
             start, end = found[MILESTONES[prev]], found[name]
+            # the segments ending at each milestone passed, less the recovery mode the trial did not use
+            passed = [
+                SEGMENTS[j - 1]
+                for j in range(prev + 1, i + 1)
+                if not (MILESTONES[j] in RECOVERED and MILESTONES[j] not in found and RECOVERED & found.keys())
+            ]
             out.append(
                 {
-                    "segment": "+".join(SEGMENTS[prev:i]),
+                    "segment": "+".join(passed),
                     "from": MILESTONES[prev],
                     "to": name,
                     "start_ns": start,
