@@ -391,8 +391,8 @@ class JobController:
         if result is None or result.status != "ok":
             why = result.error if result is not None else "not run"
             raise StepFailed(
-                f"{label}: generation {generation.number} did not train: rank {rank} on the spare {spare} (slot "
-                f"{failed}) did not reach its first step within {timeout_s:g} s: {why}"
+                f"{label}: generation {generation.number} did not form: rank {rank} on the spare {spare} (in slot "
+                f"{failed}) did not reach its first step (bound {timeout_s:g} s): {why}"
             )
         return published, result
 

@@ -108,10 +108,14 @@ class Watches:
         """
         dispatcher = self.c.dispatcher
         limit = self.step.timeout_s + WATCH_READY_TIMEOUT_S
-        if self._first_seen(limit, on_detect) is None:
+        seen = self._first_seen(limit, on_detect)
+        if seen is None:
             return None  # nothing seen: the step fails, and the run stops the job (every watch ends then)
         end()
-        dispatcher.wait([self.pending[failed]], timeout=limit)  # its watch ends as its process does
+        # the failed rank's watch ends as its process does, and the first to see the failure (perhaps a survivor's
+        # that saw a stall: a host that lost power is seen only so) returns once it has taken its evidence
+        for rank in dict.fromkeys([failed, seen]):
+            dispatcher.wait([self.pending[rank]], timeout=limit)
         # each asked alone: a Ray wait returns one of the calls done, not all of them
         ended = {rank for rank, call in self.pending.items() if dispatcher.wait([call], timeout=0)[0]}
         results, errors = self.close(only=ended)
