@@ -165,7 +165,8 @@ def train_in_job(torch, args: argparse.Namespace, say) -> int:
             gen = membership.next_generation(store, slot, after, first_wait)
             rank, world = gen.members[slot], gen.world_size
             who = f"rank {rank} (slot {slot})"
-            holds = membership.join(store, gen, rank, held, timeout if joined else start_timeout)
+            # a spare named in a generation joins ranks that are up already: the step's bound, not the start's
+            holds = membership.join(store, gen, rank, held, timeout if joined or args.spare else start_timeout)
         except membership.MembershipError as exc:
             return fail(who, str(exc))
         parked, joined = False, True
