@@ -315,7 +315,7 @@ def test_the_documented_example_script_recovers_with_a_spare(controller, tmp_pat
 
     def start(slot: str, spare: bool) -> Proc:
         env = {"TESTBED_STORE": f"127.0.0.1:{controller.store.port}", "TESTBED_SLOT": slot, "PYTHONPATH": str(REPO)}
-        proc = Proc(slot, [], {**env, **({"SPARE": "1"} if spare else {})}, argv0=[sys.executable, str(script)])
+        proc = Proc(slot, [], {**env, **({"TESTBED_SPARE": "1"} if spare else {})}, argv0=[sys.executable, str(script)])
         controller.procs[slot] = proc
         return proc
 
