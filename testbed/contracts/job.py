@@ -163,10 +163,10 @@ class JobView(Protocol):
     def fault_data(self, kind: str, target: RankView) -> dict[str, Any]:
         """The fault's description in its events: what hit which rank (`testbed heal` needs the pid)."""
 
-    def fault(self, step: RankFaultSpec) -> AbstractContextManager[RankFault]:
+    def fault(self, step: RankFaultSpec, *, in_place: bool = False) -> AbstractContextManager[RankFault]:
         """The step's fault on its rank, every rank watched; healed and every watcher's outcome recorded when the
-        block ends, however it ends. Detecting it stops the job (in-job recovery: the failed rank only; the
-        survivors' watches are closed when the job stops).
+        block ends, however it ends. Detecting it stops the job; `in_place` (an in-job failover): the failed rank
+        alone, the survivors' watches closed when the job stops.
         """
 
     def abort_generation(self, reason: str) -> int:

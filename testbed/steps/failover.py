@@ -149,7 +149,7 @@ def _failover(engine: StepEngine, jobs: JobView, step: FailoverStep) -> dict[str
         return ns
 
     in_job = jobs.recovery == "in-job"
-    with jobs.fault(step) as fault:
+    with jobs.fault(step, in_place=in_job) as fault:
         failed = fault.target
 
         def on_detect(seen: int) -> None:

@@ -413,15 +413,18 @@ class JobController:
         """The fault's description in its events: what hit which rank (`testbed heal` needs the pid)."""
         return injection.fault_data(kind, target, self.handles)
 
-    def fault(self, step: RankFaultSpec) -> AbstractContextManager[injection.RankFault]:
+    def fault(self, step: RankFaultSpec, *, in_place: bool = False) -> AbstractContextManager[injection.RankFault]:
         """The step's fault on its rank, every rank watched (a context manager yielding an injection.RankFault):
         healed, and every watcher's outcome recorded, when the block ends, however it ends. Detecting it stops
         the job (keeping its fabric service for a relaunch); a stop that fails on the host the fault hit is that
-        fault's expected outcome.
+        fault's expected outcome. `in_place` (an in-job failover): detecting it stops the failed rank alone, and
+        the survivors' watches go on until job.stop.
         """
         self.require_running(step.label)
         host = self.ranks[step.rank].host
-        if self.in_job:  # only the failed rank is stopped; the survivors' watches go on until job.stop
+        if in_place:
+            if self.store is None:
+                raise StepFailed(f"{step.label}: an in-job failover needs the job's store: job.recovery: in-job")
             return injection.fault_on_rank(
                 self.c,
                 self.ranks,
