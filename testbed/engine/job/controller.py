@@ -383,6 +383,10 @@ class JobController:
             raise StepFailed(f"{label}: no spare parked on {spare} to take slot {failed} (rank {rank})")
         handle = self.spares.pop(spare)
         self.handles[rank] = handle  # the spare is the rank now: job.stop stops it as one
+        if self.commit is not None and self.job.fabric is not None:
+            # the twin's kernel data plane (--netns) routes the ranks' data addresses over the rewired fabric, as a
+            # launch has it do: the new generation's members reach the spare only then
+            self.commit(fabric_links(self.job.fabric, self.assignment))
         generation = self.store.replace(failed, spare, f"rank {rank} ({failed}) replaced by {spare}")
         data = {"generation": generation.number, "slot": failed, "spare": spare, "rank": rank}
         published = self.c.recorder.emit("mark", Op.GENERATION_PUBLISHED, step=label, data=data).mono_ns
