@@ -285,6 +285,7 @@ PLAYBOOKS = [
     "collective-reconfig",
     "straggler",
     "torch-failover",
+    "torch-failover-restart",
 ]
 
 
@@ -295,7 +296,7 @@ def test_every_shipped_playbook_has_its_run_on_the_hand_written_lab(repo):
 
 @pytest.mark.parametrize("playbook", PLAYBOOKS)
 def test_a_shipped_playbook_runs_on_the_hand_written_lab_and_checks(lab, repo, playbook):
-    if playbook == "torch-failover":
+    if playbook.startswith("torch-failover"):
         require_peer("torch", "its ranks train with PyTorch (pip install 'testbed[torch]')")
     _, inventory, folder, _ = lab
     proc = cli(
