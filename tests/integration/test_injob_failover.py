@@ -20,12 +20,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from injob_every_kind import JOB, assert_each_failover_recovered_in_job, playbook
 from peers import require_peer
 from test_engine_local import engine_for
 
 from testbed.contracts.errors import StepFailed
 from testbed.documents import load_inventory, load_playbook
-from testbed.events import Op
 from testbed.ops.check import check_run
 from testbed.plan import make_plan
 from testbed.twin.bridge import start_twin
@@ -35,36 +35,12 @@ REPO = Path(__file__).resolve().parents[2]
 # failovers takes a minute or two when idle; the margin is for a loaded one.
 pytestmark = pytest.mark.timeout(1200)
 
-JOB_RANKS = ["gpu01", "gpu02", "gpu03", "gpu04"]
-SPARES = {"gpu09", "gpu10"}
-KINDS = {"gpu.fail": 1, "process.kill": 2, "process.hang": 0, "host.power_off": 3}  # kind -> the rank it hits
 TRIALS = 3
-JOB = """\
-job:
-  command: [testbed-torch-train, --steps, "1000000", --dim, "16", --hidden, "32", --step-time, "0.02",
-            --checkpoint-every, "10", --timeout, "{timeout}", --start-timeout, "120"]
-  ranks: [gpu01, gpu02, gpu03, gpu04]
-  recovery: in-job
-  fabric: {{topology: ring, port: p0, reverse_port: p1}}
-"""
-
-
-def every_kind() -> str:
-    steps = []
-    for kind, rank in KINDS.items():
-        steps += [
-            "  - {action: job.start, wait_steps: 6, timeout_ms: 240000}",
-            f'  - {{action: failover, name: "failover-{kind}", fault: {{kind: {kind}, target: "rank:{rank}"}}, '
-            "heartbeat_ms: 50, stall_timeout_ms: 2000, timeout_ms: 30000}",
-            "  - {action: job.stop}",
-        ]
-    head = f"name: in-job-every-kind\ntrials: {TRIALS}\n" + JOB.format(timeout=10)
-    return head + "steps:\n" + "\n".join(steps) + "\n"
 
 
 def test_an_in_job_failover_on_every_fault_kind_resumes_each_trial_at_the_step_it_failed_in(repo, tmp_path):
     require_peer("torch", "the in-job failover runs the real PyTorch job, and the controller's store is PyTorch's")
-    (tmp_path / "every-kind.yaml").write_text(every_kind())
+    (tmp_path / "every-kind.yaml").write_text(playbook(TRIALS))
     done = subprocess.run(
         [sys.executable, "-m", "testbed", "run", str(tmp_path / "every-kind.yaml"), "--emulate"]
         + ["--results", str(tmp_path / "results")],
@@ -75,47 +51,12 @@ def test_an_in_job_failover_on_every_fault_kind_resumes_each_trial_at_the_step_i
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_dir = Path(done.stdout.strip().splitlines()[-1].removeprefix("results: "))
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    truth = [json.loads(line) for line in (run_dir / "twin_truth.jsonl").read_text().splitlines()]
     lines: dict[str, list[str]] = {}  # job name -> its lines (each job.start names its processes afresh)
-    for r in truth:
-        if r.get("event") == "line":
-            lines.setdefault(r["job"], []).append(r["line"])
-    seen = set()
-    for trial in range(TRIALS):
-        for kind, rank in KINDS.items():
-            label = f"failover-{kind}"
-            mine = [e for e in events if e.get("trial") == trial and e.get("step") == label]
-            seen.add((trial, kind))
-            (selected,) = [e["data"] for e in mine if e["op"] == Op.SPARE_SELECTED]
-            assert selected["failed"] == JOB_RANKS[rank] and selected["rank"] == rank, (trial, kind, selected)
-            (resumed,) = [e for e in mine if e["op"] == Op.FAILOVER_RESUMED]
-            assert resumed["device"] == selected["spare"] in SPARES
-            (published,) = [e["data"] for e in mine if e["op"] == Op.GENERATION_PUBLISHED]
-            assert published == {"generation": 1, "slot": JOB_RANKS[rank], "spare": selected["spare"], "rank": rank}
-            assert not [e for e in mine if e["op"] == "gpu.start_job"], "a failover in-job starts no process"
-            assert any(e["op"] == "fault.heal" and e["type"] == "ok" for e in mine), (trial, kind)
-            # the job.start before this failover: its ranks' job names
-            starts = [
-                e
-                for e in events
-                if e.get("trial") == trial
-                and e["op"] == "gpu.start_job"
-                and e["type"] == "invoke"
-                and e["seq"] < mine[0]["seq"]
-            ][-6:]
-            survivors = [s["data"]["name"] for s in starts if s["device"] not in (JOB_RANKS[rank], *SPARES)]
-            assert len(survivors) == 3, starts
-            failed_in = {
-                int(m[1])
-                for name in survivors
-                for line in lines.get(name, [])
-                if (m := re.match(r"^rank \d+ gen 0 failed in step (\d+): ", line))
-            }
-            # no step lost: the spare's first step is the newest one a survivor failed in (one that finished the
-            # step as the rank died failed in the next, and the state of that step went to the others)
-            assert failed_in and resumed["data"]["step"] == max(failed_in), (trial, kind, failed_in, resumed)
-    assert len(seen) == TRIALS * len(KINDS)
+    for line in (run_dir / "twin_truth.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("event") == "line":
+            lines.setdefault(record["job"], []).append(record["line"])
+    assert_each_failover_recovered_in_job(run_dir, TRIALS, lines)
     checked = check_run(run_dir)
     assert checked.ok, checked.checks
     summary = json.loads((run_dir / "summary.json").read_text())
