@@ -112,7 +112,7 @@ def in_job_trial(args: argparse.Namespace, tmp: Path) -> float:
     ]
     spare = Proc([*job_args(args, "in-job"), "--spare"], {**env, "TESTBED_SLOT": "spare"})
     try:
-        spare.seen("spare parked slot spare")
+        spare.seen("spare parked slot spare waiting for generation 0")
         procs[1].seen(r"step 5 loss \S+")
         t0 = time.monotonic()
         procs[1].kill()

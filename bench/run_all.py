@@ -439,7 +439,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
 
             out.append(
                 (
-                    "Failover of a real PyTorch job: `playbooks/torch-failover.yaml` (testbed-torch-train, "
+                    "Failover of a real PyTorch job: `playbooks/torch-failover-restart.yaml` (testbed-torch-train, "
                     "DistributedDataParallel over gloo, PyTorch's torchrun) vs the same playbook running testbed-train",
                     f"PyTorch job {job(t)}",
                     f"testbed-train {job(b)}",
@@ -932,17 +932,17 @@ the diagnosis row gives the segments where the protocol matters. Each round runs
 then `testbed run` of ocs-reconfig, then the four failover runs; the order of the protocols turns by one each
 round.""",
     "torch_failover": """**PyTorch failover** (`bench/torch_failover.py`, needs PyTorch: `pip install
-'testbed[torch]'`). `playbooks/torch-failover.yaml` run as it is (the PyTorch job, testbed-torch-train: a two-layer
-perceptron trained by DistributedDataParallel over gloo on synthetic data, checkpoints every 10 steps) and with
-gpu-failover's testbed-train command in its place, so the two differ in the program alone: four ranks, one per host,
-under PyTorch's own torchrun (the emulated hosts hand `torchrun` to it), a random rank's GPU lost, the spare swapped in
-over the OCS, every host's torchrun started again. Per round, for each job (the order turns every round): a `testbed
-run --emulate` with the configured failovers (failover.total: fault injected -> the spare's first optimizer step after
-the resume), then the job's restart alone (one torchrun per host started over SSH as the runner starts them, nothing
-of the framework around it, the failed rank's host replaced by a spare; from the first launch command to the spare's
-first step after the resume). Framework share = measured p50 - (restart alone p50 + 25 ms OCS switching + half the
-50 ms heartbeat), as for **Failover**; the survivors' teardown is in it (PyTorch's torchrun takes seconds to stop its
-workers after SIGTERM, in both jobs). Most of a PyTorch relaunch is eight Pythons importing PyTorch at once (each
+'testbed[torch]'`). `playbooks/torch-failover-restart.yaml` run as it is (the PyTorch job, testbed-torch-train: a
+two-layer perceptron trained by DistributedDataParallel over gloo on synthetic data, checkpoints every 10 steps) and
+with gpu-failover's testbed-train command in its place, so the two differ in the program alone: four ranks, one per
+host, under PyTorch's own torchrun (the emulated hosts hand `torchrun` to it), a random rank's GPU lost, the spare
+swapped in over the OCS, every host's torchrun started again. Per round, for each job (the order turns every round): a
+`testbed run --emulate` with the configured failovers (failover.total: fault injected -> the spare's first optimizer
+step after the resume), then the job's restart alone (one torchrun per host started over SSH as the runner starts them,
+nothing of the framework around it, the failed rank's host replaced by a spare; from the first launch command to the
+spare's first step after the resume). Framework share = measured p50 - (restart alone p50 + 25 ms OCS switching + half
+the 50 ms heartbeat), as for **Failover**; the survivors' teardown is in it (PyTorch's torchrun takes seconds to stop
+its workers after SIGTERM, in both jobs). Most of a PyTorch relaunch is eight Pythons importing PyTorch at once (each
 host's torchrun and its rank), which the machine's cores bound.""",
     "fabric_service": """**Fabric service** (`bench/fabric_service.py`). `testbed run --emulate` (cold, a subprocess) of
 `playbooks/rail-reconfig.yaml` cut to on-demand and provisioning at 0 ms delay (8 ranks of the real phased job,

@@ -2,9 +2,9 @@
 
     python bench/torch_failover.py [--trials 2] [--restarts 2] [--rounds 2]
 
-Needs PyTorch (pip install 'testbed[torch]'). Two jobs, the same playbook otherwise (playbooks/torch-failover.yaml:
-four ranks, one per host, under PyTorch's own torchrun, TESTBED_TWIN_TORCHRUN=real; a random rank's GPU fails and
-the spare is swapped in over the OCS):
+Needs PyTorch (pip install 'testbed[torch]'). Two jobs, the same playbook otherwise
+(playbooks/torch-failover-restart.yaml: four ranks, one per host, under PyTorch's own torchrun,
+TESTBED_TWIN_TORCHRUN=real; a random rank's GPU fails and the spare is swapped in over the OCS):
 - torch: its job as it is, testbed-torch-train (DistributedDataParallel over gloo, hostside/torch_train.py);
 - train: the same with gpu-failover's testbed-train command (its own NumPy ring).
 So the two differ in the program alone. In alternating rounds (the order turns every round), for each job:
@@ -46,7 +46,7 @@ from testbed.plan import make_plan  # noqa: E402
 from testbed.steps.failover import Failover  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-PLAYBOOK = REPO / "playbooks/torch-failover.yaml"
+PLAYBOOK = REPO / "playbooks/torch-failover-restart.yaml"  # restart under torchrun: this bench measures it
 TRAIN_PLAYBOOK = REPO / "playbooks/gpu-failover.yaml"  # whose testbed-train command the train job runs
 INVENTORY = REPO / "playbooks/inventory/emulated-rack.yaml"
 JOBS = ("torch", "train")

@@ -154,7 +154,8 @@ def train_in_job(torch, args: argparse.Namespace, say) -> int:
     groups: list[Collectives] = []  # every generation's group, never dropped (the module says why)
     after, parked, warned, joined = -1, args.spare, False, False
     if parked:
-        say(f"spare parked slot {slot}")
+        # the generation it waits for from (the number lets a watcher follow this line as a step: testbed's job.start)
+        say(f"spare parked slot {slot} waiting for generation {after + 1}")
     while True:
         who = f"slot {slot}"
         try:
@@ -164,7 +165,8 @@ def train_in_job(torch, args: argparse.Namespace, say) -> int:
             gen = membership.next_generation(store, slot, after, first_wait)
             rank, world = gen.members[slot], gen.world_size
             who = f"rank {rank} (slot {slot})"
-            holds = membership.join(store, gen, rank, held, timeout if joined else start_timeout)
+            # a spare named in a generation joins ranks that are up already: the step's bound, not the start's
+            holds = membership.join(store, gen, rank, held, timeout if joined or args.spare else start_timeout)
         except membership.MembershipError as exc:
             return fail(who, str(exc))
         parked, joined = False, True

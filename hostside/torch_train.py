@@ -65,10 +65,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--recovery",
         choices=("restart", "in-job"),
-        default="restart",
-        help="restart: a failure ends every rank (relaunched from a checkpoint); in-job: the survivors regroup",
+        default=env.get("TESTBED_RECOVERY", "restart"),
+        help="restart: a failure ends every rank (relaunched from a checkpoint); in-job: the survivors regroup "
+        "(default: TESTBED_RECOVERY, which testbed sets with the job's `recovery: in-job`, else restart)",
     )
-    p.add_argument("--spare", action="store_true", help="in-job: start parked, until a generation names --slot")
+    p.add_argument(
+        "--spare",
+        action="store_true",
+        default=env.get("TESTBED_SPARE") == "1",
+        help="in-job: start parked, until a generation names --slot (default: TESTBED_SPARE=1)",
+    )
     p.add_argument("--slot", default=env.get("TESTBED_SLOT"), help="in-job: this process's slot (default rankR)")
     p.add_argument("--store", default=env.get("TESTBED_STORE"), help="in-job: the controller's TCPStore, host:port")
     p.add_argument(
@@ -84,6 +90,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="write this rank's output to this file ({rank}: the rank) instead of stdout and stderr",
     )
     args = p.parse_args(argv)
+    if args.recovery not in ("restart", "in-job"):  # from TESTBED_RECOVERY, which argparse's choices do not check
+        p.error(f"TESTBED_RECOVERY={args.recovery!r}: restart or in-job")
     args.rank = int(env.get("RANK", "0"))
     args.world_size = int(env.get("WORLD_SIZE", "1"))
     if not 0 <= args.rank < args.world_size:

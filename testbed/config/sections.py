@@ -103,6 +103,11 @@ class Job(Strict):
     `fabric_service`, TESTBED_FABRIC_SERVICE and TESTBED_FABRIC_TOKEN too).
     With `launcher: torchrun`, one torchrun per host starts that host's ranks and sets PyTorch's variables
     itself (docs/jobs.md).
+
+    `recovery` says how a failover brings the job back: `restart` stops every rank and starts them again (they
+    resume from the newest checkpoint); `in-job` keeps the survivors running and swaps a spare, started with the job
+    and parked, into the failed rank's slot through a store the controller holds (TESTBED_RECOVERY, TESTBED_STORE,
+    TESTBED_SLOT, and TESTBED_SPARE on a spare, in every process's environment; docs/jobs.md, "Recovery").
     """
 
     command: list[str] = Field(
@@ -124,6 +129,35 @@ class Job(Strict):
         description="direct: testbed starts every rank itself; torchrun: one torchrun per host starts that host's "
         "ranks (a host's ranks consecutive in `ranks`, as many on every host; docs/jobs.md)",
     )
+    recovery: Literal["restart", "in-job"] = Field(
+        "restart",
+        description="restart: a failover stops every rank and starts them again from the newest checkpoint; in-job: "
+        "the survivors keep running and a spare parked since job.start takes the failed rank's slot (the launcher "
+        "direct, one rank per host; docs/jobs.md)",
+    )
+
+    @model_validator(mode="after")
+    def _in_job_layout(self):
+        """In-job recovery names each process by its host (its slot), and starts every process itself."""
+        if self.recovery != "in-job":
+            return self
+        if self.launcher == "torchrun":
+            where: tuple = ("launcher",)
+            problem = (
+                "recovery: in-job needs launcher: direct (testbed starts each rank and each parked spare itself; "
+                "torchrun would restart every worker of a host instead)"
+            )
+        else:
+            dup = next((i for i, host in enumerate(self.ranks) if host in self.ranks[:i]), None)
+            if dup is None:
+                return self
+            where = ("ranks", dup)
+            problem = (
+                f"recovery: in-job needs one rank per host (a host is a rank's slot in the job's membership): "
+                f"{self.ranks[dup]} holds rank {self.ranks.index(self.ranks[dup])} and rank {dup}"
+            )
+        error = PydanticCustomError("value_error", "{problem}", {"problem": problem})
+        raise ValidationError.from_exception_data("Job", [InitErrorDetails(type=error, loc=where, input=self.recovery)])
 
     @model_validator(mode="after")
     def _torchrun_layout(self):

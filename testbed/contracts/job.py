@@ -121,6 +121,12 @@ class JobView(Protocol):
     def progress(self) -> str:
         """The job's progress pattern: a regex whose group 1 is the training step."""
 
+    @property
+    def recovery(self) -> str:
+        """How a failover brings the job back: `restart` (every rank started again) or `in-job` (a parked spare
+        takes the failed slot in the next generation; the survivors never exit).
+        """
+
     def require_running(self, label: str) -> None:
         """StepFailed unless every rank runs (a step that needs the job started)."""
 
@@ -157,9 +163,22 @@ class JobView(Protocol):
     def fault_data(self, kind: str, target: RankView) -> dict[str, Any]:
         """The fault's description in its events: what hit which rank (`testbed heal` needs the pid)."""
 
-    def fault(self, step: RankFaultSpec) -> AbstractContextManager[RankFault]:
+    def fault(self, step: RankFaultSpec, *, in_place: bool = False) -> AbstractContextManager[RankFault]:
         """The step's fault on its rank, every rank watched; healed and every watcher's outcome recorded when the
-        block ends, however it ends.
+        block ends, however it ends. Detecting it stops the job; `in_place` (an in-job failover): the failed rank
+        alone, the survivors' watches closed when the job stops.
+        """
+
+    def abort_generation(self, reason: str) -> int:
+        """In-job recovery: mark the current generation aborted in the job's store (its members leave its process
+        group); its number.
+        """
+
+    def replace_rank(self, label: str, rank: int, failed: str, spare: str, timeout_s: float) -> tuple[int, Outcome]:
+        """In-job recovery: publish the next generation, the spare parked on `spare` in slot `failed` (rank `rank`),
+        and follow the spare to its ready line and first step within `timeout_s`; (generation_published ns, the
+        spare's wait result: job_ready and first_step marks, `resumed` and `step` in its value). StepFailed naming
+        the rank, the spare and the slot if it does not get there.
         """
 
     def peer_address(self, rank: int, partner: int, port: str, partner_port: str) -> str:

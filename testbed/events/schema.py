@@ -53,6 +53,8 @@ class Op(StrEnum):
     FABRIC_RECONFIGURED = "fabric_reconfigured"
     LINK_VERIFIED = "link_verified"
     JOB_RELAUNCHED = "job_relaunched"
+    GENERATION_PUBLISHED = "generation_published"
+    GENERATION_ABORTED = "generation_aborted"
     JOB_READY = "job_ready"
     FIRST_STEP = "first_step"
     FAILOVER_RESUMED = "failover.resumed"
@@ -191,6 +193,19 @@ class SpareSelected(TypedDict):
 
 class JobReady(TypedDict):
     ranks: NotRequired[int]
+
+
+class GenerationPublished(TypedDict):
+    generation: int
+    slot: str
+    spare: str
+    rank: int
+
+
+class GenerationAborted(TypedDict):
+    generation: int
+    rank: int
+    slot: str
 
 
 class FailoverResumed(TypedDict):
@@ -458,6 +473,20 @@ SCHEMA: dict[str, EventSpec] = {
         ),
         _spec(Op.LINK_VERIFIED, "mark", Empty, "failover milestone: light on every new circuit", False),
         _spec(Op.JOB_RELAUNCHED, "mark", Empty, "failover milestone: every rank's relaunch returned its pid", False),
+        _spec(
+            Op.GENERATION_PUBLISHED,
+            "mark",
+            GenerationPublished,
+            "failover milestone (recovery: in-job): the next generation published, the spare in the failed slot",
+            False,
+        ),
+        _spec(
+            Op.GENERATION_ABORTED,
+            "mark",
+            GenerationAborted,
+            "recovery: in-job: the job's generation marked aborted as the failure was seen (its members leave it)",
+            False,
+        ),
         _spec(
             Op.JOB_READY,
             "mark",

@@ -11,9 +11,12 @@ link_verified, job_relaunched, job_ready, first_step. The segments between conse
     ready        job_relaunched      -> job_ready
     first_step   job_ready           -> first_step
 
-and `total` is fault_injected -> first_step. The runner emits them as `measure` events named
-`<measure>.<segment>` (`failover.detect`, ..., `failover.total`, see `measure_name`); the report prints
-them in this order (testbed.results.report.milestone_tables).
+and `total` is fault_injected -> first_step. A job that recovers in-job (`job.recovery: in-job`) is never
+relaunched: its trial marks generation_published (the next generation named, the spare in the failed slot) where
+a restart marks job_relaunched (IN_JOB_MILESTONES), and that segment is `publish` (link_verified ->
+generation_published) where a restart's is `relaunch`; a trial follows the chain whose milestone it marked.
+The runner emits them as `measure` events named `<measure>.<segment>` (`failover.detect`, ..., `failover.total`,
+see `measure_name`); the report prints them in this order (testbed.results.report.milestone_tables).
 
 Rules:
 - Only marks at or after the previous milestone that was found count, so the `job_ready` and `first_step`
@@ -48,6 +51,10 @@ MILESTONES: tuple[str, ...] = (
 )
 # SEGMENTS[i] ends at MILESTONES[i + 1]
 SEGMENTS: tuple[str, ...] = ("detect", "select", "reconfigure", "verify", "relaunch", "ready", "first_step")
+# recovery: in-job: the same places, the job's relaunch replaced by the next generation's publication
+IN_JOB_MILESTONES: tuple[str, ...] = tuple(Op.GENERATION_PUBLISHED if m == Op.JOB_RELAUNCHED else m for m in MILESTONES)
+IN_JOB_SEGMENTS: tuple[str, ...] = tuple("publish" if s == "relaunch" else s for s in SEGMENTS)
+SEGMENT_NAMES = frozenset(SEGMENTS) | frozenset(IN_JOB_SEGMENTS)
 LAST_OF_SEVERAL = frozenset({Op.JOB_READY})  # one mark per rank; the milestone is reached by the last rank
 MEASURE_PREFIX = "failover"
 
@@ -65,7 +72,7 @@ def trial_milestones(events: Iterable[Any]) -> dict[int, dict[str, int]]:
     names, and marks outside a trial, are ignored. Trials come out in ascending order.
     """
     marks: dict[int, dict[str, list[int]]] = {}
-    wanted = set(MILESTONES)
+    wanted = set(MILESTONES) | set(IN_JOB_MILESTONES)
     for event in events:
         if _get(event, "type") != "mark" or _get(event, "op") not in wanted:
             continue
@@ -77,13 +84,14 @@ def trial_milestones(events: Iterable[Any]) -> dict[int, dict[str, int]]:
     for trial in sorted(marks):
         found: dict[str, int] = {}
         floor: int | None = None
-        for i, name in enumerate(MILESTONES):
+        chain, _ = _chain(marks[trial])
+        for i, name in enumerate(chain):
             candidates = sorted(t for t in marks[trial].get(name, []) if floor is None or t >= floor)
             if not candidates:
                 continue
             at = candidates[0]
             if name in LAST_OF_SEVERAL:
-                later = [t for m in MILESTONES[i + 1 :] for t in marks[trial].get(m, []) if t >= at]
+                later = [t for m in chain[i + 1 :] for t in marks[trial].get(m, []) if t >= at]
                 before_next = [t for t in candidates if not later or t <= min(later)]
                 at = before_next[-1] if before_next else at
             found[name] = floor = at
@@ -91,22 +99,30 @@ def trial_milestones(events: Iterable[Any]) -> dict[int, dict[str, int]]:
     return out
 
 
+def _chain(found: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The milestones and segments a trial follows: in-job's if it published a generation, else restart's."""
+    if Op.GENERATION_PUBLISHED in found:
+        return IN_JOB_MILESTONES, IN_JOB_SEGMENTS
+    return MILESTONES, SEGMENTS
+
+
 def segments_of(found: Mapping[str, int]) -> list[dict]:
     """Segments of one trial's milestones (name -> mono_ns): dicts with `segment`, `from`, `to`,
     `start_ns`, `end_ns` and `ms`, consecutive, then `total` when fault_injected and first_step are both
     present.
     """
+    chain, segments = _chain(found)
     out: list[dict] = []
-    prev: int | None = None  # index into MILESTONES of the previous milestone found
-    for i, name in enumerate(MILESTONES):
+    prev: int | None = None  # index into the chain of the previous milestone found
+    for i, name in enumerate(chain):
         if name not in found:
             continue
         if prev is not None:
-            start, end = found[MILESTONES[prev]], found[name]
+            start, end = found[chain[prev]], found[name]
             out.append(
                 {
-                    "segment": "+".join(SEGMENTS[prev:i]),
-                    "from": MILESTONES[prev],
+                    "segment": "+".join(segments[prev:i]),
+                    "from": chain[prev],
                     "to": name,
                     "start_ns": start,
                     "end_ns": end,
@@ -152,12 +168,15 @@ def milestone_segments(span_names: Iterable[str], prefix: str) -> list[str]:
     """
     head = prefix + "."
 
+    def index(part: str) -> int:
+        return SEGMENTS.index(part) if part in SEGMENTS else IN_JOB_SEGMENTS.index(part)
+
     def order(segment: str) -> tuple[int, int, str]:
         if segment == "total":
             return (len(SEGMENTS) + 1, 0, segment)
         parts = segment.split("+")
-        if all(p in SEGMENTS for p in parts):
-            return (SEGMENTS.index(parts[0]), len(parts), segment)
+        if all(p in SEGMENT_NAMES for p in parts):
+            return (index(parts[0]), len(parts), segment)
         return (len(SEGMENTS), 0, segment)  # another span of this measure: after the segments
 
     return sorted((n[len(head) :] for n in span_names if n.startswith(head)), key=order)
@@ -170,6 +189,6 @@ def milestone_prefixes(span_names: Iterable[str]) -> list[str]:
     out: list[str] = []
     for name in span_names:
         prefix, _, segment = name.rpartition(".")
-        if prefix and prefix not in out and all(part in SEGMENTS for part in segment.split("+")):
+        if prefix and prefix not in out and all(part in SEGMENT_NAMES for part in segment.split("+")):
             out.append(prefix)
     return out

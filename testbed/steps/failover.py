@@ -15,6 +15,20 @@ With `launcher: torchrun` the relaunch is every host's torchrun stopped and star
 with a new rendezvous id; the rendezvous (and MASTER_ADDR) is rank 0's host, the spare when rank 0's host was
 the one lost. The milestones are the same: a rank is watched through its host's torchrun and its own output,
 and the spare's launch is followed from its start to its rank's ready line and first step.
+
+With `job.recovery: in-job` nothing is relaunched (testbed/engine/job/injob.py): the moment a watcher sees the
+failure, the current generation is marked aborted in the job's store (the survivors leave their process group; a
+rewired circuit sends no reset), the spare is chosen among the hosts whose spare is parked and the fabric rewired;
+the failed rank's process is stopped (a hung one must never come back; on a host that lost power the stop fails,
+as expected); then the next generation is published, the parked spare in the failed slot. The milestones are
+
+fault_injected -> failure_detected -> spare_selected -> fabric_reconfigured -> link_verified ->
+generation_published -> job_ready (the spare's ready line: the new generation formed, the state received from a
+survivor) -> first_step (the spare's first step: the step the job failed in, redone).
+
+Each stage is bounded by the step's timeout_ms: the detection, the rewiring's light, the spare's ready line and
+first step (a survivor that never joins, or a spare that never arrives, ends it with an error naming the rank and
+slot). The survivors' watches end with their ranks, at job.stop.
 """
 
 from __future__ import annotations
@@ -80,8 +94,24 @@ class FailoverStep(FaultDetectStep):
     def describe(self, node: Tree, plan: PlanView) -> None:
         branch = node.add(escape(self.label) + f" [cyan](measure {escape(self.measure or '')}.*)")
         self.describe_detection(branch, plan)
+        job = plan.playbook.job
+        if job.recovery == "in-job":
+            spares = job.spares if job.spares is not None else plan.spares
+            branch.add("at once: mark the job's generation aborted in its store (the survivors leave its group)")
+            branch.add(
+                escape(
+                    f"choose a parked spare ({', '.join(spares) or 'none'}), rewire the job fabric through it; "
+                    "stop the failed rank's process"
+                )
+            )
+            branch.add(
+                "publish the next generation, the spare in the failed slot; no rank is relaunched: the survivors "
+                "and the spare form it, the state broadcast from a survivor; wait for the spare's first step"
+            )
+            branch.add(escape(f"heal {self.kind}"))
+            return
         branch.add(escape(f"choose a spare ({', '.join(plan.spares) or 'none'}), rewire the job fabric through it"))
-        if plan.playbook.job.launcher == "torchrun":
+        if job.launcher == "torchrun":
             branch.add(
                 "stop torchrun on every host and start it again with the spare (a new rendezvous id; the "
                 "rendezvous moves with rank 0); ranks resume from the last checkpoint; wait for the spare's "
@@ -118,10 +148,14 @@ def _failover(engine: StepEngine, jobs: JobView, step: FailoverStep) -> dict[str
         recorder.emit("mark", name, mono_ns=ns, wall=time.time(), step=step.label)
         return ns
 
-    with jobs.fault(step) as fault:
+    in_job = jobs.recovery == "in-job"
+    with jobs.fault(step, in_place=in_job) as fault:
         failed = fault.target
 
         def on_detect(seen: int) -> None:
+            if in_job:  # first: the survivors leave the broken group while the spare is chosen and wired in
+                generation = jobs.abort_generation(f"rank {failed.index} ({failed.host}) failed: {step.kind}")
+                mark(Op.GENERATION_ABORTED, {"generation": generation, "rank": failed.index, "slot": failed.host})
             spare = jobs.choose_spare(failed.host)
             data = {"failed": failed.host, "spare": spare, "rank": failed.index}
             selected = mark(Op.SPARE_SELECTED, data)
@@ -149,15 +183,22 @@ def _failover(engine: StepEngine, jobs: JobView, step: FailoverStep) -> dict[str
         )
         if all("lit" in r.marks for r in switches.values()):
             milestones[Op.LINK_VERIFIED] = mark_at(Op.LINK_VERIFIED, max(r.marks["lit"][0] for r in switches.values()))
-        # The rank on the spare is watched from its launch on: its ready line, then its first step after the
-        # checkpoint.
-        started, result = jobs.launch(step.label, watch=failed.index, timeout_s=step.timeout_s, relaunch=True)
-        milestones[Op.JOB_RELAUNCHED] = mark_at(
-            Op.JOB_RELAUNCHED, max(r.marks["job_started"][0] for r in started.values())
-        )
-        if result is None:
-            raise StepFailed(f"{step.label}: the relaunch did not follow rank {failed.index}'s first step")
-        raise_failures([result])
+        if in_job:
+            # The parked spare is followed from its start: its ready line once the new generation formed, then its
+            # first step (the one the job failed in).
+            published, result = jobs.replace_rank(step.label, failed.index, failed.host, chosen.spare, step.timeout_s)
+            milestones[Op.GENERATION_PUBLISHED] = published
+        else:
+            # The rank on the spare is watched from its launch on: its ready line, then its first step after the
+            # checkpoint.
+            started, relaunched = jobs.launch(step.label, watch=failed.index, timeout_s=step.timeout_s, relaunch=True)
+            milestones[Op.JOB_RELAUNCHED] = mark_at(
+                Op.JOB_RELAUNCHED, max(r.marks["job_started"][0] for r in started.values())
+            )
+            if relaunched is None:
+                raise StepFailed(f"{step.label}: the relaunch did not follow rank {failed.index}'s first step")
+            raise_failures([relaunched])
+            result = relaunched
         # The spare's rank prints its ready line after an all-reduce with every rank: the whole job is up.
         milestones[Op.JOB_READY] = result.marks[Op.JOB_READY][0]
         milestones[Op.FIRST_STEP] = result.marks[Op.FIRST_STEP][0]

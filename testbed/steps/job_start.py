@@ -71,5 +71,14 @@ class JobStartStep(Planned):
                     f"at {hosts[0]} (node 0, rank 0's host)"
                 )
             )
+        if job.recovery == "in-job":
+            spares = [h for h in (job.spares if job.spares is not None else plan.spares) if h not in job.ranks]
+            branch.add(
+                escape(
+                    "recovery in-job: serve the job's store (generation 0: each rank's host its slot) before the "
+                    f"ranks start; park a spare on {', '.join(spares) or 'no host (refused at start)'} and wait "
+                    f"until each is parked, within {self.timeout_s:g} s"
+                )
+            )
         if self.wait_steps:
             branch.add(f"wait until every rank has printed step {self.wait_steps}, within {self.timeout_s:g} s")

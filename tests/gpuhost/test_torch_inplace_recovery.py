@@ -178,7 +178,7 @@ def _recovers(controller: Controller, uninterrupted, fault: signal.Signals) -> N
     losses, expected = uninterrupted
     ranks = {slot: controller.start(slot) for slot in SLOTS}
     spare = controller.start("spare0", spare=True)
-    spare.wait_line("spare parked slot spare0")
+    spare.wait_line("spare parked slot spare0 waiting for generation 0")
     victim = ranks["host1"]
     victim.wait_line("step 2 loss .*")
     victim.popen.send_signal(fault)
@@ -248,7 +248,7 @@ def test_a_parked_spare_whose_store_goes_ends_with_an_error_naming_its_slot(tmp_
     try:
         port = int(holder.stdout.readline())
         spare = Proc("spare0", [*JOB, "--spare"], {"TESTBED_STORE": f"127.0.0.1:{port}", "TESTBED_SLOT": "spare0"})
-        spare.wait_line("spare parked slot spare0")
+        spare.wait_line("spare parked slot spare0 waiting for generation 0")
         holder.kill()
         assert spare.finish() == 3
         spare.wait_line(r"error: slot spare0: the controller's store is gone: .*")
@@ -315,7 +315,7 @@ def test_the_documented_example_script_recovers_with_a_spare(controller, tmp_pat
 
     def start(slot: str, spare: bool) -> Proc:
         env = {"TESTBED_STORE": f"127.0.0.1:{controller.store.port}", "TESTBED_SLOT": slot, "PYTHONPATH": str(REPO)}
-        proc = Proc(slot, [], {**env, **({"SPARE": "1"} if spare else {})}, argv0=[sys.executable, str(script)])
+        proc = Proc(slot, [], {**env, **({"TESTBED_SPARE": "1"} if spare else {})}, argv0=[sys.executable, str(script)])
         controller.procs[slot] = proc
         return proc
 

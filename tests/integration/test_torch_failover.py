@@ -1,8 +1,10 @@
-"""playbooks/torch-failover.yaml through the CLI on the twin, as a user runs it: a real PyTorch job
-(testbed-torch-train, DistributedDataParallel over gloo) under PyTorch's own torchrun loses a rank's GPU, the
-spare is swapped in over the OCS, every rank resumes from the checkpoint, and the failover's milestones are
-measured as gpu-failover's; `testbed check` finds the run sound. Without PyTorch, `validate` and `plan` of the
-playbook work and `run` says what to install, as does the program itself on a host without it.
+"""playbooks/torch-failover.yaml and torch-failover-restart.yaml through the CLI on the twin, as a user runs them:
+a real PyTorch job (testbed-torch-train over gloo) loses a rank's GPU and the spare is swapped in over the OCS.
+In-job (torch-failover.yaml): no rank is restarted; the parked spare takes the failed slot in the next generation
+and the job trains on at the step it failed in. Restart (torch-failover-restart.yaml, under PyTorch's own
+torchrun): every rank resumes from the checkpoint. The failover's milestones are measured and `testbed check` finds
+each run sound. Without PyTorch, `validate` and `plan` of the playbook work and `run` says what to install, as
+does the program itself on a host without it.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import pytest
 from peers import require_peer
 
 from testbed.cli.main import main
-from testbed.results.milestones import MILESTONES
+from testbed.events import Op
+from testbed.results.milestones import IN_JOB_MILESTONES, MILESTONES
 
 PLAYBOOK = "playbooks/torch-failover.yaml"
+RESTART = "playbooks/torch-failover-restart.yaml"
 INSTALL = "pip install 'testbed[torch]'"
 # One failover: ~30 s on an idle 2-core machine (eight Pythons importing PyTorch at each launch); the margin is
 # for a loaded one.
@@ -45,10 +49,63 @@ def _losses(lines: list[str]) -> dict[int, str]:
     return {int(m[1]): m[2] for m in (re.match(r"^step (\d+) loss (\S+)$", line) for line in lines) if m}
 
 
-def test_a_real_pytorch_job_fails_over_to_the_spare_and_resumes(ray_cluster, repo, tmp_path, capsys):
+def test_a_real_pytorch_job_recovers_in_job_at_the_step_it_failed_in(ray_cluster, repo, tmp_path, capsys):
+    """Two trials in one run: in each, the parked spare (started with the job) takes the failed rank's slot, no
+    process is started during the failover, and the spare's first step is the step the survivors failed in.
+    """
     require_peer("torch", "the real PyTorch job (testbed-torch-train) runs on the CPU build of PyTorch")
     inventory = str(repo / "playbooks/inventory/emulated-rack.yaml")
-    args = ["run", str(repo / PLAYBOOK), "--emulate", "--trials", "1", "--inventory", inventory]
+    args = ["run", str(repo / PLAYBOOK), "--emulate", "--trials", "2", "--inventory", inventory]
+    code = main([*args, "--results", str(tmp_path / "r")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    run_dir = Path(out.out.strip().splitlines()[-1].removeprefix("results: "))
+    events = _events(run_dir)
+    truth = _truth(run_dir)
+    for trial in (0, 1):
+        mine = [e for e in events if e.get("trial") == trial]
+        marks = {e["op"] for e in mine if e["type"] == "mark"}
+        assert set(IN_JOB_MILESTONES) <= marks and Op.JOB_RELAUNCHED not in marks
+        measured = {e["op"] for e in mine if e["type"] == "measure"}
+        assert {"failover.publish", "failover.ready", "failover.first_step", "failover.total"} <= measured
+        # job.start started the four ranks and a spare on each spare host; the failover started nothing
+        starts = [e for e in mine if e["op"] == "gpu.start_job" and e["type"] == "invoke"]
+        assert sorted(s["device"] for s in starts) == ["gpu01", "gpu02", "gpu03", "gpu04", "gpu09", "gpu10"]
+        assert {s["step"] for s in starts} == {"start job"}
+        (resumed,) = [e for e in mine if e["op"] == "failover.resumed"]
+        (published,) = [e for e in mine if e["op"] == Op.GENERATION_PUBLISHED]
+        spare, rank = resumed["device"], resumed["data"]["rank"]
+        failed = published["data"]["slot"]
+        assert published["data"] == {"generation": 1, "slot": failed, "spare": spare, "rank": rank}
+        spare_job = next(s["data"]["name"] for s in starts if s["device"] == spare)
+        spare_lines = [r["line"] for r in truth if r.get("event") == "line" and r["job"] == spare_job]
+        start = resumed["data"]["resumed_from"]
+        parked = spare_lines.index(f"spare parked slot {spare} waiting for generation 0")  # warm before the fault
+        assert parked < spare_lines.index(f"ready rank {rank} world 4 step {start}")
+        assert f"ready rank {rank} world 4 step {start}" in spare_lines
+        assert any(line.startswith(f"resumed from step {start} (state of rank ") for line in spare_lines)
+        # the spare's first step is the step the survivors failed in (one that finished the step's all-reduce as
+        # the rank died failed in the next; the state of the newest step went to the others): none lost
+        survivors = [s["data"]["name"] for s in starts if s["device"] not in (failed, "gpu09", "gpu10")]
+        assert len(survivors) == 3
+        failed_in = {
+            int(m[1])
+            for r in truth
+            if r.get("event") == "line" and r["job"] in survivors
+            for m in [re.match(r"^rank \d+ gen 0 failed in step (\d+): ", r["line"])]
+            if m
+        }
+        assert failed_in and resumed["data"]["step"] == max(failed_in) == start + 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["ground_truth"]["matched"] == 2
+    assert main(["check", str(run_dir)]) == 0
+
+
+def test_a_real_pytorch_job_restarted_under_torchrun_fails_over_and_resumes(ray_cluster, repo, tmp_path, capsys):
+    """recovery: restart, the baseline: every rank stopped and started again, resuming from the checkpoint."""
+    require_peer("torch", "the real PyTorch job (testbed-torch-train) runs on the CPU build of PyTorch")
+    inventory = str(repo / "playbooks/inventory/emulated-rack.yaml")
+    args = ["run", str(repo / RESTART), "--emulate", "--trials", "1", "--inventory", inventory]
     code = main([*args, "--results", str(tmp_path / "r")])
     out = capsys.readouterr()
     assert code == 0, out.err
@@ -57,7 +114,7 @@ def test_a_real_pytorch_job_fails_over_to_the_spare_and_resumes(ray_cluster, rep
     marks = [e["op"] for e in events if e["type"] == "mark"]
     assert set(MILESTONES) <= set(marks)
     measured = {e["op"] for e in events if e["type"] == "measure"}
-    assert {"failover.total", "failover.ready", "failover.first_step"} <= measured
+    assert {"failover.total", "failover.relaunch", "failover.ready", "failover.first_step"} <= measured
 
     # One torchrun per host, launched and relaunched, each running the PyTorch job under PyTorch's torchrun.
     starts = [e for e in events if e["op"] == "gpu.start_job" and e["type"] == "invoke"]
@@ -145,9 +202,9 @@ def test_a_pytorch_job_under_the_hosts_own_torchrun_is_refused_on_the_twin(repo,
     """The emulated hosts' stand-in torchrun serves no store a PyTorch worker can use (its ranks would wait until
     the step's timeout): without TESTBED_TWIN_TORCHRUN: real the run says what to add, and starts nothing.
     """
-    text = (repo / PLAYBOOK).read_text()
+    text = (repo / RESTART).read_text()
     assert "  env: {TESTBED_TWIN_TORCHRUN: real}\n" in text
-    playbook = tmp_path / "torch-failover.yaml"
+    playbook = tmp_path / "torch-failover-restart.yaml"
     playbook.write_text(text.replace("  env: {TESTBED_TWIN_TORCHRUN: real}\n", ""))
     inventory = str(repo / "playbooks/inventory/emulated-rack.yaml")
     results = tmp_path / "results"

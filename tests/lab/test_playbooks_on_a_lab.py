@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 from failover_every_kind import assert_each_failover_replaced_the_host_its_fault_hit, playbook
+from injob_every_kind import assert_each_failover_recovered_in_job
+from injob_every_kind import playbook as in_job_playbook
 from peers import require_peer
 from processes import stop_with_ctrl_c
 
@@ -238,6 +240,25 @@ def test_a_failover_on_every_fault_kind_runs_on_the_lab_and_leaves_no_host_off(l
     assert [str(p) for p in run_dir.rglob("*") if p.is_file() and secret in p.read_bytes()] == []
 
 
+def test_an_in_job_failover_on_every_fault_kind_runs_on_the_lab_and_checks(lab, repo):
+    """recovery: in-job on the lab: the job's store on the controller, at the inventory's controller_address, reached
+    by every host's ranks and parked spares; each kind on its lab path, each trial recovered by a parked spare.
+    """
+    require_peer("torch", "its ranks train with PyTorch, and the controller holds PyTorch's store")
+    _, inventory, folder, _ = lab
+    trials = 2
+    (folder / "in-job-every-kind.yaml").write_text(in_job_playbook(trials))
+    proc = cli(
+        repo, "run", str(folder / "in-job-every-kind.yaml"), "--inventory", str(inventory), "--yes",
+        "--results", str(folder / "results"), timeout=800,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    assert_each_failover_recovered_in_job(run_dir, trials, None)
+    checked = cli(repo, "check", str(run_dir), timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 def test_heal_after_a_kill9_removes_the_dead_runs_toxic_through_the_api(lab, repo):
     _, inventory, folder, proxy = lab
     (folder / "slow-ocs.yaml").write_text(LONG_LATENCY)
@@ -285,6 +306,7 @@ PLAYBOOKS = [
     "collective-reconfig",
     "straggler",
     "torch-failover",
+    "torch-failover-restart",
 ]
 
 
@@ -295,7 +317,7 @@ def test_every_shipped_playbook_has_its_run_on_the_hand_written_lab(repo):
 
 @pytest.mark.parametrize("playbook", PLAYBOOKS)
 def test_a_shipped_playbook_runs_on_the_hand_written_lab_and_checks(lab, repo, playbook):
-    if playbook == "torch-failover":
+    if playbook.startswith("torch-failover"):
         require_peer("torch", "its ranks train with PyTorch (pip install 'testbed[torch]')")
     _, inventory, folder, _ = lab
     proc = cli(

@@ -267,18 +267,30 @@ def test_torchrun_rendezvous_at_node_0s_own_address(repo, tmp_path):
     assert_nothing_left(network_of(run_dir)["tag"])
 
 
-def test_torch_failover_sends_its_gloo_traffic_over_the_circuits(repo, tmp_path):
-    """playbooks/torch-failover.yaml: a real PyTorch DDP job whose gloo traffic crosses the kernel data plane (its
-    ranks can reach each other nowhere else: the data addresses are routed over the ports only), rewired through
-    the spare by the failover.
+@pytest.mark.parametrize("playbook", ["playbooks/torch-failover.yaml", "playbooks/torch-failover-restart.yaml"])
+def test_torch_failover_sends_its_gloo_traffic_over_the_circuits(repo, tmp_path, playbook):
+    """playbooks/torch-failover.yaml (in-job: the parked spare joins the survivors' next generation) and its restart
+    variant (DDP under torchrun, every rank restarted): a real PyTorch job whose gloo traffic crosses the kernel data
+    plane (its ranks can reach each other nowhere else: the data addresses are routed over the ports only), rewired
+    through the spare by the failover. In-job, the ranks and the spare reach the controller's store on the
+    management network.
     """
     require_peer("torch", "torch-failover runs a real PyTorch job: pip install 'testbed[torch]'")
-    run_dir = run_netns(repo, tmp_path, "playbooks/torch-failover.yaml", "--trials", "1")
+    run_dir = run_netns(repo, tmp_path, playbook, "--trials", "1")
     info = json.loads((run_dir / "run.json").read_text())
     assert info["twin_dataplane"]["relays"] == 0
-    assert info["twin_dataplane"]["kernel_bytes"] > 500_000  # a DDP model's gradients, many steps
+    assert info["twin_dataplane"]["kernel_bytes"] > 500_000  # the model's gradients, many steps
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok"
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    if "restart" not in playbook:
+        assert any(e["op"] == "generation_published" for e in events)
+        stores = {
+            e["data"]["env"]["TESTBED_STORE"].rpartition(":")[0]
+            for e in events
+            if e["op"] == "gpu.start_job" and e["type"] == "invoke"
+        }
+        assert stores == {network_of(run_dir)["gateway"]}  # this side of the management network
     check(repo, run_dir)
     assert_nothing_left(network_of(run_dir)["tag"])
 

@@ -7,7 +7,14 @@ import json
 import pytest
 
 from testbed.events import Event
-from testbed.results.milestones import MILESTONES, SEGMENTS, milestone_prefixes, milestone_spans
+from testbed.results.milestones import (
+    IN_JOB_MILESTONES,
+    MILESTONES,
+    SEGMENTS,
+    milestone_prefixes,
+    milestone_segments,
+    milestone_spans,
+)
 from testbed.results.report import milestone_table, milestone_tables
 
 MS = 1_000_000
@@ -17,9 +24,9 @@ def mark(op: str, ms: float, trial: int | None = 0) -> dict:
     return {"seq": 0, "type": "mark", "op": op, "mono_ns": int(1_000 * MS + ms * MS), "wall": 0.0, "trial": trial}
 
 
-def all_marks(trial: int = 0) -> list[dict]:
+def all_marks(trial: int = 0, milestones: tuple[str, ...] = MILESTONES) -> list[dict]:
     at = [0, 40, 45, 70, 80, 230, 530, 730]  # ms after fault_injected
-    return [mark(name, ms, trial) for name, ms in zip(MILESTONES, at, strict=True)]
+    return [mark(name, ms, trial) for name, ms in zip(milestones, at, strict=True)]
 
 
 def test_all_milestones_give_every_segment_and_the_total():
@@ -42,6 +49,38 @@ def test_all_milestones_give_every_segment_and_the_total():
     detect = spans[0]
     assert (detect["from"], detect["to"], detect["trial"]) == ("fault_injected", "failure_detected", 0)
     assert detect["end_ns"] - detect["start_ns"] == 40 * MS
+
+
+def test_an_in_job_trial_publishes_a_generation_where_a_restart_relaunches():
+    """recovery: in-job marks generation_published where restart marks job_relaunched: its segment is `publish`,
+    and a run with trials of both kinds keeps each trial's own chain.
+    """
+    in_job = milestone_spans(all_marks(0, IN_JOB_MILESTONES))
+    names = [s["segment"] for s in in_job]
+    assert names == ["detect", "select", "reconfigure", "verify", "publish", "ready", "first_step", "total"]
+    publish = in_job[4]
+    assert (publish["from"], publish["to"], publish["ms"]) == ("link_verified", "generation_published", 150)
+    assert in_job[5]["from"] == "generation_published"
+    without_light = [e for e in all_marks(0, IN_JOB_MILESTONES) if e["op"] != "link_verified"]
+    assert "verify+publish" in [s["segment"] for s in milestone_spans(without_light)]
+    both = milestone_spans(all_marks(0, IN_JOB_MILESTONES) + all_marks(1))
+    assert {s["trial"]: s["segment"] for s in both if s["segment"] in ("publish", "relaunch")} == {
+        0: "publish",
+        1: "relaunch",
+    }
+    spans = list(dict.fromkeys(f"failover.{s['segment']}" for s in both))
+    assert milestone_segments(spans, "failover") == [
+        "detect",
+        "select",
+        "reconfigure",
+        "verify",
+        "publish",  # in one place of the order, the two ways back by name
+        "relaunch",
+        "ready",
+        "first_step",
+        "total",
+    ]
+    assert milestone_prefixes(["failover.publish"]) == ["failover"]
 
 
 def test_missing_milestones_merge_segments_and_keep_the_total():

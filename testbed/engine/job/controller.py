@@ -6,6 +6,7 @@ see faults. The steps that use a job (job.*, fault.*, failover) are in testbed/s
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -16,9 +17,11 @@ from testbed.contracts.job import JobStartSpec, RankEnv, RankFaultSpec, RankView
 from testbed.documents.inventory import Inventory
 from testbed.engine.device_actor import OpResult
 from testbed.engine.job import injection
+from testbed.engine.job.detection import Watches
 from testbed.engine.job.direct_launcher import DirectLauncher
 from testbed.engine.job.fabric import fabric_step, rewire
-from testbed.engine.job.launcher import Launch, Launcher
+from testbed.engine.job.injob import PARKED, JobStore, spare_job_name
+from testbed.engine.job.launcher import READY, Launch, Launcher
 from testbed.engine.job.layout import Layout, RelayLink
 from testbed.engine.job.ports import free_ports, lab_ports
 from testbed.engine.job.ranks import Rank, ranks_of
@@ -75,6 +78,11 @@ class JobController:
         self.handles: dict[int, dict] = {}  # rank -> job handle (pid, log) while running
         self.launchers: dict[str, dict] = {}  # host -> its torchrun's job handle (launcher: torchrun)
         self.served: ServedFabric | None = None  # the fabric service while the job runs (job.fabric_service)
+        # recovery: in-job: the store from job.start to job.stop, the parked spares (host -> job handle), and the
+        # survivors' watches of a failover, which end only when their ranks do (closed by job.stop)
+        self.store: JobStore | None = None
+        self.spares: dict[str, dict] = {}
+        self.kept_watches: list[Watches] = []
         # More of a rank's environment, computed at launch once its listen ports are known (rail.train's routes)
         self.rank_env: Callable[[Rank], dict[str, str]] | None = None
         self.assign(list(job.ranks))
@@ -83,6 +91,15 @@ class JobController:
         """hosts[rank] runs that rank (a failover puts a spare in the failed rank's place)."""
         self.assignment = list(hosts)
         self.ranks = ranks_of(self.assignment)
+
+    @property
+    def recovery(self) -> str:
+        """How a failover brings the job back: `restart` or `in-job` (the playbook's job.recovery)."""
+        return self.job.recovery
+
+    @property
+    def in_job(self) -> bool:
+        return self.job.recovery == "in-job"
 
     @property
     def progress(self) -> str:
@@ -101,7 +118,8 @@ class JobController:
             in_use=set(self.assignment),
             used_count=self.spare_use,
             seed=self.seed + self.failovers,
-            spares=self.job.spares,
+            # in-job, only a host whose spare is parked can take the slot
+            spares=list(self.spares) if self.in_job else self.job.spares,
         )
         self.failovers += 1
         self.spare_use[spare] = self.spare_use.get(spare, 0) + 1
@@ -126,7 +144,11 @@ class JobController:
             self.apply_fabric(step.label)
         if self.job.fabric_service is not None:
             self.serve_fabric(step.label)
+        if self.in_job:
+            self.open_store()
         self.launch(step.label)
+        if self.in_job:
+            self.park_spares(step.label, step.timeout_s)
         if step.wait_steps > 0:
             self._wait(step.label, self.ranks, self.job.progress, step.wait_steps, step.timeout_s)
         self.c.recorder.emit("mark", Op.JOB_READY, step=step.label, data={"ranks": len(self.ranks)})
@@ -169,7 +191,7 @@ class JobController:
             layout=layout,
             run_id=str(self.c.recorder.run_id),
             generation=self.starts,
-            service_env=self.served.env if self.served is not None else (lambda host: {}),
+            service_env=self._service_env,
             rank_env=self.rank_env,
             watch=watch,
             timeout_s=timeout_s,
@@ -183,6 +205,11 @@ class JobController:
         self.launchers.update(started.launchers)
         raise_failures(started.failures)  # the watch's failure is the caller's to raise, after its marks
         return started.results, started.watched
+
+    def _service_env(self, host: str) -> dict[str, str]:
+        """What a process on `host` finds the job's services by: the fabric service, the in-job store."""
+        env = self.served.env(host) if self.served is not None else {}
+        return {**env, **self.store.env(host)} if self.store is not None else env
 
     def _listen_ports(self) -> list[int]:
         """Where each rank listens, then rank 0's rendezvous port: the playbook's on a lab, free ones in the twin."""
@@ -232,10 +259,17 @@ class JobController:
         )
 
     def close_service(self) -> None:
-        """End the job's fabric service (job.stop, a failed trial, the run's end); nothing if none runs."""
+        """End the job's fabric service and its in-job store (job.stop, a failed trial, the run's end), and stop
+        a parked spare a failed job.start left; nothing if none runs.
+        """
         served, self.served = self.served, None
-        if served is not None:
-            served.close()
+        try:
+            if self.spares:
+                self._stop("stop spares", frozenset())
+        finally:
+            self.close_service_store()
+            if served is not None:
+                served.close()
 
     def stop(self, label: str = "stop job", *, end_service: bool = True, hit: frozenset[str] = frozenset()) -> None:
         """Stop every rank, then (unless a relaunch follows: a failover) the job's fabric service. A stop that
@@ -249,14 +283,122 @@ class JobController:
                 self.close_service()  # after the ranks: none of them sees its service go before it stops
 
     def _stop(self, label: str, hit: frozenset[str]) -> None:
-        if not self.handles and not self.launchers:
+        if not self.handles and not self.launchers and not self.spares:
             return
         programs = self.launcher.stop_programs(label, self.ranks, self.handles, self.launchers)
+        for host, handle in self.spares.items():  # in-job: the spares still parked
+            programs.setdefault(host, []).append((label, "gpu.stop_job", {"job": handle}))
         self.handles.clear()
         self.launchers.clear()
-        for host, results in self.c.dispatch(programs).items():
-            if host not in hit:
-                raise_failures(results)
+        self.spares.clear()
+        try:
+            for host, results in self.c.dispatch(programs).items():
+                if host not in hit:
+                    raise_failures(results)
+        finally:
+            kept, self.kept_watches = self.kept_watches, []
+            for watches in kept:  # the survivors' watches of an in-job failover end with their ranks, stopped now
+                watches.close()
+
+    # --- in-job recovery (testbed/engine/job/injob.py) ----------------------------------------------
+
+    def open_store(self) -> None:
+        """The job's store for this job.start, generation 0 published: each rank's host in its slot."""
+        self.close_service_store()
+        hosts = {h: self.management_of(h) for h in dict.fromkeys([*self.job.ranks, *self._spare_hosts()])}
+        on_lab = self.link is None and self.inventory is not None
+        controller = self.inventory.controller_address if self.inventory is not None and on_lab else None
+        self.store = JobStore(hosts, controller, list(self.assignment))
+
+    def close_service_store(self) -> None:
+        """Stop serving the in-job store, if one is open."""
+        store, self.store = self.store, None
+        if store is not None:
+            store.close()
+
+    def _spare_hosts(self) -> list[str]:
+        """The hosts a failover may move a rank to: the job's spares, else the plan's (the inventory's)."""
+        spares = self.job.spares if self.job.spares is not None else list(self.c.plan.spares)
+        return [h for h in spares if h not in self.job.ranks]
+
+    def park_spares(self, label: str, timeout_s: float) -> None:
+        """Start the job's command on every spare host as a parked spare, and wait (within `timeout_s`) until
+        each says it is parked: PyTorch imported, its model built, waiting on the store for a generation.
+        """
+        assert self.store is not None
+        hosts = self._spare_hosts()
+        if not hosts:
+            raise StepFailed(f"{label}: recovery: in-job needs a spare host to park a spare on; the job has none")
+        programs: dict[str, list] = {}
+        for host in hosts:
+            name = spare_job_name(host, self.starts)
+            env = {
+                **self.job.env,
+                "RANK": "0",
+                "WORLD_SIZE": str(len(self.ranks)),
+                "LOCAL_RANK": "0",
+                "LOCAL_WORLD_SIZE": "1",
+                "TESTBED_CHECKPOINT_DIR": self.job.checkpoint_dir,
+                **(self.served.env(host) if self.served is not None else {}),
+                **self.store.env(host, spare=True),
+            }
+            slug = re.sub(r"[^A-Za-z0-9_.-]", "-", str(self.c.recorder.run_id))
+            workdir = f"testbed-jobs/{slug}/start{self.starts}/spare-{host}"  # as Launch.workdir names a slot's
+            start = {"command": list(self.job.command), "name": name, "gpus": [0], "env": env, "workdir": workdir}
+            wait = {"job": name, "progress": PARKED, "min_step": 0, "max_s": timeout_s, "mark": Op.FIRST_STEP}
+            programs[host] = [(label, "gpu.start_job", start), (label, "gpu.wait_step", wait)]
+        results = self.c.dispatch(programs)
+        for host, (started, _) in results.items():
+            if started is not None and started.status == "ok":
+                self.spares[host] = started.value
+        for host, (started, parked) in results.items():
+            if parked is None or parked.status != "ok":
+                why = (parked.error if parked is not None else None) or (started.error if started else None)
+                raise StepFailed(f"{label}: the spare on {host} did not park within {timeout_s:g} s: {why}")
+
+    def abort_generation(self, reason: str) -> int:
+        """Mark the current generation broken, at once: its members leave its process group. Its number."""
+        if self.store is None:
+            raise StepFailed("in-job recovery: the job's store is not open (job.start opens it)")
+        return self.store.abort(reason)
+
+    def end_rank(self, label: str, rank: int, hit: frozenset[str] = frozenset()) -> None:
+        """Stop rank `rank`'s process, whatever state it is in (a hung one is continued and killed: it never comes
+        back into the job); its handle is dropped. A failure on a host in `hit` is the fault's expected outcome.
+        """
+        handle = self.handles.pop(rank, None)
+        if handle is None:
+            return
+        host = self.ranks[rank].host
+        results = self.c.dispatch({host: [(label, "gpu.stop_job", {"job": handle})]})
+        if host not in hit:
+            raise_failures(results[host])
+
+    def replace_rank(self, label: str, rank: int, failed: str, spare: str, timeout_s: float) -> tuple[int, OpResult]:
+        """Publish the next generation, the parked spare on `spare` in slot `failed` (rank `rank`), and follow the
+        spare's log to its ready line (the new generation formed) and its first step, within `timeout_s`. Returns
+        the generation_published ns and the spare's wait result (job_ready, first_step, the step resumed from).
+        """
+        if self.store is None or spare not in self.spares:
+            raise StepFailed(f"{label}: no spare parked on {spare} to take slot {failed} (rank {rank})")
+        handle = self.spares.pop(spare)
+        self.handles[rank] = handle  # the spare is the rank now: job.stop stops it as one
+        if self.commit is not None and self.job.fabric is not None:
+            # the twin's kernel data plane (--netns) routes the ranks' data addresses over the rewired fabric, as a
+            # launch has it do: the new generation's members reach the spare only then
+            self.commit(fabric_links(self.job.fabric, self.assignment))
+        generation = self.store.replace(failed, spare, f"rank {rank} ({failed}) replaced by {spare}")
+        data = {"generation": generation.number, "slot": failed, "spare": spare, "rank": rank}
+        published = self.c.recorder.emit("mark", Op.GENERATION_PUBLISHED, step=label, data=data).mono_ns
+        wait = {"job": handle, "progress": self.job.progress, "ready": READY, "min_step": 0, "max_s": timeout_s}
+        (result,) = self.c.dispatch({spare: [(label, "gpu.wait_step", {**wait, "mark": Op.FIRST_STEP})]})[spare]
+        if result is None or result.status != "ok":
+            why = result.error if result is not None else "not run"
+            raise StepFailed(
+                f"{label}: generation {generation.number} did not form: rank {rank} on the spare {spare} (in slot "
+                f"{failed}) did not reach its first step (bound {timeout_s:g} s): {why}"
+            )
+        return published, result
 
     # --- the fabric ------------------------------------------------------------------------------
 
@@ -275,14 +417,27 @@ class JobController:
         """The fault's description in its events: what hit which rank (`testbed heal` needs the pid)."""
         return injection.fault_data(kind, target, self.handles)
 
-    def fault(self, step: RankFaultSpec) -> AbstractContextManager[injection.RankFault]:
+    def fault(self, step: RankFaultSpec, *, in_place: bool = False) -> AbstractContextManager[injection.RankFault]:
         """The step's fault on its rank, every rank watched (a context manager yielding an injection.RankFault):
         healed, and every watcher's outcome recorded, when the block ends, however it ends. Detecting it stops
         the job (keeping its fabric service for a relaunch); a stop that fails on the host the fault hit is that
-        fault's expected outcome.
+        fault's expected outcome. `in_place` (an in-job failover): detecting it stops the failed rank alone, and
+        the survivors' watches go on until job.stop.
         """
         self.require_running(step.label)
         host = self.ranks[step.rank].host
+        if in_place:
+            if self.store is None:
+                raise StepFailed(f"{step.label}: an in-job failover needs the job's store: job.recovery: in-job")
+            return injection.fault_on_rank(
+                self.c,
+                self.ranks,
+                self.handles,
+                self.job.progress,
+                step,
+                stop=lambda: self.end_rank(step.label, step.rank, hit=frozenset({host})),
+                keep=self.kept_watches.append,
+            )
         return injection.fault_on_rank(
             self.c,
             self.ranks,

@@ -89,29 +89,65 @@ class Watches:
         dispatcher = self.c.dispatcher
         limit = self.step.timeout_s + WATCH_READY_TIMEOUT_S
         if on_detect is not None:
-            # React to the milestone itself, not to the procedure's return: after marking failure_detected
-            # a watcher still takes a health probe for the evidence, which the failover need not wait for.
             # (Once the job is stopped every watcher marks an exit, so none of these waits lingers.)
-            seen = {
-                dispatcher.call(
-                    watcher(self.ranks[rank].host), "wait_mark", Op.FAILURE_DETECTED, limit, self.tokens[rank]
-                ): rank
-                for rank in self.pending
-            }
-            waiting = list(seen)
-            while waiting:
-                done, waiting = dispatcher.wait(waiting, timeout=limit)
-                if not done:
-                    break
-                if done[0].result():
-                    on_detect(seen[done[0]])
-                    break
+            self._first_seen(limit, on_detect)
         dispatcher.wait(list(self.pending.values()), timeout=limit)
         stop()
-        detections = []
         results, errors = self.close()
         if errors:
             raise errors[0]  # a watcher's actor died, or a watch did not end: recorded as info, the trial fails
+        return self._detection(results)
+
+    def first_failure_in_place(
+        self, failed: int, end: Callable[[], None], on_detect: Callable[[int], None] | None = None
+    ) -> Detection | None:
+        """In-job recovery: the ranks that survive go on training, and their watches with them. Wait for the first
+        watcher to see a failure (`on_detect(rank)` at once), `end` the failed rank (the one the fault hit: it may
+        hang rather than exit), and record the outcomes of the watches that ended: the failed rank's, and any
+        survivor's that saw a stall. The others stay pending, closed when the job stops (`close`).
+        """
+        dispatcher = self.c.dispatcher
+        limit = self.step.timeout_s + WATCH_READY_TIMEOUT_S
+        seen = self._first_seen(limit, on_detect)
+        if seen is None:
+            return None  # nothing seen: the step fails, and the run stops the job (every watch ends then)
+        end()
+        # the failed rank's watch ends as its process does, and the first to see the failure (perhaps a survivor's
+        # that saw a stall: a host that lost power is seen only so) returns once it has taken its evidence
+        for rank in dict.fromkeys([failed, seen]):
+            dispatcher.wait([self.pending[rank]], timeout=limit)
+        # each asked alone: a Ray wait returns one of the calls done, not all of them
+        ended = {rank for rank, call in self.pending.items() if dispatcher.wait([call], timeout=0)[0]}
+        results, errors = self.close(only=ended)
+        if errors:
+            raise errors[0]
+        return self._detection(results)
+
+    def _first_seen(self, limit: float, on_detect: Callable[[int], None] | None) -> int | None:
+        """The rank whose watcher marks failure_detected first (None: none within `limit`), `on_detect` run at once.
+        It reacts to the milestone itself, not to the procedure's return: after marking failure_detected a watcher
+        still takes a health probe for the evidence, which the failover need not wait for.
+        """
+        dispatcher = self.c.dispatcher
+        seen = {
+            dispatcher.call(
+                watcher(self.ranks[rank].host), "wait_mark", Op.FAILURE_DETECTED, limit, self.tokens[rank]
+            ): rank
+            for rank in self.pending
+        }
+        waiting = list(seen)
+        while waiting:
+            done, waiting = dispatcher.wait(waiting, timeout=limit)
+            if not done:
+                return None
+            if done[0].result():
+                if on_detect is not None:
+                    on_detect(seen[done[0]])
+                return seen[done[0]]
+        return None
+
+    def _detection(self, results: dict[int, OpResult]) -> Detection | None:
+        detections = []
         for rank, result in results.items():
             mark = result.marks.get(Op.FAILURE_DETECTED) if result.status == "ok" else None
             watched = cast(dict, result.value or {})  # gpu.watch_job's value is a dict (the gpu_host family)
@@ -119,7 +155,7 @@ class Watches:
                 detections.append((rank, mark[0], watched))
         return failed_rank(detections)
 
-    def close(self) -> tuple[dict[int, OpResult], list[Exception]]:
+    def close(self, only: set[int] | None = None) -> tuple[dict[int, OpResult], list[Exception]]:
         """Every watcher's outcome recorded, once: each watch ends when its rank's job does (the job is stopped
         by now, or its host is gone) or at its own time limit. A watcher that does not answer within that limit,
         or whose actor died, is recorded as `info` (its outcome unknown). Returns the outcomes that came back, and
@@ -129,7 +165,7 @@ class Watches:
         results: dict[int, OpResult] = {}
         errors: list[Exception] = []
         for rank, call in self.pending.items():
-            if rank in self.recorded:
+            if rank in self.recorded or (only is not None and rank not in only):
                 continue
             self.recorded.add(rank)
             host = self.ranks[rank].host

@@ -45,12 +45,16 @@ class RankFault:
     stop: Callable[[], None]
     kind: str
     timeout_s: float
+    in_place: bool = False  # in-job recovery: the survivors keep running (and their watches with them)
 
     def detect(self, on_detect: Callable[[int], None] | None = None) -> Detection:
         """The first failure a watcher saw (rank, ns, value), once the job is stopped; StepFailed if none was seen
         within the step's timeout. `on_detect(rank seen)` runs the moment a failure is seen.
         """
-        first = self.watches.first_failure(self.stop, on_detect)
+        if self.in_place:
+            first = self.watches.first_failure_in_place(self.target.index, self.stop, on_detect)
+        else:
+            first = self.watches.first_failure(self.stop, on_detect)
         if first is None:
             raise StepFailed(
                 f"{self.kind} on rank {self.target.index} ({self.target.host}) was not detected within "
@@ -67,9 +71,12 @@ def fault_on_rank(
     progress: str,
     step,
     stop: Callable[[], None],
+    keep: Callable[[Watches], None] | None = None,
 ) -> Iterator[RankFault]:
     """Watch every rank, inject the step's fault on its rank once all are watching, and yield it; on leaving, the
-    fault is healed and every watcher's outcome recorded, whatever ended the block.
+    fault is healed and every watcher's outcome recorded, whatever ended the block. With `keep` (in-job recovery:
+    `stop` ends the failed rank alone), the watches of the ranks still running are handed to it instead, to be
+    closed once those ranks stop.
     """
     target = ranks[step.rank]
     job = handles[target.index]
@@ -79,6 +86,9 @@ def fault_on_rank(
         ready = watches.ready()
         rank = rank_target(step, target, job)
         with recording.held(coordinator, step.kind, rank, step.label, target.host, {**data, "watching": ready}) as f:
-            yield RankFault(target, f.at_ns, job, data, watches, stop, step.kind, step.timeout_s)
+            yield RankFault(target, f.at_ns, job, data, watches, stop, step.kind, step.timeout_s, keep is not None)
     finally:
-        watches.close()
+        if keep is not None:
+            keep(watches)
+        else:
+            watches.close()

@@ -1,0 +1,120 @@
+"""In-job recovery (`job.recovery: in-job`) on the twin, with the real PyTorch job (testbed-torch-train over gloo):
+
+- a failover on every fault kind a failover takes (gpu.fail, process.kill, process.hang, host.power_off), each on
+  its own rank, in each of several trials of one run: the host the fault hit is the one replaced, by a spare parked
+  since job.start, no process is started during a failover, the spare's first step is the step the survivors failed
+  in, every fault is healed and `testbed check` passes;
+- every stall bounded, each ending in an error that names the rank and the slot: a spare that never arrives (its
+  process stopped), a survivor that hangs while the next generation forms. These run the engine in-process (a
+  LocalDispatcher of DeviceActors, the real drivers against the twin's real endpoints) to reach the processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from injob_every_kind import JOB, assert_each_failover_recovered_in_job, playbook
+from peers import require_peer
+from test_engine_local import engine_for
+
+from testbed.contracts.errors import StepFailed
+from testbed.documents import load_inventory, load_playbook
+from testbed.ops.check import check_run
+from testbed.plan import make_plan
+from testbed.twin.bridge import start_twin
+
+REPO = Path(__file__).resolve().parents[2]
+# Each job.start imports PyTorch in six processes (four ranks, two spares) on a 2-core machine: a trial of four
+# failovers takes a minute or two when idle; the margin is for a loaded one.
+pytestmark = pytest.mark.timeout(1200)
+
+TRIALS = 3
+
+
+def test_an_in_job_failover_on_every_fault_kind_resumes_each_trial_at_the_step_it_failed_in(repo, tmp_path):
+    require_peer("torch", "the in-job failover runs the real PyTorch job, and the controller's store is PyTorch's")
+    (tmp_path / "every-kind.yaml").write_text(playbook(TRIALS))
+    done = subprocess.run(
+        [sys.executable, "-m", "testbed", "run", str(tmp_path / "every-kind.yaml"), "--emulate"]
+        + ["--results", str(tmp_path / "results")],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=1100,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = Path(done.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    lines: dict[str, list[str]] = {}  # job name -> its lines (each job.start names its processes afresh)
+    for line in (run_dir / "twin_truth.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("event") == "line":
+            lines.setdefault(record["job"], []).append(record["line"])
+    assert_each_failover_recovered_in_job(run_dir, TRIALS, lines)
+    checked = check_run(run_dir)
+    assert checked.ok, checked.checks
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["trials"]["ok"] == TRIALS
+
+
+def _bounded_run(tmp_path: Path, stall) -> str:
+    """One trial of an in-job failover (process.kill on rank 1) run in-process, with `stall(jobs)` done between
+    job.start and the failover; the failover's error.
+    """
+    require_peer("torch", "the in-job failover runs the real PyTorch job, and the controller's store is PyTorch's")
+    base = load_inventory(REPO / "playbooks/inventory/emulated-rack.yaml").model
+    text = "name: in-job-stall\n" + JOB.format(timeout=5) + "steps:\n"
+    text += "  - {action: job.start, wait_steps: 4, timeout_ms: 240000}\n"
+    text += '  - {action: failover, fault: {kind: process.kill, target: "rank:1"}, heartbeat_ms: 50, '
+    text += "timeout_ms: 8000}\n"
+    text += "  - {action: job.stop}\n"
+    (tmp_path / "stall.yaml").write_text(text)
+    plan = make_plan(load_playbook(tmp_path / "stall.yaml", base).model, base, trials=1)
+    job_start, failover, job_stop = plan.trials[0].steps
+    with start_twin(plan, None) as (inventory, twin):
+        coordinator, dispatcher, recorder = engine_for(plan, inventory, twin, tmp_path)
+        jobs = coordinator.jobs
+        try:
+            coordinator.execute_steps([job_start])
+            stall(jobs)
+            with pytest.raises(StepFailed) as failed:
+                coordinator.execute_steps([failover])
+        finally:
+            try:
+                coordinator.execute_steps([job_stop])
+            finally:
+                coordinator.close()
+                dispatcher.close()
+                recorder.close()
+    return " ".join(str(failed.value).split())
+
+
+def test_a_spare_that_never_arrives_ends_the_failover_within_its_bound_naming_the_rank_and_slot(tmp_path):
+    def stop_the_spares(jobs) -> None:
+        for handle in jobs.spares.values():  # parked, then stopped for good: never joins
+            os.kill(handle["pid"], signal.SIGSTOP)
+
+    error = _bounded_run(tmp_path, stop_the_spares)
+    assert re.search(
+        r"generation 1 did not form: rank 1 on the spare gpu(09|10) \(in slot gpu02\) did not reach its first step "
+        r"\(bound 8 s\): .*did not reach step 0 within 8 s",
+        error,
+    ), error
+
+
+def test_a_survivor_that_hangs_while_the_generation_forms_is_named_by_the_spare(tmp_path):
+    def hang_rank_2(jobs) -> None:
+        os.kill(jobs.handles[2]["pid"], signal.SIGSTOP)  # a survivor of the fault on rank 1, stopped
+
+    error = _bounded_run(tmp_path, hang_rank_2)
+    assert re.search(
+        r"generation 1 did not form: rank 1 on the spare gpu(09|10) \(in slot gpu02\) did not reach its first step "
+        r".*generation 1: slot gpu03 \(rank 2\) did not join within 5 s",
+        error,
+    ), error
