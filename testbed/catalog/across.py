@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from testbed.catalog.owners import mine, owner_name
 from testbed.catalog.points import check_selection, group_label, groups, sort_groups
 from testbed.catalog.query import span_columns, span_counts, unknown_spans
 from testbed.contracts.errors import UserError
@@ -158,7 +159,11 @@ def _nothing_measured(results_dirs, spans: Iterable[str] | None, filters: dict) 
 
 def _described(filters: dict) -> str:
     given = {k: v for k, v in filters.items() if v not in (None, [], ()) and k != "sync_first"}
-    said = ", ".join(f"{k}={'+'.join(v) if isinstance(v, list | tuple) else v}" for k, v in given.items())
+    if given.get("owner") == mine():  # the default: said only when it is someone else's
+        del given["owner"]
+    elif "owner" in given:  # uids, said as names
+        given["owner"] = [owner_name(uid) for uid in given["owner"]]
+    said = ", ".join(f"{k}={'+'.join(map(str, v)) if isinstance(v, list | tuple) else v}" for k, v in given.items())
     return f"selected by {said}" if given else "in the results folders"
 
 

@@ -24,7 +24,20 @@ from testbed.events.safe_files import atomic_writer
 
 ANALYSIS_EXTRA = "pip install 'testbed[analysis]'"
 FORMATS = ("csv", "parquet")
-FILTERS = ("run", "playbook", "inventory", "target", "status", "since", "until", "commit", "tag", "protocol", "param")
+FILTERS = (
+    "run",
+    "playbook",
+    "inventory",
+    "target",
+    "status",
+    "since",
+    "until",
+    "commit",
+    "tag",
+    "protocol",
+    "param",
+    "owner",
+)
 
 # The type of each column (how Parquet and pandas hold it; CSV writes text): str, int, float, bool, time (UTC),
 # json (text). A sweep key's column (sweep.NAME) holds what the playbook's sweep gave.
@@ -42,7 +55,8 @@ RUN_PROVENANCE = {
     "git_commit": "str",
     "git_dirty": "bool",
     "testbed_version": "str",
-    "user": "str",
+    "user": "str",  # what run.json says
+    "owner": "str",  # the folder's owner, as the kernel says
     "host": "str",
     "started": "time",
     "ended": "time",

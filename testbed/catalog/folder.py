@@ -38,15 +38,37 @@ class RunRows:
 
 
 def signature(run_dir: Path) -> str:
-    """What the folder's indexed files look like now: a changed signature means index it again."""
-    parts = []
+    """What the folder's indexed files look like now (their owners included: a chown changes no mtime): a changed
+    signature means index it again.
+    """
+    parts = [str(_uid(run_dir))]
     for name in (RUN_FILE, EVENTS_FILE, ANNOTATIONS_FILE):
         try:
-            st = os.stat(run_dir / name)
-            parts.append(f"{st.st_size}:{st.st_mtime_ns}")
+            st = os.stat(run_dir / name, follow_symlinks=False)
+            parts.append(f"{st.st_uid}:{st.st_size}:{st.st_mtime_ns}")
         except FileNotFoundError:
             parts.append("-")
     return "/".join(parts)
+
+
+MIXED_OWNERS = -1
+
+
+def owner_uid(run_dir: Path) -> int:
+    """The account that owns the folder and each file the catalog reads from it; MIXED_OWNERS when they differ (a
+    file another account put in it, or a folder of ours holding another's run).
+    """
+    uids = {_uid(run_dir)}
+    for name in (RUN_FILE, EVENTS_FILE, ANNOTATIONS_FILE):
+        try:
+            uids.add(os.stat(run_dir / name, follow_symlinks=False).st_uid)
+        except FileNotFoundError:
+            pass
+    return uids.pop() if len(uids) == 1 else MIXED_OWNERS
+
+
+def _uid(path: Path) -> int:
+    return os.stat(path, follow_symlinks=False).st_uid
 
 
 def read_run(run_dir: Path, indexed_at: float) -> RunRows:
@@ -95,6 +117,7 @@ def read_run(run_dir: Path, indexed_at: float) -> RunRows:
         "ended": max(walls) if walls else None,
         "format_version": _int(info.get("format_version")),
         "torn": events.torn if events is not None else None,
+        "owner_uid": owner_uid(run_dir),
         "signature": sig,
         "indexed_at": indexed_at,
     }

@@ -13,13 +13,14 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 
+from testbed.catalog.owners import mine, owner_name, resolve_owners
 from testbed.catalog.points import check_selection, group_label, groups, sort_groups
 from testbed.catalog.query import did_you_mean, span_columns, span_counts
 from testbed.contracts.errors import UserError
 from testbed.results.stats import median_ratio_interval
 
 DEFAULT_MAX_SLOWDOWN_PCT = 5.0
-KEYS = ("run", "playbook", "inventory", "target", "status", "since", "until", "commit", "tag", "protocol")
+KEYS = ("run", "playbook", "inventory", "target", "status", "since", "until", "commit", "tag", "protocol", "owner")
 FLAGS = {"lab": ("target", "lab"), "twin": ("target", "twin")}  # a bare word as short for KEY=VALUE
 SLOWER, OK, UNSURE = "slower", "ok", "cannot tell"
 # The family-wise error rate of a gate, one-sided: with one comparison, the rule of a 95 % interval's low end above
@@ -56,6 +57,14 @@ def parse_selection(items: Iterable[str], option: str = "--baseline") -> dict:
     if not filters:
         raise UserError(f"{option}: select some runs, e.g. {option} tag=before (keys: {', '.join(KEYS)})")
     return filters
+
+
+def owned(filters: dict) -> dict:
+    """The selection's run folders limited to their owners: `owner=` as given (names resolved to uids), else the
+    invoking user's alone, so a folder another account drops into a shared results folder cannot change the verdict
+    (testbed.catalog.owners).
+    """
+    return filters | {"owner": resolve_owners([filters["owner"]]) if "owner" in filters else mine()}
 
 
 def gate(
@@ -183,7 +192,12 @@ def _worst(comparisons: list[dict]) -> dict:
 
 
 def _said(filters: dict) -> str:
-    return ", ".join(f"{k}={'+'.join(v) if isinstance(v, list) else v}" for k, v in filters.items())
+    given = dict(filters)
+    if given.get("owner") == mine():  # the default: said only when it is someone else's
+        del given["owner"]
+    elif given.get("owner") is not None:  # uids, said as names
+        given["owner"] = [owner_name(uid) for uid in given["owner"]]
+    return ", ".join(f"{k}={'+'.join(map(str, v)) if isinstance(v, list) else v}" for k, v in given.items())
 
 
 def _groups_said(by_group: dict) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 
 from testbed.catalog.folder import RUN_FILE, iso
 from testbed.catalog.index import sync
+from testbed.catalog.owners import owner_name
 from testbed.catalog.schema import catalog_path, connect
 from testbed.contracts.errors import UserError
 
@@ -28,7 +29,7 @@ RUN_COLUMNS = (
     "id, run_id, folder, status, error, playbook, playbook_file, inventory, inventory_file, inventory_digest, target, "
     "seed, "
     "trials_planned, trials_ok, trials_failed, git_commit, git_dirty, testbed_version, versions, user, host, "
-    "started, ended, format_version, torn"
+    "started, ended, format_version, torn, owner_uid"
 )
 
 
@@ -46,6 +47,7 @@ def select_runs(
     tag: str | Iterable[str] | None = None,
     protocol: str | None = None,
     param: dict[str, str] | None = None,
+    owner: Iterable[int] | None = None,
     sync_first: bool = True,
 ) -> list[dict]:
     """The runs under `results_dirs` (default ./results) that pass every filter given, oldest first.
@@ -54,11 +56,12 @@ def select_runs(
     `target` "lab" or "twin"; `status` ok, failed, aborted (running: a run whose runner died unhealed);
     `since`/`until` a date (UTC; `until` takes the whole day) or an ISO datetime; `commit` the start of a git
     commit; `tag` a tag, or several that must all be there; `protocol` a switch's driver or served interface;
-    `param` {name: value} parameters given at run time (`testbed run --param`), all of which must hold.
+    `param` {name: value} parameters given at run time (`testbed run --param`), all of which must hold; `owner` the
+    uids whose run folders count (testbed.catalog.owners; None: anyone's).
     Each run is a dict: the runs table's columns (times as UTC ISO strings, `versions` a dict), `path` (its
     folder), `results` (its results folder), `duration_s`, `switches`, `tags` and `notes`.
     """
-    where, params = _where(run, playbook, inventory, target, status, since, until, commit, tag, protocol, param)
+    where, params = _where(run, playbook, inventory, target, status, since, until, commit, tag, protocol, param, owner)
     out: list[dict] = []
     for results, conn in _catalogs(results_dirs, sync_first):
         try:
@@ -73,6 +76,7 @@ def select_runs(
             r["started"], r["ended"] = iso(started), iso(ended)
             r["versions"] = json.loads(r["versions"]) if r["versions"] else {}
             r["git_dirty"] = None if r["git_dirty"] is None else bool(r["git_dirty"])
+            r["owner"] = owner_name(r["owner_uid"])
             r["path"] = str(results / r["folder"])
             r["results"] = str(results)
             r.update(extra[r.pop("id")])
@@ -363,6 +367,7 @@ def _where(
     tag=None,
     protocol=None,
     param=None,
+    owner=None,
 ) -> tuple[str, list]:
     clauses: list[str] = []
     params: list = []
@@ -399,6 +404,10 @@ def _where(
     for name, value in (param or {}).items():
         clauses.append("r.id IN (SELECT run FROM params WHERE name = ? AND value = ?)")
         params += [name, value]
+    if owner is not None:
+        uids = [int(u) for u in owner]
+        clauses.append(f"r.owner_uid IN ({', '.join('?' * len(uids)) or 'NULL'})")
+        params += uids
     return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 

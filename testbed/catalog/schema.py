@@ -11,7 +11,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # A run ending while another process writes waits this long for the lock; SQLite's writer holds it for the time
 # of one run's insert (milliseconds), or a whole reindex (seconds).
 BUSY_TIMEOUT_S = 60.0
@@ -20,14 +20,16 @@ TABLES = {
     # Child rows refer to their run by `id` (an integer: a span sample's row stays small). One row per run folder,
     # known by the folder's name inside its results folder (a copied folder keeps its run id
     # but not its name). `signature` is what the folder looked like when it was indexed (sizes and mtimes): a
-    # folder whose signature changed (heal rewrote run.json, a tag was added) is indexed again.
+    # folder whose signature changed (heal rewrote run.json, a tag was added) is indexed again. `owner_uid`: the
+    # account that owns the folder and every file indexed from it (-1 when they differ): what the kernel says, which
+    # no one but root can forge, unlike run.json's `user` (docs/run-folders.md).
     "runs": """
         id INTEGER PRIMARY KEY, folder TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL, status TEXT, error TEXT,
         playbook TEXT, playbook_file TEXT, inventory TEXT, inventory_file TEXT, inventory_digest TEXT, target TEXT,
         seed INTEGER, trials_planned INTEGER, trials_ok INTEGER, trials_failed INTEGER,
         git_commit TEXT, git_dirty INTEGER, testbed_version TEXT, versions TEXT,
         user TEXT, host TEXT, started REAL, ended REAL, format_version INTEGER,
-        torn TEXT, signature TEXT NOT NULL, indexed_at REAL NOT NULL
+        torn TEXT, owner_uid INTEGER, signature TEXT NOT NULL, indexed_at REAL NOT NULL
     """,
     # Every device of the run's inventory; a switch's protocol is its driver (and the interface the twin served).
     # `switch`: its family holds circuits (1), not (0), or a family this install does not know (NULL).
@@ -53,6 +55,7 @@ INDEXES = (
     "CREATE INDEX spans_by_run ON spans (run)",
     "CREATE INDEX trials_by_run ON trials (run, trial)",
     "CREATE INDEX runs_by_start ON runs (started)",
+    "CREATE INDEX runs_by_owner ON runs (owner_uid)",
     *(f"CREATE INDEX {t}_by_run ON {t} (run)" for t in ("devices", "milestones", "faults", "notes", "params")),
     "CREATE INDEX tags_by_name ON tags (name, run)",
 )

@@ -149,7 +149,7 @@ def cmd_report_across(args, console: Console) -> int:
     if args.run_dir is not None:
         raise UserError(f"give a run folder ({args.run_dir}) or --across and a selection, not both")
     dirs = _dirs(args)
-    result = across(dirs, args.span, sweep=parse_sweep(args.sweep), **selection_filters(args))
+    result = across(dirs, args.span, sweep=parse_sweep(args.sweep), **selection_filters(args, mine_by_default=True))
     runs = result["runs"]
     if args.json:
         rows = [{k: v for k, v in r.items() if k not in ("spans", "trials", "sweeps")} for r in runs]
@@ -217,7 +217,7 @@ def cmd_report_across(args, console: Console) -> int:
 def cmd_spans(args, console: Console) -> int:
     from testbed.catalog.query import span_counts
 
-    counts = span_counts(_dirs(args), **selection_filters(args))
+    counts = span_counts(_dirs(args), **selection_filters(args, mine_by_default=True))
     if args.json:
         print(json.dumps(counts, indent=2))
         return EXIT_OK
@@ -243,7 +243,9 @@ def cmd_trend(args, console: Console) -> int:
 
     console = _wide(console)
     dirs = _dirs(args)
-    rows = trend(args.span, dirs, by=args.by, sweep=parse_sweep(args.sweep), **selection_filters(args))
+    rows = trend(
+        args.span, dirs, by=args.by, sweep=parse_sweep(args.sweep), **selection_filters(args, mine_by_default=True)
+    )
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
@@ -282,12 +284,12 @@ def cmd_trend(args, console: Console) -> int:
 
 
 def cmd_gate(args, console: Console) -> int:
-    from testbed.catalog.gate import SLOWER, UNSURE, gate, parse_selection
+    from testbed.catalog.gate import SLOWER, UNSURE, gate, owned, parse_selection
     from testbed.catalog.points import parse_sweep
 
     console = _wide(console)
-    baseline = parse_selection(args.baseline, "--baseline")
-    candidate = parse_selection(args.candidate, "--candidate")
+    baseline = owned(parse_selection(args.baseline, "--baseline"))
+    candidate = owned(parse_selection(args.candidate, "--candidate"))
     result = gate(
         args.spans, baseline, candidate, _dirs(args), max_slowdown_pct=args.max_slowdown, sweep=parse_sweep(args.sweep)
     )

@@ -53,6 +53,13 @@ def add_selection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--param", action="append", metavar="KEY=VALUE", help="only runs given this parameter (testbed run --param)"
     )
+    p.add_argument(
+        "--owner",
+        action="append",
+        metavar="WHO",
+        help="only run folders this account owns (repeat; @GROUP: its members; anyone: every owner). gate, trend and "
+        "report --across: yours unless given",
+    )
 
 
 def run_folder(run: str, results: list[str] | None = None, any_folder: bool = True) -> Path:
@@ -80,12 +87,16 @@ def add_run_options(p: argparse.ArgumentParser, *dests: str) -> None:
     _results_option(p)
 
 
-def selection_filters(args) -> dict:
-    """The filters of `add_selection_options` as select_runs' keyword arguments."""
+def selection_filters(args, mine_by_default: bool = False) -> dict:
+    """The filters of `add_selection_options` as select_runs' keyword arguments. `mine_by_default`: without --owner,
+    only the invoking user's run folders (what gives a verdict over runs; testbed.catalog.owners).
+    """
     from testbed.catalog.annotations import parse_params
+    from testbed.catalog.owners import mine, resolve_owners
 
     names = ("playbook", "inventory", "target", "status", "since", "until", "commit", "tag", "protocol")
-    return {name: getattr(args, name) for name in names} | {"param": parse_params(args.param) or None}
+    owner = resolve_owners(args.owner) if args.owner else (mine() if mine_by_default else None)
+    return {name: getattr(args, name) for name in names} | {"param": parse_params(args.param) or None, "owner": owner}
 
 
 def _results_option(p: argparse.ArgumentParser, dest: str = "results") -> None:
@@ -147,8 +158,8 @@ def cmd_runs(args, console: Console) -> int:
 
 # The columns of `testbed runs`, in order; the optional ones are shown in this order of importance while the
 # terminal has room (the run id, what the other commands take, is always whole).
-COLUMNS = ("run", "status", "inventory", "on", "switches", "trials", "s", "commit", "tags")
-OPTIONAL = ("tags", "inventory", "s", "switches")
+COLUMNS = ("run", "status", "owner", "inventory", "on", "switches", "trials", "s", "commit", "tags")
+OPTIONAL = ("tags", "owner", "inventory", "s", "switches")
 
 
 def _cells(r: dict) -> dict[str, str]:
@@ -160,6 +171,7 @@ def _cells(r: dict) -> dict[str, str]:
         "run": escape(r["folder"]),
         "status": f"[{style}]{status}[/]" if style else status,
         "inventory": escape(str(r["inventory"]) + digest),
+        "owner": escape(str(r.get("owner") or "-")),  # the folder's owner, as the kernel says
         "on": r["target"],
         "switches": escape(", ".join(f"{s['name']} ({s['driver']})" for s in r["switches"]) or "-"),
         "trials": f"{r['trials_ok']}/{r['trials_planned']}",
