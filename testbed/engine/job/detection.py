@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 WATCH_READY_TIMEOUT_S = 20.0
 # What gpu.watch_job reports when the host itself shows the fault, not just the process's exit.
-HARDWARE_FAILURES = {"gpu_lost", "xid"}
+HARDWARE_FAILURES = {"gpu_lost", "xid", "host_lost"}  # evidence that the rank's own hardware failed
 
 Detection = tuple[int, int, dict]  # (rank, failure_detected ns, the watch_job value)
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast
 
 from drivers.capabilities import GpuHost, JobHandle
-from drivers.errors import DeviceCommandError, DeviceTimeout
+from drivers.errors import DeviceCommandError, DeviceConnectionError, DeviceTimeout
 from testbed.contracts.jsontypes import JsonObject
 from testbed.families.context import ProcedureContext
 
@@ -43,7 +43,7 @@ class StraggleHost(GpuHost, Protocol):
 class Detection(TypedDict):
     """What gpu.watch_job returns: the failure it saw (None: none within max_s) and its evidence."""
 
-    detected: str | None  # "process_exit", "gpu_lost", "xid", "stall"
+    detected: str | None  # "process_exit", "gpu_lost", "xid", "host_lost", "stall"
     evidence: str
     last_step: int | None
     detected_ns: int | None
@@ -227,6 +227,7 @@ def watch_job(
     - "process_exit": the job's process is gone (reported within heartbeat_s of its death);
     - "gpu_lost" / "xid": the same, and a health probe taken right after it shows a GPU lost / a new Xid
       line since the watch began (the probe's findings are the evidence);
+    - "host_lost": the same, and the host no longer answers the probe (it lost power with its process);
     - "stall": no progress line for stall_timeout_s (before the first progress line: for first_step_after
       seconds, if given, to allow for start-up, e.g. loading a checkpoint).
     Returns {"detected": kind or None after max_s, "evidence", "last_step", "detected_ns", "health"}.
@@ -249,7 +250,11 @@ def watch_job(
             ctx.mark("watching")
         if ev.kind == "exited":
             ns = ctx.mark_at("failure_detected", ev.monotonic_ns)  # when the exit reached us, before probing
-            probe = host.health()
+            try:
+                probe = host.health()
+            except (DeviceConnectionError, DeviceTimeout) as exc:  # the host went with its process (power lost)
+                why = str(exc).splitlines()[0]
+                return result("host_lost", f"process {handle.pid} exited and its host does not answer: {why}", ns)
             lost = sorted(set(probe["lost"]) - set(baseline["lost"]))
             xids = [x for x in probe["xids"] if x not in baseline["xids"]]
             tail = f"; last output: {recent[-1]!r}" if recent else ""
