@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from testbed.catalog.owners import mine, owner_name, resolve_owners
-from testbed.catalog.points import check_selection, group_label, groups, sort_groups
+from testbed.catalog.points import check_selection, group_label, groups, key_value_parts, sort_groups
 from testbed.catalog.query import did_you_mean, span_columns, span_counts
 from testbed.contracts.errors import UserError
 from testbed.results.stats import median_ratio_interval
@@ -36,24 +36,18 @@ def parse_selection(items: Iterable[str], option: str = "--baseline") -> dict:
     naming the option and the item for anything else.
     """
     filters: dict = {}
-    for item in items:
-        for part in str(item).split(","):
-            part = part.strip()
-            if not part:
-                continue
-            key, eq, value = part.partition("=")
-            key, value = key.strip(), value.strip()
-            if not eq and key in FLAGS:
-                key, value = FLAGS[key]
-            elif not eq or not value or key not in KEYS:
-                why = f"unknown key {key!r}{did_you_mean(key, KEYS)}" if eq and key not in KEYS else "give KEY=VALUE"
-                raise UserError(f"{option} {part!r}: {why}; keys: {', '.join(KEYS)} (e.g. {option} tag=before,twin)")
-            if key == "tag":
-                filters.setdefault("tag", []).append(value)
-            elif key in filters:
-                raise UserError(f"{option}: {key} given twice ({filters[key]!r} and {value!r}); give it once")
-            else:
-                filters[key] = value
+    for part, key, eq, value in key_value_parts(items):
+        if not eq and key in FLAGS:
+            key, value = FLAGS[key]
+        elif not eq or not value or key not in KEYS:
+            why = f"unknown key {key!r}{did_you_mean(key, KEYS)}" if eq and key not in KEYS else "give KEY=VALUE"
+            raise UserError(f"{option} {part!r}: {why}; keys: {', '.join(KEYS)} (e.g. {option} tag=before,twin)")
+        if key == "tag":
+            filters.setdefault("tag", []).append(value)
+        elif key in filters:
+            raise UserError(f"{option}: {key} given twice ({filters[key]!r} and {value!r}); give it once")
+        else:
+            filters[key] = value
     if not filters:
         raise UserError(f"{option}: select some runs, e.g. {option} tag=before (keys: {', '.join(KEYS)})")
     return filters

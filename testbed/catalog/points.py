@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -30,21 +30,27 @@ def group_label(playbook: str | None, key: str, with_playbook: bool) -> str:
     return f"{playbook}" if point == "-" else f"{playbook} {point}"
 
 
+def key_value_parts(items: Iterable[str]) -> Iterator[tuple[str, str, str, str]]:
+    """Each KEY=VALUE of command-line items, an item possibly several joined by commas: (the part as written, key,
+    "=" or "" when there was none, value), stripped; empty parts skipped.
+    """
+    for item in items:
+        for part in str(item).split(","):
+            part = part.strip()
+            if part:
+                key, eq, value = part.partition("=")
+                yield part, key.strip(), eq, value.strip()
+
+
 def parse_sweep(items: Iterable[str] | None) -> dict[str, set[str]]:
     """--sweep KEY=VALUE items (each possibly several joined by commas) as {key: the values allowed}; a key given
     twice allows either value. UserError for an item that is not KEY=VALUE.
     """
     wanted: dict[str, set[str]] = {}
-    for item in items or ():
-        for part in str(item).split(","):
-            part = part.strip()
-            if not part:
-                continue
-            key, eq, value = part.partition("=")
-            key, value = key.strip(), value.strip()
-            if not eq or not key or not value:
-                raise UserError(f"--sweep {part!r}: give KEY=VALUE, a sweep variable and one of its values")
-            wanted.setdefault(key, set()).add(value)
+    for part, key, eq, value in key_value_parts(items or ()):
+        if not eq or not key or not value:
+            raise UserError(f"--sweep {part!r}: give KEY=VALUE, a sweep variable and one of its values")
+        wanted.setdefault(key, set()).add(value)
     return wanted
 
 
