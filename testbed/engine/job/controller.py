@@ -426,26 +426,17 @@ class JobController:
         """
         self.require_running(step.label)
         host = self.ranks[step.rank].host
-        if in_place:
-            if self.store is None:
-                raise StepFailed(f"{step.label}: an in-job failover needs the job's store: job.recovery: in-job")
-            return injection.fault_on_rank(
-                self.c,
-                self.ranks,
-                self.handles,
-                self.job.progress,
-                step,
-                stop=lambda: self.end_rank(step.label, step.rank, hit=frozenset({host})),
-                keep=self.kept_watches.append,
-            )
-        return injection.fault_on_rank(
-            self.c,
-            self.ranks,
-            self.handles,
-            self.job.progress,
-            step,
-            stop=lambda: self.stop(label=step.label, end_service=False, hit=frozenset({host})),
-        )
+        if in_place and self.store is None:
+            raise StepFailed(f"{step.label}: an in-job failover needs the job's store: job.recovery: in-job")
+
+        def stop() -> None:  # in-job: the failed rank alone; else the whole job
+            if in_place:
+                self.end_rank(step.label, step.rank, hit=frozenset({host}))
+            else:
+                self.stop(label=step.label, end_service=False, hit=frozenset({host}))
+
+        keep = self.kept_watches.append if in_place else None
+        return injection.fault_on_rank(self.c, self.ranks, self.handles, self.job.progress, step, stop=stop, keep=keep)
 
     # --- a job a step runs to its end --------------------------------------------------------------
 
