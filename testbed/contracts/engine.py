@@ -19,14 +19,25 @@ from testbed.contracts.twin import Twin
 
 
 class Executable(Protocol):
-    """A planned step as the engine runs it: it executes itself against the engine it is handed."""
+    """A planned step as the engine runs it: it executes itself against the engine it is handed. Every planned
+    step (testbed.steps.base.Planned) declares it, so a reading of the code goes from the engine's call to the step.
+    """
 
-    @property
-    def label(self) -> str:
-        """The step's label (progress, events, errors)."""
+    label: str  # the step's label (progress, events, errors); an attribute, as the frozen steps hold it
 
     def execute(self, engine: StepEngine) -> None:
         """Do the step; StepFailed (or another ExperimentFailed) when it did not succeed."""
+
+    def single_device(self) -> str | None:
+        """The one device the step drives when consecutive such steps may go to its actor as one program (its
+        `calls` then run there and `measured` reads their results); None for every other step.
+        """
+
+    def calls(self, engine: StepEngine) -> Mapping[str, tuple[str, dict[str, Any]]]:
+        """A one-device step's procedure on its device, as `execute` would call it."""
+
+    def measured(self, engine: StepEngine, results: Sequence[Outcome | None]) -> None:
+        """Record what a one-device step measures from its calls' results, when they ran as part of a program."""
 
 
 class FaultBudget(Protocol):

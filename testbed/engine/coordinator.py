@@ -318,7 +318,7 @@ class Coordinator:
 
     # --- steps ----------------------------------------------------------------------------------
 
-    def execute_steps(self, steps) -> None:
+    def execute_steps(self, steps: Sequence[Executable]) -> None:
         """Run steps in order; consecutive steps on one and the same device go as one program."""
         i = 0
         while i < len(steps):
@@ -326,15 +326,14 @@ class Coordinator:
             j = i + 1
             while device is not None and j < len(steps) and steps[j].single_device() == device:
                 j += 1
-            if j - i == 1:
+            if device is None or j - i == 1:
                 self.execute(steps[i])
             else:
                 group = steps[i:j]
                 results = self.dispatch({device: [(s.label, *s.calls(self)[device]) for s in group]})[device]
                 for step, result in zip(group, results, strict=True):
                     raise_failures([result])
-                    if hasattr(step, "measured"):
-                        step.measured(self, [result])
+                    step.measured(self, [result])
             i = j
 
     def execute(self, step: Executable) -> None:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from drivers.audit import AuditRecord
+from testbed.contracts.recording import EventSink
 from testbed.events import Event, EventType, Observer, now, read_events
 from testbed.events.safe_files import open_append, open_fd
 from testbed.events.schema import SchemaError, check_event
@@ -26,9 +27,11 @@ STRICT_ENV = "TESTBED_STRICT_EVENTS"
 NOT_RUN = "not run: an earlier step on this device failed"
 
 
-class Recorder:
+class Recorder(EventSink):
+    """The run's event sink: events.jsonl and audit.jsonl, each event checked against the schema and flushed."""
+
     def __init__(self, run_dir: Path, run_id: str, observers: list[Observer] | None = None) -> None:
-        self.run_id = run_id
+        self._run_id = run_id
         # Appended to as regular files of the folder, never through a link planted there (safe_files).
         self._events = os.fdopen(open_append(run_dir / "events.jsonl"), "a", encoding="utf-8")
         self._audit = os.fdopen(open_append(run_dir / "audit.jsonl"), "a", encoding="utf-8")
@@ -54,6 +57,11 @@ class Recorder:
         recorder = cls(run_dir, run_id)
         recorder._seq = events.records[-1]["seq"] if events.records else 0
         return recorder
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (its folder's name)."""
+        return self._run_id
 
     def add_observer(self, observer: Observer) -> None:
         self._observers.append(observer)

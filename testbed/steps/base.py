@@ -24,8 +24,9 @@ from pydantic import Field
 from rich.tree import Tree
 
 from testbed.config.common import Strict, param_name
-from testbed.contracts.engine import StepEngine
+from testbed.contracts.engine import Executable, StepEngine
 from testbed.contracts.errors import UserError
+from testbed.contracts.outcome import Outcome
 
 Key = tuple[str | int, ...]  # a key path in the playbook: ("steps", 2, "fault")
 Problem = tuple[Key, str]  # (key path, message)
@@ -153,7 +154,7 @@ class StepModel(Strict):
 
 
 @dataclass(frozen=True)
-class Planned:
+class Planned(Executable):
     """Base of every planned step: what the engine executes and `testbed plan` shows."""
 
     label: str
@@ -178,6 +179,13 @@ class Planned:
     def single_device(self) -> str | None:
         """The one device this step drives, when consecutive such steps may go to its actor as one program."""
         return None
+
+    def calls(self, engine: StepEngine) -> Mapping[str, tuple[str, dict[str, Any]]]:
+        """A one-device step's procedure on its device (only steps whose single_device is not None have one)."""
+        raise NotImplementedError(f"{type(self).__name__} drives no one device")
+
+    def measured(self, engine: StepEngine, results: Sequence[Outcome | None]) -> None:
+        """What a one-device step records from its calls' results once they ran in a program: nothing by default."""
 
 
 def walk(steps: Iterable[Any]) -> Iterator[Any]:

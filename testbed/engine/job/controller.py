@@ -13,7 +13,7 @@ from typing import Any
 
 from testbed.config.sections import Job
 from testbed.contracts.errors import StepFailed, raise_failures
-from testbed.contracts.job import JobStartSpec, RankEnv, RankFaultSpec, RankView
+from testbed.contracts.job import JobStartSpec, JobView, RankEnv, RankFaultSpec, RankView
 from testbed.documents.inventory import Inventory
 from testbed.engine.device_actor import OpResult
 from testbed.engine.job import injection
@@ -38,9 +38,10 @@ LAUNCHERS: dict[str, Launcher] = {"direct": DirectLauncher(), "torchrun": Torchr
 DONE = "done rank "
 
 
-class JobController:
+class JobController(JobView):
     """The playbook's job: its ranks, their hosts (the assignment, which a failover changes), the fabric
-    that connects them, and the watchers that see them fail. Steps see it as a testbed.contracts.job.JobView.
+    that connects them, and the watchers that see them fail. Steps see it as the JobView it declares: a walk of
+    the code from a step's call on its JobView arrives here.
     """
 
     def __init__(
@@ -75,7 +76,7 @@ class JobController:
         self.launches = 0  # each launch names its ranks' jobs afresh: a log read from its start is this launch's
         self.starts = 0  # the job.starts so far: each has its own checkpoints (Launch.generation)
         self.ports: list[int] = []  # rank -> its listen port, in the last launch
-        self.handles: dict[int, dict] = {}  # rank -> job handle (pid, log) while running
+        self._handles: dict[int, dict] = {}  # rank -> job handle (pid, log) while running
         self.launchers: dict[str, dict] = {}  # host -> its torchrun's job handle (launcher: torchrun)
         self.served: ServedFabric | None = None  # the fabric service while the job runs (job.fabric_service)
         # recovery: in-job: the store from job.start to job.stop, the parked spares (host -> job handle), and the
@@ -89,8 +90,24 @@ class JobController:
 
     def assign(self, hosts: Sequence[str]) -> None:
         """hosts[rank] runs that rank (a failover puts a spare in the failed rank's place)."""
-        self.assignment = list(hosts)
-        self.ranks = ranks_of(self.assignment)
+        self._assignment = list(hosts)
+        self._ranks = ranks_of(self._assignment)
+
+    # JobView's read-only views: a step reads them, only the controller's own methods change them
+    @property
+    def assignment(self) -> list[str]:
+        """hosts[rank]: the host running each rank now."""
+        return self._assignment
+
+    @property
+    def ranks(self) -> list[Rank]:
+        """The ranks of the current assignment, in rank order."""
+        return self._ranks
+
+    @property
+    def handles(self) -> dict[int, dict]:
+        """rank -> its job handle (pid, log name) while it runs."""
+        return self._handles
 
     @property
     def recovery(self) -> str:
