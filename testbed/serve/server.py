@@ -265,7 +265,7 @@ class Server:
                 self._in_run = None  # first: a cancel that comes later finds no run to stop
                 self.lab.stop_following()
             status, error, run_dir = run.status, run.error, str(run.run_dir)
-            _annotate(run.run_dir, item.options)
+            _annotate(run.run_dir, item.options, item.user)
         except KeyboardInterrupt as exc:  # before the run had its folder: nothing of it to record
             status, error = "aborted", str(exc) or "interrupted"
         except UserError as exc:  # refused when it came to run (a device lock another holds, a lease)
@@ -515,9 +515,9 @@ def _params(value) -> dict[str, str]:
     return value
 
 
-def _annotate(run_dir: Path, options: dict) -> None:
+def _annotate(run_dir: Path, options: dict, user: str) -> None:
     """The tags, note and parameters the run was submitted with, kept with it as `testbed run --tag ...` keeps
-    them (its annotations, which the catalog indexes).
+    them (its annotations, which the catalog indexes), as the submitting user's, not the server's account's.
     """
     tags, note, params = options["tags"], options["note"], options["params"]
     if not (tags or note or params):
@@ -526,9 +526,9 @@ def _annotate(run_dir: Path, options: dict) -> None:
     from testbed.catalog.annotations import add_param
 
     for name in tags:
-        add_tag(run_dir, name)
+        add_tag(run_dir, name, user=user)
     for name, value in params.items():
-        add_param(run_dir, name, value)
+        add_param(run_dir, name, value, user=user)
     if note:
-        add_note(run_dir, note)
+        add_note(run_dir, note, user=user)
     index_run(run_dir)

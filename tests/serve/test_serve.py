@@ -137,8 +137,14 @@ def test_one_account_cannot_cancel_another_s_run_and_its_owner_can(served):
     assert cancelled[0] == "ok" and cancelled[1]["outcome"] == "cancelled"
     assert served.client.run(alices["id"])["error"] == f"cancelled by {ALICE} before it started"
 
+    # what alice's run is given is recorded as hers, not as the account the server runs as
+    annotated = as_account(ALICE, _submit_blocker, served.socket, SHORT, tags=["alices"], note="mine")
     served.client.cancel(blocker["id"])
-    served.events_until(ended(blocker["id"]))
+    final = served.events_until(ended(annotated["id"]))[-1]["run"]
+    assert final["status"] == "ok", final
+    tags, notes = read_annotations(Path(final["run_dir"]))
+    assert [(t["name"], t["user"]) for t in tags] == [("alices", str(ALICE))]
+    assert [(n["text"], n["user"]) for n in notes] == [("mine", str(ALICE))]
 
 
 def test_a_second_server_for_the_lab_is_refused_and_the_first_keeps_its_socket(repo, served):
