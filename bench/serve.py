@@ -253,6 +253,7 @@ def measure(
     inventory = work / "hosts.yaml"
     inventory.write_text(inventory_text(hosts))
     served, standalone, ansible = [], [], []
+    ansible_failures: list[str] = []
     server = Server(inventory, work / "served", work / "serve")
     try:
         warm_started = time.monotonic()
@@ -277,14 +278,17 @@ def measure(
                     elif way == "standalone":
                         standalone.append(with_testbed(inventory, work / "standalone", 1)["cold_s"])
                     elif binary is not None:
-                        best = None
+                        tried = []
                         for forks in (5, hosts):
                             env = ansible_env(work / f"cp-{r}-{forks}", work / "ansible-home")
-                            seconds = ansible_once(binary, ini, forks, env, hosts, work)
-                            best = seconds if best is None else min(best, seconds)
-                        ansible.append(best)
+                            try:
+                                tried.append(ansible_once(binary, ini, forks, env, hosts, work))
+                            except RuntimeError as exc:  # hosts unreachable under load: said with the figures
+                                ansible_failures.append(str(exc).splitlines()[0])
+                        if tried:
+                            ansible.append(min(tried))
                 line = f"round {r + 1}/{rounds}: served {served[-1]:.2f} s, standalone {standalone[-1]:.2f} s"
-                console.print(line + (f", ansible cold {ansible[-1]:.2f} s" if ansible else ""))
+                console.print(line + (f", ansible cold (best so far) {min(ansible):.2f} s" if ansible else ""))
         finally:
             if twin is not None:
                 twin.__exit__(None, None, None)
@@ -312,6 +316,7 @@ def measure(
         "standalone_cold_s": stats(standalone),
         "ansible_cold_s": stats(ansible) if ansible else None,
         "ansible_missing": None if binary else "ansible not installed: pip install -e '.[bench]'",
+        "ansible_failures": ansible_failures,
         "queued_runs": queued,
         "queue_wait_s": stats(waits["wait_s"]),
         "queue_handover_s": stats(waits["handover_s"]),
@@ -356,12 +361,14 @@ def rows(f: dict) -> list[tuple[str, str, str, str, str, str]]:
 
     command = f"`testbed run playbooks/gpu-health.yaml --emulate --trials 1`, {f['hosts']} hosts, cold, to the table"
     out = []
+    failures = f.get("ansible_failures") or []
+    failed = f"; {len(failures)} Ansible tries left hosts unreachable, not counted" if failures else ""
     if ansible is not None:
         out.append(
             (
                 f"testbed serve: {command}, through a warm server",
                 s(served),
-                f"Ansible cold {s(ansible)}",
+                f"Ansible cold {s(ansible)}{failed}",
                 f"{f['ansible_over_served']:.2f}x faster",
                 ">= 3x faster than Ansible cold",
                 "yes" if f["ansible_over_served"] >= 3 else "**no**",
