@@ -173,26 +173,30 @@ def test_a_server_killed_outright_leaves_what_heal_restores_and_the_next_one_mak
 
     killed_dir = serve_dir.parent / "killed"  # a socket of its own: the module's server serves on beside it
     server = Served(repo, tmp_path / "results", killed_dir)
-    run = server.submit(BLOCKER)
-    events = server.events_until(waiting(run["id"]))
-    run_dir = Path(events[-1]["run"]["run_dir"])
-    second = server.submit(SHORT, tags=["after-the-kill"])
-    third = server.submit(SHORT)
-    server.client.move(third["id"], 1)  # the queue's order, not the order submitted, is what is kept
-    playbook = tmp_path / "short.yaml"
-    playbook.write_text(SHORT)
-    follower = subprocess.Popen(  # a user's `testbed run`, queued behind them, following its run
-        [sys.executable, "-m", "testbed", "run", str(playbook), "--emulate"],
-        cwd=repo, env=server.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    queued = server.events_until(lambda e: e["type"] == "run.queued" and e["run"]["playbook"] == str(playbook))
-    cli_run = queued[-1]["run"]
+    try:
+        run = server.submit(BLOCKER)
+        events = server.events_until(waiting(run["id"]))
+        run_dir = Path(events[-1]["run"]["run_dir"])
+        second = server.submit(SHORT, tags=["after-the-kill"])
+        third = server.submit(SHORT)
+        server.client.move(third["id"], 1)  # the queue's order, not the order submitted, is what is kept
+        playbook = tmp_path / "short.yaml"
+        playbook.write_text(SHORT)
+        follower = subprocess.Popen(  # a user's `testbed run`, queued behind them, following its run
+            [sys.executable, "-m", "testbed", "run", str(playbook), "--emulate"],
+            cwd=repo, env=server.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        queued = server.events_until(lambda e: e["type"] == "run.queued" and e["run"]["playbook"] == str(playbook))
+        cli_run = queued[-1]["run"]
 
-    saved = server.results / ".serve" / f"{server.socket.name.removesuffix('.sock')}.queue.json"
-    assert stat.S_IMODE(saved.stat().st_mode) == 0o600 and stat.S_IMODE(saved.parent.stat().st_mode) == 0o700
-    kept = json.loads(saved.read_text())
-    assert kept["running"]["id"] == run["id"] and kept["running"]["run_dir"] == str(run_dir)
-    assert [r["id"] for r in kept["queued"]] == [third["id"], second["id"], cli_run["id"]]
+        saved = server.results / ".serve" / f"{server.socket.name.removesuffix('.sock')}.queue.json"
+        assert stat.S_IMODE(saved.stat().st_mode) == 0o600 and stat.S_IMODE(saved.parent.stat().st_mode) == 0o700
+        kept = json.loads(saved.read_text())
+        assert kept["running"]["id"] == run["id"] and kept["running"]["run_dir"] == str(run_dir)
+        assert [r["id"] for r in kept["queued"]] == [third["id"], second["id"], cli_run["id"]]
+    except BaseException:  # a failure before the kill: the server stopped, not left running past the test
+        server.stop()
+        raise
 
     os.kill(server.proc.pid, signal.SIGKILL)  # the server's own process: what it started is heal's to end
     server.proc.communicate(timeout=60)
