@@ -30,6 +30,7 @@ import ocs_overhead
 import opus_runs
 import opus_scale
 import rail_hiding
+import serve
 import startup
 import switch_protocols
 import torch_failover
@@ -53,6 +54,8 @@ FULL = {
     "torch_failover": {"trials": 2, "restarts": 2, "rounds": 2},
     # A real 100-trial run (~18 s), 1,000 copies indexed (~60 s), three rounds of three queries (~2 min in all).
     "catalog_scale": {"runs": 1000, "rounds": 3},
+    # 64-host health checks through a warm server, standalone and by Ansible; 21 queued runs; 1,000 runs on the page.
+    "serve": {"hosts": 64, "rounds": 5, "queued": 20, "catalog": 1000},
     # --netns (root): throughput and circuit -> flow on the emulated rack (~1 min), 64-host start-ups, then the two
     # 256-host opus-2048 CLI runs with --netns.
     "netns_plane": {
@@ -77,6 +80,7 @@ QUICK = {
     "rail_hiding": {"rounds": 1, "iterations": 3},
     "torch_failover": {"trials": 1, "restarts": 1, "rounds": 1},
     "catalog_scale": {"runs": 100, "rounds": 1},
+    "serve": {"hosts": 8, "rounds": 1, "queued": 3, "catalog": 50},
     "netns_plane": {
         "mbytes": 20,
         "rounds": 1,
@@ -98,6 +102,7 @@ MODULES = {
     "rail_hiding": rail_hiding,
     "torch_failover": torch_failover,
     "catalog_scale": catalog_scale,
+    "serve": serve,
     "netns_plane": netns_plane,
     "detect_zombie": detect_zombie,
 }
@@ -987,6 +992,7 @@ alternating. Opus: the two opus-2048 playbooks through the CLI with `--emulate -
 (process tree PSS / RSS sums every 0.5 s) and the drop of /proc/meminfo MemAvailable (kernel objects included, but also
 anything else running on the machine); a run that leaves namespaces is healed.""",
     "detect_zombie": detect_zombie.HOW,
+    "serve": serve.HOW,
 }
 
 
@@ -995,6 +1001,11 @@ anything else running on the machine); a run that leaves namespaces is healed.""
 ROWS_OF = {
     "detect_zombie": (detect_zombie.rows, "Detection of a SIGKILLed rank, kill -> the watch's exit", "p50 <= 100 ms"),
     "catalog_scale": (_catalog_rows, "Catalog: a trend query over 1,000 runs, indexing", "< 1 s; < 5 %"),
+    "serve": (
+        serve.rows,
+        "testbed serve: command to table vs standalone and Ansible cold; a queued run's wait; the page's first paint",
+        ">= 3x Ansible cold; p50 <= 50 ms; <= 1 s",
+    ),
     "rail_hiding": (
         _rail_hiding_rows,
         "Rail train: provisioning hides a small OCS delay, on-demand pays it",

@@ -18,13 +18,13 @@ ANNOTATIONS_FILE = "annotations.jsonl"
 MAX_TAG = 100
 
 
-def add_tag(run_dir: Path, name: str) -> dict:
+def add_tag(run_dir: Path, name: str, *, user: str | None = None) -> dict:
     name = name.strip()
     if not name or len(name) > MAX_TAG or any(c.isspace() for c in name):
         raise UserError(
             f"tag {name!r}: a tag is one word of 1 to {MAX_TAG} characters (no spaces); use a note for text"
         )
-    return _append(run_dir, {"tag": name})
+    return _append(run_dir, {"tag": name}, user)
 
 
 def remove_tag(run_dir: Path, name: str) -> dict:
@@ -37,14 +37,14 @@ def remove_tag(run_dir: Path, name: str) -> dict:
     return _append(run_dir, {"untag": name})
 
 
-def add_param(run_dir: Path, name: str, value: str) -> dict:
+def add_param(run_dir: Path, name: str, value: str, *, user: str | None = None) -> dict:
     """A parameter of the run (`testbed run --param k=v`): what the playbook does not say about it (the fibre
     length, the firmware build); the last value given for a name is its value.
     """
     name = name.strip()
     if not name or len(name) > MAX_TAG or any(c.isspace() for c in name) or "=" in name:
         raise UserError(f"param {name!r}: a name is one word of 1 to {MAX_TAG} characters, then =VALUE")
-    return _append(run_dir, {"param": {"name": name, "value": str(value)}})
+    return _append(run_dir, {"param": {"name": name, "value": str(value)}}, user)
 
 
 def parse_params(items: list[str] | None) -> dict[str, str]:
@@ -68,10 +68,10 @@ def read_params(run_dir: Path) -> dict[str, str]:
     return params
 
 
-def add_note(run_dir: Path, text: str) -> dict:
+def add_note(run_dir: Path, text: str, *, user: str | None = None) -> dict:
     if not text.strip():
         raise UserError("an empty note; say what to remember about the run")
-    return _append(run_dir, {"note": text})
+    return _append(run_dir, {"note": text}, user)
 
 
 def read_annotations(run_dir: Path) -> tuple[list[dict], list[dict]]:
@@ -91,8 +91,11 @@ def read_annotations(run_dir: Path) -> tuple[list[dict], list[dict]]:
     return list(tags.values()), notes
 
 
-def _append(run_dir: Path, record: dict) -> dict:
-    record = record | {"wall": time.time(), "user": _user()}
+def _append(run_dir: Path, record: dict, user: str | None = None) -> dict:
+    """`user`: whom the annotation is from, where it is not this process's account (testbed serve writes what a
+    submitted run was given as the account that submitted it).
+    """
+    record = record | {"wall": time.time(), "user": user or _user()}
     line = (json.dumps(record) + "\n").encode()
     append(Path(run_dir) / ANNOTATIONS_FILE, line)  # to a regular file of the folder, never through a link
     return record

@@ -146,7 +146,9 @@ def run_through_server(args, console: Console, inventory_file: str, confirm_writ
     from testbed.serve.client import Client, find_server
 
     socket_path = find_server(inventory_file, args.emulate)
-    if socket_path is None:
+    if socket_path is None:  # said, so a user who expected the lab's server knows it was not used
+        what = f"the twin of {Path(inventory_file).name}" if args.emulate else Path(inventory_file).name
+        console.print(f"standalone: no testbed serve answers for {what}", soft_wrap=True, markup=False, highlight=False)
         return None
     if args.netns:
         raise UserError(f"--netns: testbed serve at {socket_path} runs the twin as it was started; add --standalone")
@@ -190,6 +192,8 @@ def run_through_server(args, console: Console, inventory_file: str, confirm_writ
 
 
 def _follow(client, run_id: str, console: Console) -> dict:
+    from testbed.serve.client import ServerError
+
     """Print the run's progress until it ends -> its last description. Ctrl-C cancels it (a queued run is dropped; the
     running one stops as a standalone run stops on Ctrl-C) and waits for its end; a second Ctrl-C leaves it.
     """
@@ -205,8 +209,22 @@ def _follow(client, run_id: str, console: Console) -> dict:
             final = event["run"]
             _print_event(event, console)
     if final is None or final["status"] in ("queued", "running"):
-        final = client.run(run_id)
+        try:
+            final = client.run(run_id)
+        except ServerError:
+            raise
+        except UserError:  # the stream ended with the server: it went away before the run ended
+            raise UserError(_server_gone(client, run_id, final)) from None
     return final
+
+
+def _server_gone(client, run_id: str, last: dict | None) -> str:
+    """What a user is told when the server went away (killed, crashed) before their run ended."""
+    gone = f"testbed serve at {client.socket_path} went away before run {run_id} ended: "
+    if last is not None and last["status"] == "running":
+        heal = f"testbed heal {last['run_dir']}" if last.get("run_dir") else "nothing to heal (it had no folder yet)"
+        return gone + f"it was under way and was cut off; {heal} restores what it left"
+    return gone + "it was queued, and is kept: the next server for the lab makes it (testbed queue lists it)"
 
 
 def _print_event(event: dict, console: Console) -> None:

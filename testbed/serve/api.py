@@ -31,7 +31,8 @@ class Service:
     queue: RunQueue
     admins: Admins
     info: dict[str, Any]
-    prepare: Callable[[Peer, dict], tuple[str, dict, Any]]  # (peer, request body) -> (playbook file, options, plan)
+    # (peer, request body) -> (playbook file, its text, options, plan)
+    prepare: Callable[[Peer, dict], tuple[str, str, dict, Any]]
     stop_running: Callable[[QueuedRun, str], None]  # (the running run, who asked)
 
 
@@ -118,9 +119,10 @@ async def _info(request: web.Request) -> web.Response:
 async def _submit(request: web.Request) -> web.Response:
     peer, service, body = _peer(request), _service(request), await _body(request)
     # Loading and planning take a moment of CPU: off the event loop, so other clients are answered meanwhile.
-    playbook_file, options, plan = await asyncio.get_running_loop().run_in_executor(None, service.prepare, peer, body)
+    prepared = await asyncio.get_running_loop().run_in_executor(None, service.prepare, peer, body)
+    playbook_file, text, options, plan = prepared
     try:
-        run = service.queue.submit(peer.uid, peer.user, playbook_file, options, plan)
+        run = service.queue.submit(peer.uid, peer.user, playbook_file, options, plan, text)
     except Closed:
         raise _fail(web.HTTPServiceUnavailable, "the server is stopping: it takes no more runs") from None
     return web.json_response(service.queue.describe(run), status=201)

@@ -96,14 +96,24 @@ class Client:
         query = f"/events?since={since}" + (f"&run={run_id}" if run_id else "")
         conn = _UnixConnection(self.socket_path, timeout)
         try:
-            conn.request("GET", query)
-            response = conn.getresponse()
+            try:
+                conn.request("GET", query)
+                response = conn.getresponse()
+            except TimeoutError:
+                raise
+            except (OSError, http.client.HTTPException):  # the server went away (killed): no stream, no more events
+                return
             if response.status >= 400:
                 answer = json.loads(response.read() or b"{}")
                 raise ServerError(response.status, answer.get("error") or f"HTTP {response.status}")
             data: list[str] = []
             while True:
-                line = response.readline()
+                try:
+                    line = response.readline()
+                except TimeoutError:
+                    raise
+                except (OSError, http.client.HTTPException):  # the server went away mid-stream (killed)
+                    return
                 if not line:
                     return  # the server ended the stream (the run ended, or the server stopped)
                 text = line.decode().rstrip("\n")

@@ -29,6 +29,7 @@ class QueuedRun:
     playbook_file: str
     options: dict[str, Any]
     plan: Any = None  # testbed.plan.Plan, made when the run was submitted
+    playbook_text: str = ""  # what the plan was made from: kept in the queue file, planned again after a restart
     status: str = "queued"
     submitted: float = field(default_factory=time.time)
     started: float | None = None
@@ -54,13 +55,31 @@ class QueuedRun:
             "error": self.error,
         }
 
+    def record(self) -> dict[str, Any]:
+        """What the queue file keeps of it (testbed.serve.queue_file): enough to plan it again."""
+        return {
+            "id": self.id,
+            "uid": self.uid,
+            "user": self.user,
+            "playbook_file": self.playbook_file,
+            "playbook_text": self.playbook_text,
+            "options": self.options,
+            "submitted": self.submitted,
+            "started": self.started,
+            "run_dir": self.run_dir,
+        }
+
 
 class Closed(Exception):
     """The queue takes no more runs: the server is stopping."""
 
 
 class RunQueue:
-    def __init__(self) -> None:
+    """`saver(running, queued)`: given the records of the run under way and of the queued runs in order after every
+    change to them, inside the lock (so the saved order is the order of the changes): the queue file's save.
+    """
+
+    def __init__(self, saver: Callable[[dict | None, list[dict]], None] | None = None) -> None:
         self._lock = threading.Condition()
         self._queued: list[QueuedRun] = []
         self.running: QueuedRun | None = None
@@ -70,15 +89,17 @@ class RunQueue:
         self._last_seq = 0
         self._listeners: list[Callable[[dict], None]] = []
         self.closed = False
+        self._saver = saver
 
     # -- what clients do ----------------------------------------------------------------------------------
 
-    def submit(self, uid: int, user: str, playbook_file: str, options: dict, plan) -> QueuedRun:
+    def submit(self, uid: int, user: str, playbook_file: str, options: dict, plan, text: str = "") -> QueuedRun:
         with self._lock:
             if self.closed:
                 raise Closed()
-            run = QueuedRun(secrets.token_hex(4), uid, user, playbook_file, options, plan)
+            run = QueuedRun(secrets.token_hex(4), uid, user, playbook_file, options, plan, text)
             self._queued.append(run)
+            self._save()
             self._record("run.queued", run)
             self._lock.notify_all()
             return run
@@ -88,6 +109,7 @@ class RunQueue:
         with self._lock:
             if run in self._queued:
                 self._queued.remove(run)
+                self._save()
                 self._end(run, "cancelled", f"cancelled by {by} before it started")
                 return "cancelled"
             return "stopping" if run is self.running else run.status
@@ -100,6 +122,7 @@ class RunQueue:
             self._queued.remove(run)
             index = min(max(position, 1), len(self._queued) + 1) - 1
             self._queued.insert(index, run)
+            self._save()
             self._record("run.moved", run)
             return index + 1
 
@@ -115,6 +138,7 @@ class RunQueue:
             run = self._queued.pop(0)
             run.status, run.started = "running", time.time()
             self.running = run
+            self._save()
             self._record("run.started", run)
             return run
 
@@ -123,7 +147,14 @@ class RunQueue:
             if self.running is run:
                 self.running = None
             run.run_dir = run_dir or run.run_dir
+            self._save()
             self._end(run, status, error)
+
+    def has_folder(self, run: QueuedRun, run_dir: str) -> None:
+        """The running run has its results folder: saved with it, so a server killed now says which to heal."""
+        with self._lock:
+            run.run_dir = run_dir
+            self._save()
 
     def progress(self, run: QueuedRun, data: dict) -> None:
         with self._lock:
@@ -134,10 +165,24 @@ class RunQueue:
         with self._lock:
             self.closed = True
             cancelled, self._queued = self._queued, []
+            self._save()
             for run in cancelled:
                 self._end(run, "cancelled", why)
             self._lock.notify_all()
             return cancelled
+
+    def restore(self, runs: list[QueuedRun], lost: list[QueuedRun]) -> None:
+        """At a start: the runs the last server left queued, queued again in their order; those it left unmade
+        (the one it was running, those that no longer plan) listed as ended, with their status and error as set.
+        """
+        with self._lock:
+            for run in lost:
+                self._end(run, run.status, run.error)
+            self._queued.extend(runs)
+            self._save()
+            for run in runs:
+                self._record("run.queued", run)
+            self._lock.notify_all()
 
     # -- reading --------------------------------------------------------------------------------------------
 
@@ -177,6 +222,11 @@ class RunQueue:
 
     def _all(self) -> list[QueuedRun]:
         return ([self.running] if self.running is not None else []) + self._queued + self._done
+
+    def _save(self) -> None:
+        if self._saver is not None:
+            running = self.running.record() if self.running is not None else None
+            self._saver(running, [r.record() for r in self._queued])
 
     def _end(self, run: QueuedRun, status: str, error: str | None) -> None:
         run.status, run.error, run.ended = status, error, time.time()

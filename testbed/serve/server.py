@@ -30,6 +30,7 @@ from testbed.lab import Lab, refuse_on_a_lab, refuse_on_the_twin
 from testbed.serve.api import Service, make_app
 from testbed.serve.identity import Admins, Peer, own_dir, prepare_folder
 from testbed.serve.queue import Closed, QueuedRun, RunQueue
+from testbed.serve.queue_file import QueueFile
 
 CANCEL_SIGNAL = signal.SIGUSR1  # the API thread's word to the runner: stop the run under way
 FOLLOW_EVERY_S = 0.1  # how often a run's events.jsonl is read for new events to pass on
@@ -58,7 +59,6 @@ class Server:
     def __init__(self, config: ServeConfig, console: Console) -> None:
         self.config = config
         self.console = console
-        self.queue = RunQueue()
         self.stopping: str | None = None
         self._cancel: tuple[str, str] | None = None  # (run id, who) the API asked to stop
         self._in_run: str | None = None  # the run id while the main thread is inside Lab.run
@@ -67,6 +67,9 @@ class Server:
         # The socket's place first: a second server for the lab is refused before it starts anything.
         prepare_folder(config.socket_path.parent, shared=config.socket_path.parent != own_dir())
         _claim(config.socket_path)
+        self.queue_file = QueueFile(config.results, config.socket_path.name.removesuffix(".sock"))
+        self._save_failed = False
+        self.queue = RunQueue(saver=self._save_queue)
         inventory_bytes = Path(config.inventory_file).read_bytes()
         self.inventory_sha256 = hashlib.sha256(inventory_bytes).hexdigest()
         self.lab = ServedLab(
@@ -77,14 +80,14 @@ class Server:
             queue=self.queue,
         )
         self._spool = Path(tempfile.mkdtemp(prefix="testbed-serve-"))  # submitted playbooks, while they load
+        self._restore()
 
     # -- preparing a submitted run (in the API's worker threads) -----------------------------------------------
 
-    def prepare(self, peer: Peer, body: dict) -> tuple[str, dict, object]:
-        """The playbook file to record, the options and the plan of a submitted run; UserError when refused."""
-        from testbed.documents import load_playbook
-        from testbed.plan import make_plan
-
+    def prepare(self, peer: Peer, body: dict) -> tuple[str, str, dict, object]:
+        """The playbook file to record, its text, the options and the plan of a submitted run; UserError when
+        refused.
+        """
         if body.get("emulate") is not None and bool(body["emulate"]) != self.config.emulate:
             mode = "the emulated twin" if self.config.emulate else "the lab itself"
             raise UserError(f"this server runs {mode} of {self.config.inventory_file}; run with --standalone instead")
@@ -114,6 +117,14 @@ class Server:
             if not isinstance(given_text, str):
                 raise UserError("playbook: give the playbook's YAML text (or path, for the server's own account)")
             text = given_text
+        return playbook_file, text, options, self._plan(playbook_file, text, options)
+
+    def _plan(self, playbook_file: str, text: str, options: dict):
+        """A run's plan, made from its playbook's text; UserError naming the client's file when it is refused."""
+        from testbed.documents import load_playbook
+        from testbed.plan import make_plan
+
+        trials, seed, yes = options["trials"], options["seed"], options["yes"]
         spooled = Path(tempfile.mkdtemp(dir=self._spool)) / (Path(playbook_file).name or "playbook.yaml")
         spooled.write_text(text, encoding="utf-8")
         try:
@@ -128,7 +139,53 @@ class Server:
             raise UserError(problems) from None
         finally:
             shutil.rmtree(spooled.parent, ignore_errors=True)
-        return playbook_file, options, plan
+        return plan
+
+    # -- the queue on disk (testbed.serve.queue_file) ------------------------------------------------------------
+
+    def _save_queue(self, running: dict | None, queued: list[dict]) -> None:
+        try:
+            self.queue_file.save(running, queued)
+        except OSError as exc:  # a full disk: the runs go on; a kill now would lose the queued ones, say so once
+            if not self._save_failed:
+                self._save_failed = True
+                self.console.print(
+                    f"[yellow]the queue could not be saved in {escape(str(self.queue_file.path))}: "
+                    f"{escape(str(exc))}; a kill of this server now loses its queued runs[/]",
+                    soft_wrap=True,
+                )
+            return
+        self._save_failed = False
+
+    def _restore(self) -> None:
+        """The runs the last server for this lab left (killed outright): its queued runs queued again, in their
+        order and as their users'; the run it was making listed as aborted, with the heal that restores the lab.
+        """
+        running, queued, warning = self.queue_file.load()
+        if warning is not None:
+            self.console.print(f"[yellow]{escape(warning)}[/]", soft_wrap=True)
+        restored, lost = [], []
+        if running is not None:
+            run = _from_record(running)
+            run.status = "aborted"
+            heal = f"testbed heal {run.run_dir} restores what it left" if run.run_dir else "it had no folder yet"
+            run.error = f"the server was killed while it ran this run: {heal}"
+            lost.append(run)
+            self.console.print(f"run {run.id} ({escape(run.user)}): {escape(run.error)}", soft_wrap=True)
+        for record in queued:
+            run = _from_record(record)
+            try:
+                run.plan = self._plan(run.playbook_file, run.playbook_text, run.options)
+            except UserError as exc:  # the inventory changed under it, say: listed as refused, with why
+                run.status, run.error = "refused", f"not run after the server's restart: {exc}"
+                lost.append(run)
+                self.console.print(f"run {run.id} ({escape(run.user)}): {escape(run.error)}", soft_wrap=True)
+                continue
+            restored.append(run)
+        if restored:
+            said = ", ".join(f"{r.id} ({r.user})" for r in restored)
+            self.console.print(f"restored {len(restored)} queued run(s), in order: {escape(said)}", soft_wrap=True)
+        self.queue.restore(restored, lost)
 
     # -- stopping ---------------------------------------------------------------------------------------------
 
@@ -186,6 +243,7 @@ class Server:
             try:
                 self.lab.close()
             finally:
+                self.queue_file.close()
                 shutil.rmtree(self._spool, ignore_errors=True)
                 for s, handler in previous.items():
                     signal.signal(s, handler)
@@ -207,7 +265,7 @@ class Server:
                 self._in_run = None  # first: a cancel that comes later finds no run to stop
                 self.lab.stop_following()
             status, error, run_dir = run.status, run.error, str(run.run_dir)
-            _annotate(run.run_dir, item.options)
+            _annotate(run.run_dir, item.options, item.user)
         except KeyboardInterrupt as exc:  # before the run had its folder: nothing of it to record
             status, error = "aborted", str(exc) or "interrupted"
         except UserError as exc:  # refused when it came to run (a device lock another holds, a lease)
@@ -252,7 +310,7 @@ class ServedLab(Lab):
         # The engine asks for the devices once the run has its folder: that folder's events are followed from here.
         run_dir = truth_log.parent
         if self.serving is not None:
-            self.serving.run_dir = str(run_dir)
+            self.queue.has_folder(self.serving, str(run_dir))
             self._follower = EventsFollower(run_dir / "events.jsonl", self.queue, self.serving)
         return super()._devices_for(plan, truth_log, run_id)
 
@@ -414,6 +472,15 @@ def _set_socket_access(path: Path, group: str | None) -> None:
     os.chmod(path, 0o660)
 
 
+def _from_record(record: dict) -> QueuedRun:
+    run = QueuedRun(
+        record["id"], record["uid"], record["user"], record["playbook_file"], record["options"],
+        playbook_text=record["playbook_text"], submitted=record["submitted"],
+    )  # fmt: skip
+    run.started, run.run_dir = record.get("started"), record.get("run_dir")
+    return run
+
+
 def _optional_int(body: dict, key: str, *, minimum: int) -> int | None:
     value = body.get(key)
     if value is None:
@@ -448,9 +515,9 @@ def _params(value) -> dict[str, str]:
     return value
 
 
-def _annotate(run_dir: Path, options: dict) -> None:
+def _annotate(run_dir: Path, options: dict, user: str) -> None:
     """The tags, note and parameters the run was submitted with, kept with it as `testbed run --tag ...` keeps
-    them (its annotations, which the catalog indexes).
+    them (its annotations, which the catalog indexes), as the submitting user's, not the server's account's.
     """
     tags, note, params = options["tags"], options["note"], options["params"]
     if not (tags or note or params):
@@ -459,9 +526,9 @@ def _annotate(run_dir: Path, options: dict) -> None:
     from testbed.catalog.annotations import add_param
 
     for name in tags:
-        add_tag(run_dir, name)
+        add_tag(run_dir, name, user=user)
     for name, value in params.items():
-        add_param(run_dir, name, value)
+        add_param(run_dir, name, value, user=user)
     if note:
-        add_note(run_dir, note)
+        add_note(run_dir, note, user=user)
     index_run(run_dir)

@@ -6,9 +6,16 @@ GET /events, the OpenAPI document): with no kernel to say who a TCP client is, n
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 from aiohttp import web
 
+from testbed.contracts.errors import UserError
 from testbed.serve.api import OPENAPI, Service, list_runs, stream_events
+
+RECENT_RUNS = 200  # the newest runs of the catalog the page lists (testbed runs lists them all)
+MAX_REPORT_BYTES = 64 << 20  # a report.html with its figures embedded is a few MB
 
 
 def make_web_app(service: Service) -> web.Application:
@@ -17,8 +24,63 @@ def make_web_app(service: Service) -> web.Application:
     app.router.add_get("/", _page)
     app.router.add_get("/runs", list_runs)
     app.router.add_get("/events", stream_events)
+    app.router.add_get("/catalog", _catalog)
+    app.router.add_get("/report/{folder}", _report)
     app.router.add_get("/openapi.json", _openapi)
     return app
+
+
+async def _catalog(request: web.Request) -> web.Response:
+    """GET /catalog: the newest runs of the server's results folder, from its catalog, newest first."""
+    results = Path(request.app["service"].info["results"])
+    runs = await asyncio.get_running_loop().run_in_executor(None, recent_runs, results, RECENT_RUNS)
+    return web.json_response({"runs": runs})
+
+
+def recent_runs(results: Path, limit: int) -> list[dict]:
+    """The newest `limit` runs the catalog of `results` holds (brought up to the folders first), newest first, each
+    with whether it has an HTML report (`testbed report RUN --html`) the page links to.
+    """
+    from testbed.catalog import select_runs
+
+    if not results.is_dir():
+        return []
+    rows = []
+    for run in reversed(select_runs(results)[-limit:]):
+        rows.append(
+            {
+                "folder": run["folder"],
+                "playbook": run["playbook"],
+                "status": run["status"],
+                "target": run["target"],
+                "started": run["started"],
+                "duration_s": run["duration_s"],
+                "trials_ok": run["trials_ok"],
+                "trials_planned": run["trials_planned"],
+                "tags": run["tags"],
+                "user": run["user"],
+                "report": (results / run["folder"] / "report.html").is_file(),
+            }
+        )
+    return rows
+
+
+async def _report(request: web.Request) -> web.Response:
+    """GET /report/FOLDER: that run's report.html, read as a run folder's files are (no link followed), served in
+    a sandbox (its own origin: nothing in it can act as the page).
+    """
+    from testbed.events.safe_files import read_bytes
+
+    folder = request.match_info["folder"]
+    if "/" in folder or folder.startswith(".") or not folder:
+        raise web.HTTPNotFound(text="no such run")
+    path = Path(request.app["service"].info["results"]) / folder / "report.html"
+    try:
+        html = await asyncio.get_running_loop().run_in_executor(None, read_bytes, path, MAX_REPORT_BYTES)
+    except (OSError, UserError) as exc:  # none, or refused (a link, not a regular file, too large)
+        raise web.HTTPNotFound(text=f"no report for {folder}: {exc}") from None
+    headers = {"Content-Security-Policy": "sandbox allow-scripts", "Cache-Control": "no-store"}
+    return web.Response(body=html, content_type="text/html", charset="utf-8", headers=headers)
 
 
 async def _openapi(request: web.Request) -> web.Response:
@@ -61,6 +123,9 @@ PAGE = """<!doctype html>
 <h2>Done</h2>
 <table id="done"><thead><tr><th>id</th><th>user</th><th>playbook</th><th>status</th><th>ended</th>
 <th>results</th><th>error</th></tr></thead><tbody></tbody></table>
+<h2>Recent runs (the catalog)</h2>
+<table id="catalog"><thead><tr><th>run</th><th>playbook</th><th>status</th><th>target</th><th>started</th>
+<th>trials ok</th><th>tags</th><th>user</th><th>report</th></tr></thead><tbody></tbody></table>
 <script>
 "use strict";
 const runs = new Map();      // id -> the run as the last event described it
@@ -100,6 +165,43 @@ function render() {
   }
 }
 
+// Many events at once (the server's log, read when the page opens) are drawn once a frame, not once each.
+let drawing = false;
+function scheduleRender() {
+  if (drawing) return;
+  drawing = true;
+  requestAnimationFrame(() => { drawing = false; render(); });
+}
+
+// The catalog's newest runs: read when the page opens and after a run ends (it is indexed by then); one read at a
+// time, and one more after it if a run ended meanwhile.
+let cataloguing = false, catalogAgain = false;
+function readCatalog() {
+  if (cataloguing) { catalogAgain = true; return; }
+  cataloguing = true;
+  fetch("catalog").then(r => r.json()).then(answer => {
+    const body = document.querySelector("#catalog tbody");
+    body.replaceChildren();
+    for (const r of answer.runs) {
+      const row = body.insertRow();
+      row.dataset.run = r.folder; row.dataset.status = r.status;
+      cell(row, r.folder); cell(row, r.playbook); cell(row, r.status, "status-" + r.status); cell(row, r.target);
+      cell(row, r.started); cell(row, r.trials_ok + "/" + r.trials_planned); cell(row, r.tags.join(", "));
+      cell(row, r.user);
+      const link = row.insertCell();
+      if (r.report) {
+        const a = document.createElement("a");
+        a.href = "report/" + encodeURIComponent(r.folder); a.textContent = "report";
+        link.appendChild(a);
+      }
+    }
+  }).finally(() => {
+    cataloguing = false;
+    if (catalogAgain) { catalogAgain = false; readCatalog(); }
+  });
+}
+readCatalog();
+
 function said(data) {
   if (data.type === "fail") return "fail " + data.device + ": " + data.op;
   const trials = "trials " + data.trials_done + "/" + (data.trials == null ? "?" : data.trials);
@@ -134,11 +236,12 @@ for (const type of ["run.queued", "run.started", "run.progress", "run.moved", "r
     const event = JSON.parse(message.data);
     if (type === "run.progress") progress.set(event.run.id, said(event.data));
     else readRuns();
+    if (type === "run.ended") readCatalog();
     if (event.seq > applied) {
       applied = event.seq;
       runs.set(event.run.id, event.run);
     }
-    render();
+    scheduleRender();
   });
 }
 events.onopen = () => { document.getElementById("connection").textContent = "live"; };

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from accounts import ALICE, BOB, as_account, needs_root
-from served import BLOCKER, OCS_RECONFIG, Served, ended, started, waiting
+from served import BLOCKER, OCS_RECONFIG, SHORT, Served, ended, started, waiting
 
 from testbed.catalog.annotations import read_annotations
 from testbed.serve.client import Client, ServerError
@@ -102,8 +103,8 @@ def test_runs_are_made_one_after_another_in_the_queue_s_order(served):
     assert run_json["status"] == "aborted" and run_json["error"] == "cancelled by root"
 
 
-def _submit_blocker(socket: Path) -> dict:
-    return Client(socket).submit({"playbook": BLOCKER, "playbook_file": "alice.yaml", "emulate": True})
+def _submit_blocker(socket: Path, playbook: str = BLOCKER, **options) -> dict:
+    return Client(socket).submit({"playbook": playbook, "playbook_file": "alice.yaml", "emulate": True} | options)
 
 
 def _try(socket: Path, act: str, run_id: str):
@@ -135,8 +136,15 @@ def test_one_account_cannot_cancel_another_s_run_and_its_owner_can(served):
     cancelled = as_account(ALICE, _try, served.socket, "cancel", alices["id"])
     assert cancelled[0] == "ok" and cancelled[1]["outcome"] == "cancelled"
     assert served.client.run(alices["id"])["error"] == f"cancelled by {ALICE} before it started"
+
+    # what alice's run is given is recorded as hers, not as the account the server runs as
+    annotated = as_account(ALICE, _submit_blocker, served.socket, SHORT, tags=["alices"], note="mine")
     served.client.cancel(blocker["id"])
-    served.events_until(ended(blocker["id"]))
+    final = served.events_until(ended(annotated["id"]))[-1]["run"]
+    assert final["status"] == "ok", final
+    tags, notes = read_annotations(Path(final["run_dir"]))
+    assert [(t["name"], t["user"]) for t in tags] == [("alices", str(ALICE))]
+    assert [(n["text"], n["user"]) for n in notes] == [("mine", str(ALICE))]
 
 
 def test_a_second_server_for_the_lab_is_refused_and_the_first_keeps_its_socket(repo, served):
@@ -157,17 +165,48 @@ def test_a_bad_playbook_is_refused_at_submit_naming_the_client_s_file(served):
     assert refused.value.status == 400 and "runs the emulated twin" in str(refused.value)
 
 
-def test_a_server_killed_outright_leaves_what_heal_restores_and_a_new_one_takes_its_socket(repo, tmp_path, serve_dir):
+@pytest.mark.timeout(600)  # two servers' cold starts, four runs and a heal: past the default bound on a loaded CI
+def test_a_server_killed_outright_leaves_what_heal_restores_and_the_next_one_makes_its_queued_runs(
+    repo, tmp_path, serve_dir
+):
     from testbed.engine.ray_session import leftovers
 
     killed_dir = serve_dir.parent / "killed"  # a socket of its own: the module's server serves on beside it
     server = Served(repo, tmp_path / "results", killed_dir)
-    run = server.submit(BLOCKER)
-    events = server.events_until(waiting(run["id"]))
-    run_dir = Path(events[-1]["run"]["run_dir"])
+    try:
+        run = server.submit(BLOCKER)
+        events = server.events_until(waiting(run["id"]))
+        run_dir = Path(events[-1]["run"]["run_dir"])
+        second = server.submit(SHORT, tags=["after-the-kill"])
+        third = server.submit(SHORT)
+        server.client.move(third["id"], 1)  # the queue's order, not the order submitted, is what is kept
+        playbook = tmp_path / "short.yaml"
+        playbook.write_text(SHORT)
+        follower = subprocess.Popen(  # a user's `testbed run`, queued behind them, following its run
+            [sys.executable, "-m", "testbed", "run", str(playbook), "--emulate"],
+            cwd=repo, env=server.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        queued = server.events_until(lambda e: e["type"] == "run.queued" and e["run"]["playbook"] == str(playbook))
+        cli_run = queued[-1]["run"]
+
+        saved = server.results / ".serve" / f"{server.socket.name.removesuffix('.sock')}.queue.json"
+        assert stat.S_IMODE(saved.stat().st_mode) == 0o600 and stat.S_IMODE(saved.parent.stat().st_mode) == 0o700
+        kept = json.loads(saved.read_text())
+        assert kept["running"]["id"] == run["id"] and kept["running"]["run_dir"] == str(run_dir)
+        assert [r["id"] for r in kept["queued"]] == [third["id"], second["id"], cli_run["id"]]
+    except BaseException:  # a failure before the kill: the server stopped, not left running past the test
+        server.stop()
+        raise
+
     os.kill(server.proc.pid, signal.SIGKILL)  # the server's own process: what it started is heal's to end
     server.proc.communicate(timeout=60)
     assert server.socket.is_socket()  # left behind, nobody answering
+    out, err = follower.communicate(timeout=120)
+    assert follower.returncode == 2, out + err
+    assert err.strip().endswith(
+        f"went away before run {cli_run['id']} ended: it was queued, and is kept: the next server for the lab makes "
+        "it (testbed queue lists it)"
+    ), err
 
     info = json.loads((run_dir / "run.json").read_text())
     healed = subprocess.run(
@@ -181,13 +220,20 @@ def test_a_server_killed_outright_leaves_what_heal_restores_and_a_new_one_takes_
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
-    again = Served(repo, tmp_path / "results", killed_dir)  # the stale socket is replaced
+    again = Served(repo, tmp_path / "results", killed_dir)  # the stale socket is replaced, the queue restored
     try:
         assert again.socket == server.socket
-        done = again.submit(BLOCKER.replace("ms: 3600000", "ms: 1"), tags=["after-the-kill"])
-        final = again.events_until(ended(done["id"]))[-1]["run"]
-        assert final["status"] == "ok", final
-        tagged = subprocess.run(
+        said = "".join(again.said)
+        lost = f"the server was killed while it ran this run: testbed heal {run_dir} restores what it left"
+        assert f"run {run['id']} (root): {lost}" in said
+        order = [third["id"], second["id"], cli_run["id"]]
+        assert f"restored 3 queued run(s), in order: {', '.join(f'{i} (root)' for i in order)}" in said
+        events = again.events_until(ended(cli_run["id"]))
+        assert [e["run"]["id"] for e in events if e["type"] == "run.started"] == order
+        ends = {e["run"]["id"]: e["run"] for e in events if e["type"] == "run.ended"}
+        assert (ends[run["id"]]["status"], ends[run["id"]]["error"]) == ("aborted", lost)
+        assert [ends[i]["status"] for i in order] == ["ok", "ok", "ok"], ends
+        tagged = subprocess.run(  # what it was submitted with came back with it
             [sys.executable, "-m", "testbed", "runs", "--results", str(again.results), "--tag", "after-the-kill"]
             + ["--json"],
             cwd=repo,
@@ -195,7 +241,8 @@ def test_a_server_killed_outright_leaves_what_heal_restores_and_a_new_one_takes_
             text=True,
             timeout=300,
         )
-        assert [r["folder"] for r in json.loads(tagged.stdout)] == [Path(final["run_dir"]).name]
+        assert [r["folder"] for r in json.loads(tagged.stdout)] == [Path(ends[second["id"]]["run_dir"]).name]
+        assert json.loads(saved.read_text()) == {"version": 1, "running": None, "queued": []}
     finally:
         assert again.stop() and again.proc.returncode == 0
 
@@ -222,3 +269,21 @@ def test_stopping_the_server_stops_its_run_as_ctrl_c_does_and_cancels_the_queue(
         [sys.executable, "-m", "testbed", "check", str(run_dir)], cwd=repo, capture_output=True, text=True, timeout=300
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_testbed_run_with_no_server_runs_standalone_and_says_so(repo, tmp_path):
+    from testbed.serve.identity import SERVE_DIR_ENV
+
+    nobody = tmp_path / "no-server"  # where a server would be: nothing answers there
+    nobody.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "testbed", "run", OCS_RECONFIG, "--emulate", "--trials", "1"]
+        + ["--results", str(tmp_path / "results")],
+        cwd=repo, env=os.environ | {SERVE_DIR_ENV: str(nobody)}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "standalone: no testbed serve answers for the twin of emulated-rack.yaml"
+    run_dir = Path(lines[-1].removeprefix("results: "))
+    assert run_dir.parent == tmp_path / "results"
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "ok"

@@ -14,8 +14,11 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from accounts import ALICE, BOB, as_account, needs_root
 from peers import require_program
 from served import BLOCKER, Served, waiting
+
+from testbed.serve.client import Client
 
 BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking")
 WAIT_S = 120  # bound on waiting for the page to show something (a slow CI machine), not a timing claim
@@ -102,13 +105,18 @@ class Page:
         self.proc.wait()
 
 
-def test_the_web_page_shows_runs_appear_progress_and_end_without_a_reload(repo, tmp_path, serve_dir):
+def _submit(socket: Path, name: str) -> dict:
+    return Client(socket).submit({"playbook": BLOCKER, "playbook_file": name, "emulate": True})
+
+
+@needs_root
+def test_the_web_page_shows_two_users_runs_appear_progress_and_end_without_a_reload(repo, tmp_path, serve_dir):
     server = Served(repo, tmp_path / "results", serve_dir.parent / "web", web=True)
     page = None
     try:
-        first = server.submit(BLOCKER)
+        first = as_account(ALICE, _submit, server.socket, "blocker.yaml")  # two accounts' runs, one after the other
         server.events_until(waiting(first["id"]))
-        second = server.submit(BLOCKER)
+        second = as_account(BOB, _submit, server.socket, "blocker.yaml")
         page = Page(server.web_url, tmp_path / "chromium-profile")
 
         rows = page.rows_when(
@@ -117,7 +125,9 @@ def test_the_web_page_shows_runs_appear_progress_and_end_without_a_reload(repo, 
                      && rows.some(r => r.run === "{second["id"]}" && r.status === "queued" && r.cells[4] === "1")"""
         )
         running = next(r for r in rows if r["run"] == first["id"])
-        assert running["table"] == "active" and running["cells"][:3] == [first["id"], "root", "blocker.yaml"]
+        assert running["table"] == "active" and running["cells"][:3] == [first["id"], str(ALICE), "blocker.yaml"]
+        queued = next(r for r in rows if r["run"] == second["id"])
+        assert queued["table"] == "active" and queued["cells"][:3] == [second["id"], str(BOB), "blocker.yaml"]
 
         server.client.cancel(first["id"])  # the page, open all along, shows it end and the next one start
         rows = page.rows_when(
@@ -127,6 +137,12 @@ def test_the_web_page_shows_runs_appear_progress_and_end_without_a_reload(repo, 
         ended = next(r for r in rows if r["run"] == first["id"])
         assert ended["status"] == "aborted" and ended["cells"][-1] == "cancelled by root"
         assert ended["cells"][5].endswith("_blocker")  # its results folder
+        folder = ended["cells"][5]  # and the catalog's recent runs, read again as it ended, list it
+        rows = page.rows_when(
+            f"""rows => rows.some(r => r.table === "catalog" && r.run === "{folder}" && r.status !== "running")"""
+        )
+        listed = next(r for r in rows if r["table"] == "catalog" and r["run"] == folder)
+        assert listed["cells"][1:4] == ["blocker", "aborted", "twin"]
 
         server.client.cancel(second["id"])
         rows = page.rows_when(f"""rows => rows.some(r => r.run === "{second["id"]}" && r.table === "done")""")
