@@ -99,8 +99,9 @@ def gate(
         for span in names:
             if not any(span in r["spans"] for r in runs):
                 measured = sorted(span_counts(results_dirs, **filters))
+                said = _said(filters) or "every run of yours"
                 raise UserError(
-                    f"the {side} ({_said(filters)}) has no run that measured {span!r}{did_you_mean(span, measured)}"
+                    f"the {side} ({said}) has no run that measured {span!r}{did_you_mean(span, measured)}"
                     + (f"; its runs measured: {', '.join(measured)}" if measured else "; `testbed runs` lists the runs")
                 )
     overlap = {r["path"] for r in sides["baseline"]} & {r["path"] for r in sides["candidate"]}
