@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from testbed.catalog.changes import DEFAULT_TOLERANCE_PCT, find_steps
 from testbed.catalog.owners import mine, owner_name
 from testbed.catalog.points import check_selection, group_label, groups, sort_groups
-from testbed.catalog.query import span_columns, span_counts, unknown_spans
+from testbed.catalog.query import did_you_mean, span_columns, span_counts, unknown_spans
 from testbed.contracts.errors import UserError
 from testbed.results.stats import summarize
 
@@ -81,6 +82,7 @@ def trend(
     results_dirs: str | Path | Iterable[str | Path] | None = None,
     by: str = "date",
     sweep: dict[str, set[str]] | None = None,
+    tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
     **filters,
 ) -> list[dict]:
     """The span's median and CI run by run, oldest first (`by="date"`), commit by commit (`by="commit"`: each
@@ -88,17 +90,22 @@ def trend(
     pooled; a run of several tags in each), sweep point by sweep point: each series is one playbook at one point
     (`sweep` selects points), never several pooled. Each row: series (its label, "-" without a sweep), playbook,
     point, label, runs (run ids), statuses (each run's: ok, failed, aborted...), started (the first run's),
-    git_commit, and summarize's keys (n, p50_ms, p50_ci95_ms, ...).
+    git_commit, summarize's keys (n, p50_ms, p50_ci95_ms, ...), and step: None, or, on the first row of a new level
+    of a history (by date or commit; testbed.catalog.changes), {ratio, interval, after: the row before it's label}.
+    `by="param:NAME"` is a row per value of the runs' --param NAME (numbers in numeric order).
     """
-    if by not in BY:
-        raise UserError(f"--by {by!r}: one of {', '.join(BY)}")
+    param = by.partition(":")[2].strip() if by.startswith("param:") else None
+    if by not in BY and not param:
+        raise UserError(f"--by {by!r}: one of {', '.join(BY)}, or param:NAME (a --param of the runs)")
     runs = span_columns(results_dirs, span, **filters)
     if not runs:
         raise UserError(_nothing_measured(results_dirs, [span], filters))
     wanted = sweep or {}
     check_selection(wanted, [k for r in runs for k in (r.get("sweeps") or {}).values()])
-    if by == "tag":
-        tags = _tags(runs)
+    if by == "tag" or param:
+        annotated = _annotations(runs)
+    if param:
+        _check_param(param, annotated.values())
     grouped = groups(runs, span, wanted)
     many = len({g[0] for g in grouped}) > 1
     rows = []
@@ -109,11 +116,14 @@ def trend(
                 keys = [run["folder"]]
             elif by == "commit":
                 keys = [run["git_commit"] or "unknown"]
+            elif param:
+                keys = [annotated[run["path"]]["params"].get(param, f"(no {param})")]
             else:
-                keys = tags.get(run["path"]) or ["(untagged)"]
+                keys = annotated[run["path"]]["tags"] or ["(untagged)"]
             for key in keys:
                 keyed.setdefault(key, []).append((run, values))
-        for key, members in keyed.items():
+        history: list[np.ndarray] = []  # the series' samples row by row, for its steps
+        for key, members in (_by_value(keyed) if param else keyed).items():
             first = members[0][0]
             if by == "date":
                 label = first["run_id"]
@@ -132,18 +142,47 @@ def trend(
                     "started": first["started"],
                     "git_commit": first["git_commit"],
                     **summarize(np.concatenate([v for _, v in members])),
+                    "step": None,
                 }
             )
+            history.append(np.concatenate([v for _, v in members]))
+        if by in ("date", "commit"):  # a history: where its level stepped (tags and params are no order)
+            series_rows = rows[len(rows) - len(history) :]
+            for step in find_steps(history, tolerance_pct):
+                row = series_rows[step["index"]]
+                row["step"] = {"ratio": step["ratio"], "interval": step["interval"],
+                               "after": series_rows[step["index"] - 1]["label"]}  # fmt: skip
     return rows
 
 
-def _tags(runs: list[dict]) -> dict[str, list[str]]:
-    """Each run's tags (by its folder's path), from the catalog."""
+def _annotations(runs: list[dict]) -> dict[str, dict]:
+    """Each run's row of select_runs (its tags and params among them) by its folder's path, from the catalog."""
     from testbed.catalog.query import select_runs
 
     paths = {r["path"] for r in runs}
     dirs = list(dict.fromkeys(r["results"] for r in runs))
-    return {r["path"]: r["tags"] for r in select_runs(dirs, sync_first=False) if r["path"] in paths}
+    return {r["path"]: r for r in select_runs(dirs, sync_first=False) if r["path"] in paths}
+
+
+def _check_param(name: str, runs: Iterable[dict]) -> None:
+    """UserError when no selected run has the --param `name`: the params they have, the closest first."""
+    names = sorted({k for r in runs for k in r["params"]})
+    if name not in names:
+        listed = ", ".join(names) if names else "none (`testbed run --param KEY=VALUE` gives a run one)"
+        raise UserError(f"--by param:{name}: no selected run has the param {name!r}{did_you_mean(name, names)}; "
+                        f"their params: {listed}")  # fmt: skip
+
+
+def _by_value(keyed: dict[str, list]) -> dict[str, list]:
+    """A param's values in numeric order when they are all numbers (fibre_m 5, 20, 100), else as first met; the
+    runs without the param last.
+    """
+    given = [k for k in keyed if not k.startswith("(no ")]
+    try:
+        given.sort(key=float)
+    except ValueError:
+        pass
+    return {k: keyed[k] for k in [*given, *(k for k in keyed if k not in given)]}
 
 
 def _nothing_measured(results_dirs, spans: Iterable[str] | None, filters: dict) -> str:

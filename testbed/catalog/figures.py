@@ -65,11 +65,14 @@ def plot_cdf_overlay(runs: list[dict], span: str, path: Path) -> Path | None:
 def plot_trend(rows: list[dict], span: str, by: str, path: Path) -> Path:
     """The median of `span` per row of `trend()` in order, its 95 % CI as an error bar (none below 6 samples): one
     line per series (a sweep point), a run, commit or tag at one x for every series; a red ring marks a row with a run
-    that did not end ok.
+    that did not end ok, a dashed line a step in a series' level (trend's `step`). Tag by tag with a sweep, the
+    sweep's curve of each tag instead (_plot_sweep_curves).
     """
+    series = list(dict.fromkeys(r.get("series", "-") for r in rows))
+    if by not in ("date", "commit") and len(series) > 1:  # tags or a param's values: categories, not a history
+        return _plot_sweep_curves(rows, span, series, path, by.partition(":")[2] or by)
     labels = list(dict.fromkeys(r["label"] for r in rows))
     where = {label: i for i, label in enumerate(labels)}
-    series = list(dict.fromkeys(r.get("series", "-") for r in rows))
     fig = _figure(max(6.0, min(16.0, 0.35 * len(labels) + 4)), 4.5)
     ax = fig.add_subplot()
     for i, name in enumerate(series):
@@ -85,16 +88,53 @@ def plot_trend(rows: list[dict], span: str, by: str, path: Path) -> Path:
         bad = [j for j, r in enumerate(mine) if any(s != "ok" for s in r.get("statuses", ["ok"]))]
         if bad:
             ax.scatter(x[bad], p50[bad], s=60, facecolors="none", edgecolors="red", zorder=3)
+        for j, r in enumerate(mine):
+            if r.get("step"):  # a step of this series' level: between this row and the one before
+                ax.axvline(x[j] - 0.5, color=f"C{i % 10}", linestyle="--", linewidth=0.8)
     step = max(1, len(labels) // 30)  # at most ~30 labels
     ticks = np.arange(len(labels))
     ax.set_xticks(ticks[::step])
     started: dict[str, str] = {r["label"]: r.get("started") or "" for r in rows}
     shown = [started[label][:16] if by == "date" and started[label] else label for label in labels]
     ax.set_xticklabels(shown[::step], rotation=60, ha="right", fontsize="x-small")
-    what = {"date": "run by run", "commit": "commit by commit", "tag": "tag by tag"}.get(by, by)
+    what = {"date": "run by run", "commit": "commit by commit", "tag": "tag by tag"}.get(by) or f"by {by}"
     ax.set_title(f"{span}: median and its 95% CI, {what}")
     ax.set_ylabel("ms")
     ax.grid(True, alpha=0.3)
     if 1 < len(series) <= LEGEND_MAX or (len(series) == 1 and series[0] != "-"):
         ax.legend(fontsize="x-small", title="sweep point", title_fontsize="x-small")
+    return _save(fig, path)
+
+
+def _plot_sweep_curves(rows: list[dict], span: str, series: list[str], path: Path, what: str) -> Path:
+    """Tag by tag (or a param's value by value) over a sweep: the sweep points along x (in trend's order), one line
+    per tag, so that tags are compared point by point as curves laid over each other (rail25 against rail40: two
+    lines); a red ring marks a point with a run that did not end ok.
+    """
+    tags = list(dict.fromkeys(r["label"] for r in rows))
+    where = {name: i for i, name in enumerate(series)}
+    fig = _figure(max(6.0, min(16.0, 0.45 * len(series) + 4)), 4.5)
+    ax = fig.add_subplot()
+    many = len(tags) > LEGEND_MAX
+    for i, tag in enumerate(tags):
+        mine = [r for r in rows if r["label"] == tag]
+        x = np.array([where[r["series"]] for r in mine])
+        p50 = np.array([r["p50_ms"] for r in mine])
+        low = np.array([r["p50_ms"] - r["p50_ci95_ms"][0] if r.get("p50_ci95_ms") else 0.0 for r in mine])
+        high = np.array([r["p50_ci95_ms"][1] - r["p50_ms"] if r.get("p50_ci95_ms") else 0.0 for r in mine])
+        ax.errorbar(
+            x, p50, yerr=[low, high], fmt="o-", markersize=3, capsize=2, linewidth=1, color=f"C{i % 10}",
+            label=None if many else f"{tag} ({len({run for r in mine for run in r['runs']})} runs)",
+        )  # fmt: skip
+        bad = [j for j, r in enumerate(mine) if any(s != "ok" for s in r.get("statuses", ["ok"]))]
+        if bad:
+            ax.scatter(x[bad], p50[bad], s=60, facecolors="none", edgecolors="red", zorder=3)
+    ax.set_xticks(np.arange(len(series)))
+    ax.set_xticklabels(series, rotation=60, ha="right", fontsize="x-small")
+    ax.set_title(f"{span}: median and its 95% CI at each sweep point, a line per {what}")
+    ax.set_xlabel("sweep point")
+    ax.set_ylabel("ms")
+    ax.grid(True, alpha=0.3)
+    if not many:
+        ax.legend(fontsize="x-small", title=what, title_fontsize="x-small")
     return _save(fig, path)

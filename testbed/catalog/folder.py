@@ -154,6 +154,29 @@ def read_run(run_dir: Path, indexed_at: float) -> RunRows:
     return RunRows(run, children)
 
 
+def run_labels(run_dir: Path) -> dict:
+    """What tells a run apart from the other runs of its playbook, for its own report: its inventory (name, content
+    digest, file), lab or twin, tags, params and notes. What a damaged or older folder does not say is left out.
+    """
+    try:
+        info = _run_json(run_dir)
+    except NotIndexed:
+        info = {}
+    inventory = _section(info, "inventory")
+    out: dict[str, Any] = {
+        "inventory": inventory.get("name"),
+        "inventory_digest": _digest(inventory),
+        "inventory_file": info.get("inventory_file"),
+        "target": None if "emulate" not in info else "twin" if info["emulate"] else "lab",
+    }
+    try:
+        tags, notes = read_annotations(run_dir)
+        out |= {"tags": [t["name"] for t in tags], "notes": notes, "params": read_params(run_dir)}
+    except (JsonlError, UnsafeFile, OSError) as exc:
+        out["annotations_error"] = str(exc)
+    return out
+
+
 def _digest(section: dict) -> str | None:
     """An inventory's content digest: two inventories of one name (a copy with a slower switch) are two."""
     if not section:

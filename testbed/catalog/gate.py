@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 
+from testbed.catalog.changes import find_steps
 from testbed.catalog.owners import mine, owner_name, resolve_owners
 from testbed.catalog.points import check_selection, group_label, groups, key_value_parts, sort_groups
 from testbed.catalog.query import did_you_mean, span_columns, span_counts
@@ -69,6 +70,7 @@ def gate(
     max_slowdown_pct: float = DEFAULT_MAX_SLOWDOWN_PCT,
     seed: int = 0,
     sweep: dict[str, set[str]] | None = None,
+    against_trend: bool = False,
 ) -> dict:
     """Each span's verdict between the runs `baseline` and `candidate` select (select_runs' filters), sweep point by
     sweep point.
@@ -82,6 +84,10 @@ def gate(
     `cannot tell` otherwise. `failed` lists the spans with a slower point, `failed_points` each slower comparison.
     A group measured on one side only is listed in `unmatched`, never compared. UserError when a side selects no
     run, a span has no group on both sides, or --sweep names no sweep variable of the runs.
+
+    `against_trend`: the baseline is a history, the candidate's runs left out of it; at each group it is cut to its
+    runs since the last step of its level (testbed.catalog.changes), so the candidate is compared with where the
+    span stands now, not with a level it has since left. Each comparison then says `baseline_since` {run, steps}.
     """
     names = list(dict.fromkeys(spans))
     if max_slowdown_pct < 0:
@@ -93,12 +99,18 @@ def gate(
         for span in names:
             if not any(span in r["spans"] for r in runs):
                 measured = sorted(span_counts(results_dirs, **filters))
+                said = _said(filters) or "every run of yours"
                 raise UserError(
-                    f"the {side} ({_said(filters)}) has no run that measured {span!r}{did_you_mean(span, measured)}"
+                    f"the {side} ({said}) has no run that measured {span!r}{did_you_mean(span, measured)}"
                     + (f"; its runs measured: {', '.join(measured)}" if measured else "; `testbed runs` lists the runs")
                 )
     overlap = {r["path"] for r in sides["baseline"]} & {r["path"] for r in sides["candidate"]}
-    if overlap:
+    if against_trend:  # the history is every baseline run but the candidate's
+        sides["baseline"] = [r for r in sides["baseline"] if r["path"] not in overlap]
+        if not sides["baseline"]:
+            said = _said(baseline) or "every run of yours"
+            raise UserError(f"the baseline ({said}) has no run besides the candidate's: no history to compare with")
+    elif overlap:
         raise UserError(
             f"the baseline and the candidate share {len(overlap)} run(s) (e.g. {min(overlap)}): select disjoint runs"
         )
@@ -107,9 +119,13 @@ def gate(
     limit = 1 + max_slowdown_pct / 100
     playbooks = sorted({r["playbook"] or "?" for runs in sides.values() for r in runs})
     pairs: list[tuple[str, tuple, dict]] = []
+    stepped: dict[tuple, int] = {}  # against_trend: (span, group) -> the steps found in the baseline's history
     unmatched: list[dict] = []
     for span in names:
         by_side = {side: groups(runs, span, wanted) for side, runs in sides.items()}
+        if against_trend:
+            for g, members in by_side["baseline"].items():
+                by_side["baseline"][g], stepped[(span, g)] = _since_last_step(members, max_slowdown_pct, seed)
         common = [g for g in sort_groups(by_side["baseline"]) if g in by_side["candidate"]]
         for side, other in (("baseline", "candidate"), ("candidate", "baseline")):
             for g in sort_groups(by_side[side]):
@@ -142,6 +158,8 @@ def gate(
                 "candidate_n": int(sum(len(v) for _, v in cand)),
             }
         )
+        if against_trend:
+            comparisons[-1]["baseline_since"] = {"run": base[0][0]["run_id"], "steps": stepped[(span, g)]}
     for c, adjusted in zip(comparisons, holm([c["p_above_limit"] for c in comparisons]), strict=True):
         c["p_holm"] = adjusted
         if adjusted <= ALPHA:
@@ -163,6 +181,14 @@ def gate(
         "failed_points": [f"{c['span']} @ {c['label']}" for c in failed_points],
         "unmatched": unmatched,
     }
+
+
+def _since_last_step(members: list[tuple], tolerance_pct: float, seed: int) -> tuple[list[tuple], int]:
+    """A group's history (its (run, samples), oldest first) from the first run after its last step, and the number
+    of steps found in it.
+    """
+    steps = find_steps([v for _, v in members], tolerance_pct, seed=seed)
+    return members[steps[-1]["index"] if steps else 0 :], len(steps)
 
 
 def holm(p_values: list[float]) -> list[float]:

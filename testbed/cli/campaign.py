@@ -39,9 +39,10 @@ def add_parsers(sub) -> None:
     add_selection_options(p)
     p.add_argument(
         "--by",
-        choices=("date", "commit", "tag"),
         default="date",
-        help="a point per run (date), per commit, or per tag (each tag's runs pooled); a series per sweep point",
+        metavar="date|commit|tag|param:NAME",
+        help="a point per run (date), per commit, per tag or per value of a --param NAME of the runs (each one's "
+        "runs pooled); a series per sweep point",
     )
     _sweep_option(p)
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -57,7 +58,12 @@ def add_parsers(sub) -> None:
         "docs/catalog.md states the statistics.",
     )
     p.add_argument("spans", nargs="+", metavar="SPAN")
-    p.add_argument("--baseline", action="append", required=True, metavar="KEY=VALUE", help="the runs to compare with")
+    p.add_argument(
+        "--baseline",
+        action="append",
+        metavar="KEY=VALUE",
+        help="the runs to compare with (with --against-trend: the history, default every run of yours)",
+    )
     p.add_argument("--candidate", action="append", required=True, metavar="KEY=VALUE", help="the runs under test")
     p.add_argument(
         "--max-slowdown",
@@ -73,6 +79,12 @@ def add_parsers(sub) -> None:
         help="a results folder (repeat for several; default ./results), for both selections",
     )
     _sweep_option(p)
+    p.add_argument(
+        "--against-trend",
+        action="store_true",
+        help="compare with the baseline's runs since the last step of each span's history (as trend finds steps), "
+        "the candidate's runs left out of it",
+    )
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
 
 
@@ -249,7 +261,7 @@ def cmd_trend(args, console: Console) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
-    what = {"date": "run", "commit": "commit", "tag": "tag"}[args.by]
+    what = {"date": "run", "commit": "commit", "tag": "tag"}.get(args.by) or args.by.partition(":")[2].strip()
     series = list(dict.fromkeys(r["series"] for r in rows))
     swept = series != ["-"]
     table = Table(
@@ -269,15 +281,42 @@ def cmd_trend(args, console: Console) -> int:
             str(len(r["runs"])), str(r["n"]), _ms(r["p50_ms"]), _ci(r), end_section=swept and last,
         )  # fmt: skip
     console.print(table)
+    if args.by in ("date", "commit"):
+        _print_steps(console, rows, swept)
     marked = sum(1 for r in rows if any(x != "ok" for x in r["statuses"]))
     if marked:
         console.print(f"{marked} row(s) hold a run that did not end ok: its numbers are of the trials it ran")
+    if args.by != "date" and args.by != "commit" and swept:
+        labels = list(dict.fromkeys(r["label"] for r in rows))
+        console.print(
+            f"the figure: a line per {what} ({len(labels)}: {', '.join(labels)}) over the {len(series)} sweep points",
+            markup=False,
+        )
     out = _out_dir(args)
     path = _figures_to(
-        out, lambda: plot_trend(rows, args.span, args.by, out / f"trend_{_safe(args.span)}_by_{args.by}.png")
+        out, lambda: plot_trend(rows, args.span, args.by, out / f"trend_{_safe(args.span)}_by_{_safe(args.by)}.png")
     )
     _print_paths(console, [path])
     return EXIT_OK
+
+
+def _print_steps(console: Console, rows: list[dict], swept: bool) -> None:
+    """Each step trend found in a series' history, between which runs (or commits) it happened."""
+    from testbed.catalog.changes import DEFAULT_TOLERANCE_PCT, METHOD
+
+    stepped = [r for r in rows if r["step"]]
+    for r in stepped:
+        low, high = r["step"]["interval"]
+        where = f" {r['series']}:" if swept else ""
+        console.print(
+            f"step:{where} x{r['step']['ratio']:.3f} (95% interval {low:.3f}-{high:.3f}) between "
+            f"{r['step']['after']} and {r['label']}",
+            markup=False,
+            soft_wrap=True,
+        )
+    if not stepped:
+        console.print(f"no step beyond {DEFAULT_TOLERANCE_PCT:g} % in the history", style="dim")
+    console.print(f"steps: {METHOD} beyond {DEFAULT_TOLERANCE_PCT:g} % (docs/catalog.md)", style="dim")
 
 
 # --- gate ----------------------------------------------------------------------------------------------------
@@ -288,11 +327,14 @@ def cmd_gate(args, console: Console) -> int:
     from testbed.catalog.points import parse_sweep
 
     console = _wide(console)
-    baseline = owned(parse_selection(args.baseline, "--baseline"))
+    if not args.baseline and not args.against_trend:
+        raise UserError("give the runs to compare with, --baseline KEY=VALUE (e.g. tag=before), or --against-trend")
+    baseline = owned(parse_selection(args.baseline, "--baseline") if args.baseline else {})
     candidate = owned(parse_selection(args.candidate, "--candidate"))
     result = gate(
-        args.spans, baseline, candidate, _dirs(args), max_slowdown_pct=args.max_slowdown, sweep=parse_sweep(args.sweep)
-    )
+        args.spans, baseline, candidate, _dirs(args), max_slowdown_pct=args.max_slowdown,
+        sweep=parse_sweep(args.sweep), against_trend=args.against_trend,
+    )  # fmt: skip
     code = EXIT_EXPERIMENT_FAILED if result["failed"] else EXIT_OK
     if args.json:
         print(json.dumps(result, indent=2))
@@ -343,6 +385,12 @@ def cmd_gate(args, console: Console) -> int:
         if c["verdict"] == UNSURE:
             warnings.append(f"{where}: the interval spans the limit {limit:.3f}: these runs cannot tell; run more")
     console.print(table)
+    if args.against_trend:
+        for c in comparisons:
+            since = c["baseline_since"]
+            where = f"{c['span']} @ {c['label']}" if swept else c["span"]
+            said = f"{since['steps']} step(s) in its history; " if since["steps"] else "no step in its history; "
+            console.print(f"{where}: {said}the baseline is its runs since {since['run']}", markup=False, soft_wrap=True)
     if len(result["playbooks"]) > 1:
         console.print(
             f"the selections mix playbooks ({', '.join(result['playbooks'])}): compared playbook by playbook",

@@ -421,6 +421,7 @@ def cmd_report(args, console: Console) -> int:
             path = write_text(target, render_run(run_dir, pngs))
         console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
         return EXIT_OK
+    _print_labels(console, run_dir)
     print_summary(console, summary, run_dir)
     from testbed.events.safe_files import owner
 
@@ -431,6 +432,29 @@ def cmd_report(args, console: Console) -> int:
         for path in _run_figures(run_dir, out, None)[0]:
             console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
     return EXIT_OK
+
+
+def _print_labels(console: Console, run_dir: Path) -> None:
+    """Before the report's tables (whose first line is the playbook, run, status and trials): the inventory by name
+    and content digest (a copy with a slower switch under the same name is another), lab or twin, and the run's tags,
+    params and notes.
+    """
+    from testbed.catalog.folder import run_labels
+
+    labels = run_labels(run_dir)
+    inventory = labels["inventory"] or "?"
+    if labels["inventory_digest"]:
+        inventory += f"@{labels['inventory_digest'][:6]}"
+    if labels["inventory_file"]:
+        inventory += f" ({labels['inventory_file']})"
+    params = " ".join(f"{k}={v}" for k, v in (labels.get("params") or {}).items())
+    parts = [f"inventory {inventory}", *([labels["target"]] if labels["target"] else [])]
+    parts += [f"tags {' '.join(labels.get('tags') or []) or '-'}", f"params {params or '-'}"]
+    console.print("  ".join(parts), markup=False, highlight=False, soft_wrap=True)
+    for note in labels.get("notes") or []:
+        console.print(f"note: {note['text']}", markup=False, highlight=False, soft_wrap=True)
+    if "annotations_error" in labels:
+        console.print(f"tags and notes not read: {labels['annotations_error']}", style="yellow", markup=False)
 
 
 def _run_figures(run_dir: Path, out: Path | None, scratch: Path | None) -> tuple[list[Path], Path | None]:

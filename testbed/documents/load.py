@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from testbed.config.expand import expand_inventory
-from testbed.config.yamlfile import LocatedData, load_yaml, validate
+from testbed.config.yamlfile import LocatedData, format_loc, load_yaml, validate
 from testbed.contracts.errors import ConfigError, ConfigProblem
 from testbed.documents.checks import check_inventory, check_playbook
 from testbed.documents.inventory import Inventory
@@ -60,9 +61,53 @@ def load_inventory(path: str | Path) -> Loaded:
 def load_playbook(path: str | Path, inventory: Inventory | None = None) -> Loaded:
     located = load_yaml(path)
     _require_mapping(located, "playbook")
-    pb = validate(Playbook, located)
+    try:
+        pb = validate(Playbook, located)
+    except ConfigError as exc:
+        raise ConfigError(_steps_without_action(located, exc.problems)) from None
     _raise(located, check_playbook(pb, inventory))
     return Loaded(pb, located)
+
+
+def _steps_without_action(located: LocatedData, problems: list[ConfigProblem]) -> list[ConfigProblem]:
+    """The problems, with pydantic's "Unable to extract tag using discriminator 'action'" (a step without an
+    `action` key: most often a misspelled one) said for people: the key it has in its place, and the step kinds.
+    """
+    from testbed.steps import STEP_KINDS
+
+    kinds = ", ".join(STEP_KINDS.names())
+    fields = {name for kind in STEP_KINDS for name in kind.model_fields}  # a key some step has is no misspelling
+    found = {}
+    for loc, step in _steps(located.data):
+        if isinstance(step, dict) and "action" not in step:
+            keys = [str(k) for k in step]
+            close = difflib.get_close_matches("action", [k for k in keys if k not in fields], n=1, cutoff=0.7)
+            if close:
+                said = f"`{close[0]}` is not a key of a step (did you mean `action`?)"
+            else:
+                said = f"a step needs an `action` key (this one has {', '.join(keys) or 'none'})"
+            found[format_loc((*loc, "action"))] = located.problem(
+                (*loc, close[0]) if close else loc, f"{said}; a step's `action` is one of the step kinds: {kinds}"
+            )
+    out = []
+    for problem in problems:
+        if problem.message.startswith("Unable to extract tag using discriminator") and problem.key in found:
+            out.append(found[problem.key])
+        else:
+            out.append(problem)
+    return out
+
+
+def _steps(data: dict, sections: tuple[str, ...] = ("setup", "steps", "teardown"), loc: tuple = ()):
+    """(key path, step) of every step written in the playbook's sections, those nested in `parallel` too."""
+    for section in sections:
+        steps = data.get(section) if isinstance(data, dict) else None
+        if not isinstance(steps, list):
+            continue
+        for i, step in enumerate(steps):
+            yield (*loc, section, i), step
+            if isinstance(step, dict) and step.get("action") == "parallel":
+                yield from _steps(step, ("steps",), (*loc, section, i))
 
 
 def declared_inventory(playbook: str | Path) -> str | None:

@@ -157,3 +157,21 @@ def test_trend_marks_a_run_that_did_not_end_ok(two_runs, tmp_path, capsys):
     code, out, _ = cli(capsys, "trend", "reconfig.total", "--results", str(results), "--out", str(tmp_path))
     line = next(line for line in out.splitlines() if aborted["run_id"] in line)
     assert "aborted" in line and "1 row(s) hold a run that did not end ok" in out
+
+
+def test_a_misspelled_step_key_is_named_at_its_line_with_the_step_kinds(repo, tmp_path, capsys):
+    text = (repo / "playbooks/ocs-reconfig.yaml").read_text()
+    step = "  - {action: fabric.apply, configuration: east-west, measure: reconfig}\n"
+    assert step in text
+    lines = text.replace(step, step.replace("action:", "acton:"), 1).splitlines(keepends=True)
+    line = next(i for i, x in enumerate(lines, 1) if "acton:" in x)
+    playbook = tmp_path / "misspelled.yaml"
+    playbook.write_text("".join(lines))
+    results = tmp_path / "results"
+    for argv in (["validate", str(playbook)], ["run", str(playbook), "--emulate", "--results", str(results)]):
+        code, out, err = cli(capsys, *argv)
+        said = " ".join((out + err).split())  # validate prints its problems on stdout, run on stderr
+        assert code == 2, (argv, out, err)
+        assert f"{playbook}:{line}:" in said and "`acton` is not a key of a step (did you mean `action`?)" in said
+        assert "step kinds: fabric.apply, fabric.cycle, fabric.clear" in said and "discriminator" not in said
+    assert not results.exists()  # refused before anything ran

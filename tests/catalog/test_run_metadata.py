@@ -36,6 +36,12 @@ def test_tags_notes_and_params_given_at_run_time_select_the_run(ray_cluster, rep
     assert main(["runs", "--results", str(results)]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if tagged.name in line)
     assert "fibre20 rack2 fibre_m=20" in line  # the tags, even when the output is not a terminal
+    # The run's own report, named by its id, says them too, with its status and its inventory by content.
+    assert main(["report", tagged.name, "--results", str(results), "--no-plots"]) == 0
+    printed = capsys.readouterr().out
+    digest = run["inventory_digest"][:6]
+    assert f"inventory emulated-rack@{digest} (" in printed and "twin  tags fibre20 rack2  params fibre_m=20" in printed
+    assert "note: fibre swapped" in printed and "status ok" in printed
 
 
 def test_a_mistake_in_the_metadata_is_refused_before_the_run(repo, tmp_path, capsys):

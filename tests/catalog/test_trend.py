@@ -78,3 +78,66 @@ def test_a_span_no_run_measured_is_a_clear_error(results, capsys):
     assert main(["trend", "failover.total", "--results", str(results)]) == 2
     err = capsys.readouterr().err
     assert "no run in the results folders measured 'failover.total'" in err and "Traceback" not in err
+
+
+def test_a_step_in_the_history_is_found_between_the_runs_it_happened(results, capsys, tmp_path):
+    # The campaign ran 3 baseline, 3 rerun (the same switch), then 3 slow runs (25 -> 75 ms): one step, at the first
+    # slow run, whatever the load on the machine did to the six before it.
+    runs = select_runs(results)
+    rows = trend_json(capsys, "--results", str(results))
+    stepped = [r for r in rows if r["step"]]
+    assert len(stepped) == 1, [(r["label"], r["p50_ms"]) for r in rows]
+    (step,) = stepped
+    first_slow = select_runs(results, tag="slow")[0]["run_id"]
+    assert step["label"] == first_slow and step["step"]["after"] == runs[5]["run_id"]
+    assert step["step"]["interval"][0] > 1.05 and step["step"]["ratio"] > step["step"]["interval"][0]
+    capsys.readouterr()
+    assert main(["trend", SPAN, "--results", str(results), "--out", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"between {runs[5]['run_id']} and {first_slow}" in out and "binary segmentation" in out
+    rows = trend_json(capsys, "--results", str(results), "--tag", "baseline")
+    assert not any(r["step"] for r in rows)  # three runs of one switch: no step
+
+
+def test_gate_against_the_trend_compares_with_the_level_since_the_last_step(results, tmp_path, capsys):
+    # A history of the campaign's nine runs, and a tenth: a copy of the first slow run, newer than every other. Against
+    # the baseline tag it is slower; against the trend, the level since the step is the slow runs' own, and it is not.
+    mine = tmp_path / "results"
+    mine.mkdir()
+    runs = select_runs(results)
+    for i, run in enumerate(runs):
+        copy_run(Path(run["path"]), mine, i)
+    newest = copy_run(Path(select_runs(results, tag="slow")[0]["path"]), mine, 99, started_offset_s=3600.0)
+    argv = ["gate", SPAN, "--candidate", f"run={newest.name}", "--results", str(mine), "--max-slowdown", "20"]
+    capsys.readouterr()
+    assert main([*argv, "--baseline", "tag=baseline"]) == 1
+    capsys.readouterr()
+    assert main([*argv, "--against-trend", "--json"]) == 0
+    (c,) = json.loads(capsys.readouterr().out)["comparisons"]
+    slow_copies = [f"{r['folder']}-copy{i:04d}" for i, r in enumerate(runs) if "slow" in r["tags"]]
+    assert c["baseline_runs"] == slow_copies and c["baseline_since"] == {"run": slow_copies[0], "steps": 1}
+    assert c["candidate_runs"] == [newest.name] and c["verdict"] != "slower"
+    assert main([*argv, "--against-trend"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"{SPAN}: 1 step(s) in its history; the baseline is its runs since {slow_copies[0]}" in out
+    capsys.readouterr()
+    assert main(["gate", SPAN, "--candidate", "tag=baseline", "--results", str(mine)]) == 2
+    assert "--baseline KEY=VALUE (e.g. tag=before), or --against-trend" in capsys.readouterr().err
+
+
+def test_by_param_pools_each_value_in_numeric_order(results, tmp_path, capsys):
+    from testbed.catalog.annotations import add_param
+
+    mine = tmp_path / "results"
+    mine.mkdir()
+    slow, fast = select_runs(results, tag="slow"), select_runs(results, tag="baseline")
+    for i, (run, ms, offset) in enumerate([(r, "75", -7200.0) for r in slow] + [(r, "25", 0.0) for r in fast]):
+        add_param(copy_run(Path(run["path"]), mine, i, started_offset_s=offset), "switch_ms", ms)  # 75 met first
+    rows = trend_json(capsys, "--results", str(mine), "--by", "param:switch_ms")
+    assert [(r["label"], len(r["runs"])) for r in rows] == [("25", 3), ("75", 3)] and not any(r["step"] for r in rows)
+    every = [x for run in fast for x in folder_samples(Path(run["path"]), SPAN)]
+    assert {k: rows[0][k] for k in summarize(every)} == summarize(every)
+    capsys.readouterr()
+    assert main(["trend", SPAN, "--results", str(mine), "--by", "param:switch"]) == 2
+    err = capsys.readouterr().err
+    assert "no selected run has the param 'switch'; did you mean 'switch_ms'?" in err and "Traceback" not in err
