@@ -418,7 +418,9 @@ def cmd_report(args, console: Console) -> int:
             if not args.no_plots:
                 written, where = _run_figures(run_dir, out, Path(scratch))
                 pngs = None if where == run_dir else written
-            path = write_text(target, render_run(run_dir, pngs))
+            from testbed.catalog.folder import run_labels
+
+            path = write_text(target, render_run(run_dir, pngs, run_labels(run_dir)))
         console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
         return EXIT_OK
     _print_labels(console, run_dir)

@@ -392,8 +392,28 @@ def page(title: str, body: str) -> str:
     )
 
 
-def render_run(run_dir: str | Path, pngs: Sequence[Path] | None = None) -> str:
-    """The HTML page of one run folder; `pngs` the figures to embed (default: every PNG in the folder)."""
+def label_rows(labels: dict | None) -> list[tuple[str, str]]:
+    """The rows that tell a run apart from its playbook's other runs (testbed.catalog.folder.run_labels): the
+    inventory by content digest (a copy with a slower switch under the same name is another), tags, params, notes.
+    """
+    if not labels:
+        return []
+    rows = []
+    if labels.get("inventory_digest"):
+        rows.append(("inventory content", f"{labels.get('inventory') or '?'}@{labels['inventory_digest'][:12]}"))
+    rows.append(("tags", " ".join(labels.get("tags") or []) or "-"))
+    params = labels.get("params") or {}
+    rows.append(("params", " ".join(f"{k}={v}" for k, v in params.items()) or "-"))
+    rows += [("note", str(note.get("text", ""))) for note in labels.get("notes") or [] if isinstance(note, dict)]
+    if labels.get("annotations_error"):
+        rows.append(("tags and notes", f"not read: {labels['annotations_error']}"))
+    return rows
+
+
+def render_run(run_dir: str | Path, pngs: Sequence[Path] | None = None, labels: dict | None = None) -> str:
+    """The HTML page of one run folder; `pngs` the figures to embed (default: every PNG in the folder); `labels`
+    the run's inventory digest, tags, params and notes, as the catalog reads them (the report command passes them).
+    """
     run_dir = Path(run_dir)
     summary = load_summary(run_dir)
     events = read_events(run_dir)
@@ -405,7 +425,7 @@ def render_run(run_dir: str | Path, pngs: Sequence[Path] | None = None) -> str:
     body = [
         f'<h1>{e(title)} <span class="{cls}">{e(status)}</span></h1>',
         "<h2>Run</h2>",
-        table(None, provenance(run_dir, summary, events), cls="kv"),
+        table(None, provenance(run_dir, summary, events) + label_rows(labels), cls="kv"),
         latency_section(summary),
         milestones_section(events),
         faults_section(events),

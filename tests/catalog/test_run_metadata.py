@@ -42,6 +42,12 @@ def test_tags_notes_and_params_given_at_run_time_select_the_run(ray_cluster, rep
     digest = run["inventory_digest"][:6]
     assert f"inventory emulated-rack@{digest} (" in printed and "twin  tags fibre20 rack2  params fibre_m=20" in printed
     assert "note: fibre swapped" in printed and "status ok" in printed
+    # ... and so does its HTML page.
+    page = tmp_path / "tagged.html"
+    assert main(["report", tagged.name, "--results", str(results), "--no-plots", "--html", str(page)]) == 0
+    text = page.read_text()
+    assert f"emulated-rack@{run['inventory_digest'][:12]}" in text and "fibre20 rack2" in text
+    assert "fibre_m=20" in text and "fibre swapped" in text
 
 
 def test_a_mistake_in_the_metadata_is_refused_before_the_run(repo, tmp_path, capsys):
