@@ -51,7 +51,10 @@ def emulated_run(run_dir: Path, jobs: list[dict] = (), **info) -> Path:
     run_dir.mkdir(mode=0o755)
     runner = {"pid": os.getpid(), "start_ticks": -1, "hostname": socket.gethostname()}  # not this process
     record = {"run": run_dir.name, "status": "running", "emulate": True, "twin_pid": dead_twin_pid()}
-    record |= {"runner": runner, "playbook": {"name": "forged"}, "trials": 1, "inventory": {}, **info}
+    # A valid inventory, as a forger writes one: heal before the records read it, and refused an invalid one
+    # before acting, so a forgery with an empty one proved nothing.
+    inventory = {"name": "lab", "devices": {}}
+    record |= {"runner": runner, "playbook": {"name": "forged"}, "trials": 1, "inventory": inventory, **info}
     (run_dir / "run.json").write_text(json.dumps(record))
     recorder = Recorder(run_dir, run_dir.name)
     for job in jobs:

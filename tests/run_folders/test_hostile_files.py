@@ -289,7 +289,7 @@ def test_heal_acts_on_no_job_whose_recorded_pid_is_no_pid(tmp_path, capsys, pid)
     assert "ended" not in out and "killed" not in out
 
 
-@pytest.mark.parametrize("circuits", [[], "x", {"ocs1": []}, {"ocs1": {"1": "x"}}, {"ocs1": {"1": 1e308}}])
+@pytest.mark.parametrize("circuits", [None, [], "x", {"ocs1": []}, {"ocs1": {"1": "x"}}, {"ocs1": {"1": 1e308}}])
 @pytest.mark.parametrize("command", ["check", "replay", "heal"])
 def test_initial_circuits_of_another_shape_are_an_answer_not_a_traceback(tmp_path, capsys, command, circuits):
     run = healable_run(tmp_path / "run")
@@ -302,3 +302,37 @@ def test_initial_circuits_of_another_shape_are_an_answer_not_a_traceback(tmp_pat
     assert "Traceback" not in err
     if err:
         assert "circuits" in err
+
+
+FAULT_NAMED_NULL = [
+    {"type": "invoke", "op": "fault.inject", "device": "gpu01", "data": {"fault": None, "kind": "rank.kill"}},
+    {"type": "ok", "op": "fault.inject", "device": "gpu01", "data": {"fault": None}},
+]
+FAULT_DATA_NULL = [
+    {"type": "invoke", "op": "fault.inject", "device": "gpu01", "data": None},
+    {"type": "ok", "op": "fault.inject", "device": "gpu01", "data": None},
+]
+JOB_VALUE_HUGE = [
+    {"type": "invoke", "op": "gpu.start_job", "device": "gpu01", "data": {"name": "rank0.1"}},
+    {"type": "ok", "op": "gpu.start_job", "device": "gpu01", "data": {"value": 1e308}},
+]
+
+
+@pytest.mark.parametrize(
+    "events", [FAULT_NAMED_NULL, FAULT_DATA_NULL, JOB_VALUE_HUGE], ids=["fault-null", "data-null", "value-1e308"]
+)
+@pytest.mark.parametrize("command", ["check", "replay", "heal"])
+def test_a_fault_or_job_event_of_another_shape_is_an_answer_not_a_traceback(tmp_path, capsys, command, events):
+    """The fuzz's findings the issue names (`fault: null`, an event's data null, a job's `value: 1e308`): heal ended
+    with a traceback on each, check on a null data.
+    """
+    run = healable_run(tmp_path / "run")
+    with open(run / "events.jsonl", "a") as f:
+        for seq, event in enumerate(events, start=3):
+            f.write(json.dumps({"seq": seq, "mono_ns": seq, "wall": 1.0, "run": run.name, **event}) + "\n")
+
+    assert main([command, str(run)]) in (0, 1)  # a verdict, or heal's record of the gone twin
+    said = capsys.readouterr()
+    assert "Traceback" not in said.err
+    if command == "heal":  # no job handle among them: heal ends no process for it
+        assert "ended" not in said.out and "killed" not in said.out
