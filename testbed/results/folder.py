@@ -5,6 +5,7 @@ audit.jsonl, trials.csv and summary.json. The format is described in results/REA
 from __future__ import annotations
 
 import csv
+import functools
 import getpass
 import hashlib
 import json
@@ -77,7 +78,7 @@ def run_info(
             "trials": trials,
             "emulate": emulate,
             "ray_address": ray_address,
-            "versions": _versions(),
+            "versions": dict(_versions()),
             "git_revision": _git_revision(),
             "host": {
                 "hostname": socket.gethostname(),
@@ -195,6 +196,9 @@ class SummaryCollector:
         return out
 
 
+# Read once a process: a warm session (testbed serve, testbed.Lab) runs the code it loaded, whatever is installed
+# or checked out later, and a queued run's start does not wait on package metadata and two git commands.
+@functools.cache
 def _versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name in PACKAGES:
@@ -205,6 +209,7 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+@functools.cache
 def _git_revision() -> str | None:
     here = Path(__file__).resolve().parent.parent
     try:
