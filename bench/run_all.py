@@ -24,6 +24,7 @@ import detect_zombie
 import fabric_service
 import failover
 import health_fanout
+import injob_failover
 import netns_plane
 import numpy as np
 import ocs_overhead
@@ -52,6 +53,9 @@ FULL = {
     "rail_hiding": {"rounds": 2, "iterations": 10},
     # Each PyTorch launch is eight Pythons importing torch: a few failovers (about 4 min on a 2-core machine).
     "torch_failover": {"trials": 2, "restarts": 2, "rounds": 2},
+    # In-job against restart, n = 20 of each per plane: each trial's job.start is six Pythons importing PyTorch, each
+    # restart eight more (about 20 min a plane on a 2-core machine); --netns only as root, else skipped with why.
+    "injob_failover": {"trials": 10, "rounds": 2, "planes": ["loopback", "netns"]},
     # A real 100-trial run (~18 s), 1,000 copies indexed (~60 s), three rounds of three queries (~2 min in all).
     "catalog_scale": {"runs": 1000, "rounds": 3},
     # 64-host health checks through a warm server, standalone and by Ansible; 21 queued runs; 1,000 runs on the page.
@@ -79,6 +83,7 @@ QUICK = {
     "fabric_service": {"rounds": 1, "iterations": 4},
     "rail_hiding": {"rounds": 1, "iterations": 3},
     "torch_failover": {"trials": 1, "restarts": 1, "rounds": 1},
+    "injob_failover": {"trials": 1, "rounds": 1, "planes": ["loopback", "netns"]},
     "catalog_scale": {"runs": 100, "rounds": 1},
     "serve": {"hosts": 8, "rounds": 1, "queued": 3, "catalog": 50},
     "netns_plane": {
@@ -101,6 +106,7 @@ MODULES = {
     "fabric_service": fabric_service,
     "rail_hiding": rail_hiding,
     "torch_failover": torch_failover,
+    "injob_failover": injob_failover,
     "catalog_scale": catalog_scale,
     "serve": serve,
     "netns_plane": netns_plane,
@@ -993,6 +999,7 @@ alternating. Opus: the two opus-2048 playbooks through the CLI with `--emulate -
 anything else running on the machine); a run that leaves namespaces is healed.""",
     "detect_zombie": detect_zombie.HOW,
     "serve": serve.HOW,
+    "injob_failover": injob_failover.HOW,
 }
 
 
@@ -1000,6 +1007,11 @@ anything else running on the machine); a run that leaves namespaces is healed.""
 # and its target, shown when the bench failed).
 ROWS_OF = {
     "detect_zombie": (detect_zombie.rows, "Detection of a SIGKILLed rank, kill -> the watch's exit", "p50 <= 100 ms"),
+    "injob_failover": (
+        injob_failover.rows,
+        "The real PyTorch job, fault -> first step on the spare, in-job against restart",
+        "in-job p50 <= 1000 ms, n >= 20",
+    ),
     "catalog_scale": (_catalog_rows, "Catalog: a trend query over 1,000 runs, indexing", "< 1 s; < 5 %"),
     "serve": (
         serve.rows,

@@ -11,9 +11,10 @@ A step is all-or-nothing: its one collective (the gradients and the loss, flatte
 before the optimizer changes anything, so a rank whose step failed holds the state of the step before, and the
 group redoes that step (no step lost or counted twice). Each collective is waited for in slices, woken by its own
 completion or by the abort mark (AbortWatch), so a rank blocked on a peer that will never answer leaves at once
-when told, and otherwise within --timeout. DistributedDataParallel is not used here: its backward pass blocks in
-the reducer's wait for the bucket all-reduces, which nothing can interrupt on gloo (ProcessGroupGloo.abort() does
-not unblock an operation in flight).
+when told, and otherwise within --timeout; so is the forming of a generation's group (form_group), which gloo does
+not bound when a member's address does not answer at all (a dark link). DistributedDataParallel is not used here:
+its backward pass blocks in the reducer's wait for the bucket all-reduces, which nothing can interrupt on gloo
+(ProcessGroupGloo.abort() does not unblock an operation in flight).
 
 Process groups: each generation's group is a ProcessGroupGloo (ProcessGroupNCCL on CUDA) built directly on its
 prefix of the store, not torch.distributed's default group: re-initialising the default group needs
@@ -55,6 +56,40 @@ def _make_group(dist, device, store, rank: int, world: int, timeout: float):
         options._timeout = delta
         return dist.ProcessGroupNCCL(store, rank, world, options)
     return dist.ProcessGroupGloo(store, rank, world, delta)
+
+
+def form_group(dist, device, store, rank: int, world: int, generation: int, watch, wake, timeout: float, kept: list):
+    """Generation `generation`'s process group, built on a thread of its own and waited for until built, aborted
+    or `timeout`: gloo's connections to the members are not bounded by the group's timeout when a member's data
+    address does not answer at all (a dark link drops the connection's SYNs, and the kernel retries them for
+    minutes). A group still forming when this gives up stays referenced in `kept` (the module says why).
+    """
+    done = threading.Event()
+    made: list = []  # the group, or the error that ended its forming
+
+    def build() -> None:
+        try:
+            made.append(_make_group(dist, device, store, rank, world, timeout))
+        except RuntimeError as exc:
+            made.append(exc)
+        done.set()
+        wake.set()
+
+    kept.append(made)
+    threading.Thread(target=build, name=f"form-gen{generation}", daemon=True).start()
+    what = f"process group of generation {generation}"
+    deadline = time.monotonic() + timeout
+    while not done.is_set():  # re-checked after every wake, as Collectives.finish does
+        if watch.aborted(generation):
+            raise GroupFailed(f"{what} not formed: generation {generation} was aborted")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise GroupFailed(f"{what} not formed within {timeout:g} s: a member did not connect")
+        wake.wait(left)
+        wake.clear()
+    if isinstance(made[0], RuntimeError):
+        raise GroupFailed(f"{what} not formed: {_first_line(made[0])}")
+    return made[0]
 
 
 class Collectives:
@@ -152,6 +187,8 @@ def train_in_job(torch, args: argparse.Namespace, say) -> int:
     except membership.MembershipError as exc:
         return fail(f"slot {slot}", str(exc))
     groups: list[Collectives] = []  # every generation's group, never dropped (the module says why)
+    forming: list[list] = []  # every group's forming, kept with it (one given up on may still complete)
+    failed_last = ""  # why the generation before failed, for the error if no next one comes
     after, parked, warned, joined = -1, args.spare, False, False
     if parked:
         # the generation it waits for from (the number lets a watcher follow this line as a step: testbed's job.start)
@@ -163,24 +200,23 @@ def train_in_job(torch, args: argparse.Namespace, say) -> int:
             # which takes longer than a step on a busy host: --start-timeout; a parked spare waits as long as it must
             first_wait = membership.FOREVER if parked else (timeout if joined else start_timeout)
             gen = membership.next_generation(store, slot, after, first_wait)
+            failed_last = ""  # said with a wait for the next generation only: a join's error names who is missing
             rank, world = gen.members[slot], gen.world_size
             who = f"rank {rank} (slot {slot})"
             # a spare named in a generation joins ranks that are up already: the step's bound, not the start's
             holds = membership.join(store, gen, rank, held, timeout if joined or args.spare else start_timeout)
         except membership.MembershipError as exc:
-            return fail(who, str(exc))
+            return fail(who, f"{exc} ({failed_last})" if failed_last else str(exc))
         parked, joined = False, True
         args.rank = rank  # the data of the slot's rank: a spare draws the batches of the rank it replaces
         resume = max(holds.values())
         source = min(r for r, s in holds.items() if s == resume)
         try:
-            try:
-                group = _make_group(dist, device, membership.rendezvous_store(store, gen.number), rank, world, timeout)
-            except RuntimeError as exc:
-                raise GroupFailed(f"process group of generation {gen.number} not formed: {_first_line(exc)}") from None
+            watch.watch(gen.number)  # an abort mark ends the forming too
+            prefix = membership.rendezvous_store(store, gen.number)
+            group = form_group(dist, device, prefix, rank, world, gen.number, watch, wake, timeout, forming)
             comm = Collectives(dist, group, gen.number, watch, wake, timeout)
             groups.append(comm)
-            watch.watch(gen.number)
             if any(s < resume for s in holds.values()):
                 state = share_state(torch, comm, source, rank, student, optimizer, device)
                 if state is not None and held < resume:
@@ -221,6 +257,7 @@ def train_in_job(torch, args: argparse.Namespace, say) -> int:
                     time.sleep(left)
             break
         except GroupFailed as exc:
+            failed_last = f"generation {gen.number} failed in step {held + 1}: {exc}"
             say(f"rank {rank} gen {gen.number} failed in step {held + 1}: {exc}")
             comm_now = groups[-1] if groups and groups[-1].generation == gen.number else None
             if comm_now is not None:

@@ -24,8 +24,11 @@ from injob_every_kind import JOB, assert_each_failover_recovered_in_job, playboo
 from peers import require_peer
 from test_engine_local import engine_for
 
+from drivers.redfish import RedfishBmc, RedfishSettings
+from emulators.frontends import TWIN_PASSWORD_ENV
 from testbed.contracts.errors import StepFailed
 from testbed.documents import load_inventory, load_playbook
+from testbed.events import Op
 from testbed.ops.check import check_run
 from testbed.plan import make_plan
 from testbed.twin.bridge import start_twin
@@ -63,9 +66,9 @@ def test_an_in_job_failover_on_every_fault_kind_resumes_each_trial_at_the_step_i
     assert summary["trials"]["ok"] == TRIALS
 
 
-def _bounded_run(tmp_path: Path, stall) -> str:
+def _bounded_run(tmp_path: Path, stall, heal=None) -> str:
     """One trial of an in-job failover (process.kill on rank 1) run in-process, with `stall(jobs)` done between
-    job.start and the failover; the failover's error.
+    job.start and the failover, and `heal(jobs)` (if given) once it failed, before job.stop; the failover's error.
     """
     require_peer("torch", "the in-job failover runs the real PyTorch job, and the controller's store is PyTorch's")
     base = load_inventory(REPO / "playbooks/inventory/emulated-rack.yaml").model
@@ -85,6 +88,8 @@ def _bounded_run(tmp_path: Path, stall) -> str:
             stall(jobs)
             with pytest.raises(StepFailed) as failed:
                 coordinator.execute_steps([failover])
+            if heal is not None:
+                heal(jobs)
         finally:
             try:
                 coordinator.execute_steps([job_stop])
@@ -113,6 +118,59 @@ def test_a_survivor_that_hangs_while_the_generation_forms_is_named_by_the_spare(
         os.kill(jobs.handles[2]["pid"], signal.SIGSTOP)  # a survivor of the fault on rank 1, stopped
 
     error = _bounded_run(tmp_path, hang_rank_2)
+    assert re.search(
+        r"generation 1 did not form: rank 1 on the spare gpu(09|10) \(in slot gpu02\) did not reach its first step "
+        r".*generation 1: slot gpu03 \(rank 2\) did not join within 5 s",
+        error,
+    ), error
+
+
+def _bmc(twin, host: str) -> RedfishBmc:
+    """`host`'s emulated BMC through the Redfish driver, as a lab's inventory would give it (the twin's password)."""
+    ep = twin.endpoints["devices"][host]
+    settings = RedfishSettings(
+        address=ep["redfish"],
+        user=ep["redfish_user"],
+        password=os.environ[TWIN_PASSWORD_ENV],
+        ca_file=ep["redfish_ca"],
+        timeout_s=10.0,
+        power_wait_s=10.0,
+    )
+    return RedfishBmc(settings, host)
+
+
+class _PowerOffAt:
+    """Powers `host` off through its BMC (Reset ForceOff, PowerState read back Off) the moment the run records
+    `op`: the recorder calls its observers in the thread that emits, so the failover goes on only once it is off.
+    """
+
+    def __init__(self, bmc: RedfishBmc, op: str) -> None:
+        self.bmc, self.op, self.done = bmc, op, False
+
+    def on_event(self, event) -> None:
+        if event.op == self.op and not self.done:
+            self.done = True
+            self.bmc.power_off()
+
+
+def test_a_survivor_whose_host_powers_off_while_the_generation_forms_is_named_by_the_spare(tmp_path):
+    """gpu03 (rank 2, a survivor of the fault on rank 1) loses power through its BMC once the failover has marked
+    generation 0 aborted and chosen the spare: the survivors have left their group and wait for generation 1,
+    which names gpu03, whose process is gone. The spare and the other survivors wait for it within the job's
+    bound, and the failover ends naming it.
+    """
+    bmcs: dict[str, RedfishBmc] = {}
+
+    def power_off_gpu03_at_spare_selected(jobs) -> None:
+        bmcs["gpu03"] = bmc = _bmc(jobs.c.twin, "gpu03")
+        jobs.c.recorder.add_observer(_PowerOffAt(bmc, Op.SPARE_SELECTED))
+
+    def power_on(jobs) -> None:
+        with bmcs["gpu03"] as bmc:
+            assert bmc.power_state() == "Off"  # the failover really ran with gpu03 off
+            bmc.power_on()  # so that job.stop reaches every host
+
+    error = _bounded_run(tmp_path, power_off_gpu03_at_spare_selected, power_on)
     assert re.search(
         r"generation 1 did not form: rank 1 on the spare gpu(09|10) \(in slot gpu02\) did not reach its first step "
         r".*generation 1: slot gpu03 \(rank 2\) did not join within 5 s",

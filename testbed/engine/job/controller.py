@@ -6,7 +6,6 @@ see faults. The steps that use a job (job.*, fault.*, failover) are in testbed/s
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -20,8 +19,8 @@ from testbed.engine.job import injection
 from testbed.engine.job.detection import Watches
 from testbed.engine.job.direct_launcher import DirectLauncher
 from testbed.engine.job.fabric import fabric_step, rewire
-from testbed.engine.job.injob import PARKED, JobStore, spare_job_name
-from testbed.engine.job.launcher import READY, Launch, Launcher
+from testbed.engine.job.injob import InJobRecovery, JobStore
+from testbed.engine.job.launcher import Launch, Launcher
 from testbed.engine.job.layout import Layout, RelayLink
 from testbed.engine.job.ports import free_ports, lab_ports
 from testbed.engine.job.ranks import Rank, ranks_of
@@ -38,7 +37,7 @@ LAUNCHERS: dict[str, Launcher] = {"direct": DirectLauncher(), "torchrun": Torchr
 DONE = "done rank "
 
 
-class JobController(JobView):
+class JobController(InJobRecovery, JobView):
     """The playbook's job: its ranks, their hosts (the assignment, which a failover changes), the fabric
     that connects them, and the watchers that see them fail. Steps see it as the JobView it declares: a walk of
     the code from a step's call on its JobView arrives here.
@@ -316,106 +315,6 @@ class JobController(JobView):
             kept, self.kept_watches = self.kept_watches, []
             for watches in kept:  # the survivors' watches of an in-job failover end with their ranks, stopped now
                 watches.close()
-
-    # --- in-job recovery (testbed/engine/job/injob.py) ----------------------------------------------
-
-    def open_store(self) -> None:
-        """The job's store for this job.start, generation 0 published: each rank's host in its slot."""
-        self.close_service_store()
-        hosts = {h: self.management_of(h) for h in dict.fromkeys([*self.job.ranks, *self._spare_hosts()])}
-        on_lab = self.link is None and self.inventory is not None
-        controller = self.inventory.controller_address if self.inventory is not None and on_lab else None
-        self.store = JobStore(hosts, controller, list(self.assignment))
-
-    def close_service_store(self) -> None:
-        """Stop serving the in-job store, if one is open."""
-        store, self.store = self.store, None
-        if store is not None:
-            store.close()
-
-    def _spare_hosts(self) -> list[str]:
-        """The hosts a failover may move a rank to: the job's spares, else the plan's (the inventory's)."""
-        spares = self.job.spares if self.job.spares is not None else list(self.c.plan.spares)
-        return [h for h in spares if h not in self.job.ranks]
-
-    def park_spares(self, label: str, timeout_s: float) -> None:
-        """Start the job's command on every spare host as a parked spare, and wait (within `timeout_s`) until
-        each says it is parked: PyTorch imported, its model built, waiting on the store for a generation.
-        """
-        assert self.store is not None
-        hosts = self._spare_hosts()
-        if not hosts:
-            raise StepFailed(f"{label}: recovery: in-job needs a spare host to park a spare on; the job has none")
-        programs: dict[str, list] = {}
-        for host in hosts:
-            name = spare_job_name(host, self.starts)
-            env = {
-                **self.job.env,
-                "RANK": "0",
-                "WORLD_SIZE": str(len(self.ranks)),
-                "LOCAL_RANK": "0",
-                "LOCAL_WORLD_SIZE": "1",
-                "TESTBED_CHECKPOINT_DIR": self.job.checkpoint_dir,
-                **(self.served.env(host) if self.served is not None else {}),
-                **self.store.env(host, spare=True),
-            }
-            slug = re.sub(r"[^A-Za-z0-9_.-]", "-", str(self.c.recorder.run_id))
-            workdir = f"testbed-jobs/{slug}/start{self.starts}/spare-{host}"  # as Launch.workdir names a slot's
-            start = {"command": list(self.job.command), "name": name, "gpus": [0], "env": env, "workdir": workdir}
-            wait = {"job": name, "progress": PARKED, "min_step": 0, "max_s": timeout_s, "mark": Op.FIRST_STEP}
-            programs[host] = [(label, "gpu.start_job", start), (label, "gpu.wait_step", wait)]
-        results = self.c.dispatch(programs)
-        for host, (started, _) in results.items():
-            if started is not None and started.status == "ok":
-                self.spares[host] = started.value
-        for host, (started, parked) in results.items():
-            if parked is None or parked.status != "ok":
-                why = (parked.error if parked is not None else None) or (started.error if started else None)
-                raise StepFailed(f"{label}: the spare on {host} did not park within {timeout_s:g} s: {why}")
-
-    def abort_generation(self, reason: str) -> int:
-        """Mark the current generation broken, at once: its members leave its process group. Its number."""
-        if self.store is None:
-            raise StepFailed("in-job recovery: the job's store is not open (job.start opens it)")
-        return self.store.abort(reason)
-
-    def end_rank(self, label: str, rank: int, hit: frozenset[str] = frozenset()) -> None:
-        """Stop rank `rank`'s process, whatever state it is in (a hung one is continued and killed: it never comes
-        back into the job); its handle is dropped. A failure on a host in `hit` is the fault's expected outcome.
-        """
-        handle = self.handles.pop(rank, None)
-        if handle is None:
-            return
-        host = self.ranks[rank].host
-        results = self.c.dispatch({host: [(label, "gpu.stop_job", {"job": handle})]})
-        if host not in hit:
-            raise_failures(results[host])
-
-    def replace_rank(self, label: str, rank: int, failed: str, spare: str, timeout_s: float) -> tuple[int, OpResult]:
-        """Publish the next generation, the parked spare on `spare` in slot `failed` (rank `rank`), and follow the
-        spare's log to its ready line (the new generation formed) and its first step, within `timeout_s`. Returns
-        the generation_published ns and the spare's wait result (job_ready, first_step, the step resumed from).
-        """
-        if self.store is None or spare not in self.spares:
-            raise StepFailed(f"{label}: no spare parked on {spare} to take slot {failed} (rank {rank})")
-        handle = self.spares.pop(spare)
-        self.handles[rank] = handle  # the spare is the rank now: job.stop stops it as one
-        if self.commit is not None and self.job.fabric is not None:
-            # the twin's kernel data plane (--netns) routes the ranks' data addresses over the rewired fabric, as a
-            # launch has it do: the new generation's members reach the spare only then
-            self.commit(fabric_links(self.job.fabric, self.assignment))
-        generation = self.store.replace(failed, spare, f"rank {rank} ({failed}) replaced by {spare}")
-        data = {"generation": generation.number, "slot": failed, "spare": spare, "rank": rank}
-        published = self.c.recorder.emit("mark", Op.GENERATION_PUBLISHED, step=label, data=data).mono_ns
-        wait = {"job": handle, "progress": self.job.progress, "ready": READY, "min_step": 0, "max_s": timeout_s}
-        (result,) = self.c.dispatch({spare: [(label, "gpu.wait_step", {**wait, "mark": Op.FIRST_STEP})]})[spare]
-        if result is None or result.status != "ok":
-            why = result.error if result is not None else "not run"
-            raise StepFailed(
-                f"{label}: generation {generation.number} did not form: rank {rank} on the spare {spare} (in slot "
-                f"{failed}) did not reach its first step (bound {timeout_s:g} s): {why}"
-            )
-        return published, result
 
     # --- the fabric ------------------------------------------------------------------------------
 
