@@ -8,6 +8,8 @@ Each figure is drawn only when the run has the data for it:
   trial with the median total), one row per milestone, like Morphlux's recovery timeline.
 - `sweep_iteration_time.png`: p50 of `iteration.time` (95 % CI of the median as error bars) against a
   numeric sweep parameter such as `delay_ms`, one line per `mode`, like Opus's figure.
+- `sweep_spans.png`: a sweep whose run measures no `iteration.time` (straggler's duty cycle, say): the p50 of each
+  span measured at every sweep point against the numeric sweep parameter, one line per span.
 - `collective_time.png`: a collective sweep's all-reduce time (p50) against the message size, log-log, one line
   per case (collective.allreduce's measures, testbed/results/collective_view.py).
 
@@ -37,6 +39,8 @@ CDF_FILE = "failover_cdf.png"
 LATENCY_CDF_FILE = "latency_cdf.png"
 TIMELINE_FILE = "failover_timeline.png"
 SWEEP_FILE = "sweep_iteration_time.png"
+SWEEP_SPANS_FILE = "sweep_spans.png"
+SWEEP_SPANS_MAX = 6  # lines on one figure; past that a sweep's spans are for the report's tables
 COLLECTIVE_FILE = "collective_time.png"
 FAILOVER_SPAN = "failover.total"
 ITERATION_SPAN = "iteration.time"
@@ -61,13 +65,16 @@ def write_plots(run_dir: str | Path, out_dir: str | Path | None = None) -> list[
         if path:
             written.append(path)
     summary = _read_json(run_dir / "summary.json")
+    collective = plot_collective(run_dir, summary, out / COLLECTIVE_FILE)
     if summary:
         path = plot_sweep(summary, out / SWEEP_FILE)
+        spans = measured_at_every_point(summary)
+        if path is None and collective is None and 0 < len(spans) <= SWEEP_SPANS_MAX:
+            path = plot_sweep(summary, out / SWEEP_SPANS_FILE, tuple(spans))  # every sweep gets its figure
         if path:
             written.append(path)
-    path = plot_collective(run_dir, summary, out / COLLECTIVE_FILE)
-    if path:
-        written.append(path)
+    if collective:
+        written.append(collective)
     return written
 
 
@@ -265,9 +272,30 @@ def sweep_axes(points: list[dict]) -> tuple[str, list[str]] | None:
     return x, sorted(others, key=lambda k: (k != "mode", k))
 
 
-def plot_sweep(summary: dict, path: Path, span: str = ITERATION_SPAN) -> Path | None:
-    sweep = [p for p in summary.get("sweep", []) if isinstance(p.get("point"), dict)]
-    points = [p for p in sweep if (p.get("spans", {}).get(span) or {}).get("n")]
+def _sweep_points(summary: dict) -> list[dict]:
+    return [p for p in summary.get("sweep", []) if isinstance(p, dict) and isinstance(p.get("point"), dict)]
+
+
+def _measured(point: dict, span: str) -> dict | None:
+    spans = point.get("spans")
+    stats = spans.get(span) if isinstance(spans, dict) else None
+    return stats if isinstance(stats, dict) and stats.get("n") else None
+
+
+def measured_at_every_point(summary: dict) -> list[str]:
+    """The spans a sweep measured at every one of its points, by name."""
+    points = _sweep_points(summary)
+    if len(points) < 2:
+        return []
+    names = {name for p in points for name in (p.get("spans") or {})}
+    return sorted(name for name in names if all(_measured(p, name) for p in points))
+
+
+def plot_sweep(summary: dict, path: Path, spans: tuple[str, ...] = (ITERATION_SPAN,)) -> Path | None:
+    """p50 of `spans` against the sweep's numeric parameter; a line per span (when several) and per value of the
+    other sweep parameters (e.g. `mode`).
+    """
+    points = [p for p in _sweep_points(summary) if any(_measured(p, span) for span in spans)]
     if len(points) < 2:
         return None
     axes = sweep_axes([p["point"] for p in points])
@@ -277,7 +305,12 @@ def plot_sweep(summary: dict, path: Path, span: str = ITERATION_SPAN) -> Path | 
     lines: dict[str, list[tuple[float, dict]]] = {}
     for p in points:
         label = ", ".join(f"{p['point'].get(k)}" if k == "mode" else f"{k}={p['point'].get(k)}" for k in line_keys)
-        lines.setdefault(label or span, []).append((float(p["point"][x_key]), p["spans"][span]))
+        for span in spans:
+            stats = _measured(p, span)
+            if stats is None:
+                continue
+            named = f"{span}, {label}" if len(spans) > 1 and label else (span if len(spans) > 1 else label)
+            lines.setdefault(named or span, []).append((float(p["point"][x_key]), stats))
     xs_all = sorted({x for line in lines.values() for x, _ in line})
     if len(xs_all) < 2:
         return None
@@ -321,8 +354,9 @@ def plot_sweep(summary: dict, path: Path, span: str = ITERATION_SPAN) -> Path | 
         ax.set_xscale("symlog", linthresh=min(positive))
     ax.set_xticks(xs_all, [f"{x:g}" for x in xs_all])
     ax.set_xlabel(x_key)
-    ax.set_ylabel(f"{span} p50 (ms)")
-    ax.set_title(f"{span} against {x_key} (p50, error bars: 95% CI of the median)")
+    what = spans[0] if len(spans) == 1 else "each span"
+    ax.set_ylabel(f"{spans[0]} p50 (ms)" if len(spans) == 1 else "p50 (ms)")
+    ax.set_title(f"{what} against {x_key} (p50, error bars: 95% CI of the median)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     if no_ci:

@@ -112,6 +112,26 @@ def sweep_run(path: Path, per_point: int = 8, seed: int = 2) -> Path:
     return w.finish()
 
 
+def straggler_run(path: Path, per_point: int = 20, seed: int = 4) -> Path:
+    """A straggler-like sweep: one trial per duty cycle, each measuring the iteration time without the straggler
+    (baseline.time) and with it (straggled.time), step by step; no iteration.time.
+    """
+    rng = np.random.default_rng(seed)
+    w = RunWriter(path, "straggler")
+    t = T0_NS
+    duties = [0.25, 0.5, 0.75]
+    for trial, duty in enumerate(duties):
+        w.emit("mark", "trial.start", t, trial, {"sweep": {"duty": duty}})
+        for span, slowdown in (("baseline.time", 1.0), ("straggled.time", 1.0 / (1.0 - duty))):
+            for _ in range(per_point):
+                ms = 20.0 * slowdown + float(rng.normal(0, 1))
+                t += int(ms * 1e6)
+                w.emit("measure", span, t, trial, {"ms": ms})
+        w.emit("mark", "trial.end", t, trial, {"status": "ok"})
+    w.trials = len(duties)
+    return w.finish()
+
+
 def latency_run(path: Path, n: int = 30, seed: int = 3) -> Path:
     """No failover: two reconfiguration spans, reconfig.total and link.latency (and an unrelated span)."""
     rng = np.random.default_rng(seed)
@@ -143,7 +163,13 @@ def plain_run(path: Path, values_ms: list[float], span: str = "reconfig.total") 
 @pytest.fixture
 def runs(tmp_path) -> Callable[..., Path]:
     """runs(kind, name, **kw): a synthetic run folder under tmp_path."""
-    makers = {"failover": failover_run, "sweep": sweep_run, "latency": latency_run, "plain": plain_run}
+    makers = {
+        "failover": failover_run,
+        "sweep": sweep_run,
+        "straggler": straggler_run,
+        "latency": latency_run,
+        "plain": plain_run,
+    }
 
     def make(kind: str, name: str | None = None, **kw) -> Path:
         return makers[kind](tmp_path / (name or kind), **kw)

@@ -16,8 +16,10 @@ from testbed.results.plots import (
     CDF_FILE,
     LATENCY_CDF_FILE,
     SWEEP_FILE,
+    SWEEP_SPANS_FILE,
     TIMELINE_FILE,
     cdf_spans,
+    measured_at_every_point,
     pick_median_trial,
     span_durations,
     sweep_axes,
@@ -63,6 +65,21 @@ def test_sweep_run_gets_only_the_sweep_figure(runs):
     assert_png(written[0])
     summary = json.loads((run / "summary.json").read_text())
     assert sweep_axes([p["point"] for p in summary["sweep"]]) == ("delay_ms", ["mode"])
+
+
+def test_a_sweep_without_iteration_time_gets_a_figure_of_its_spans(runs):
+    """Straggler's duty-cycle sweep measures baseline.time and straggled.time, not iteration.time: its figure has
+    a line for each against the duty cycle, and no iteration-time figure is drawn empty.
+    """
+    run = runs("straggler")
+    summary = json.loads((run / "summary.json").read_text())
+    assert measured_at_every_point(summary) == ["baseline.time", "straggled.time"]
+    written = write_plots(run)
+    assert [p.name for p in written] == [SWEEP_SPANS_FILE]
+    assert_png(written[0])
+    assert not (run / SWEEP_FILE).exists()
+    # A sweep of iteration.time keeps its own figure, not this one
+    assert not (runs("sweep") / SWEEP_SPANS_FILE).exists()
 
 
 def test_sweep_with_too_few_samples_for_a_ci_still_plots(runs):
