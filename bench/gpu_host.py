@@ -34,16 +34,23 @@ import inplace_recovery
 from benchlib import machine, stats
 from rich.console import Console
 
+from drivers.errors import DeviceError
+
 DEFAULT_OUT = Path(__file__).resolve().parent / "out" / "gpu_host.json"
 
 
 def timed(call: Callable[[], Any], samples: int) -> tuple[dict, Any]:
-    """stats of `samples` calls (ms) and the last call's answer."""
+    """stats of `samples` calls (ms) and the last call's answer; a probe the host refuses (dmesg restricted and no
+    journal, say) is recorded as its error, not a traceback.
+    """
     seen: list[float] = []
     answer = None
     for _ in range(samples):
         t0 = time.perf_counter()
-        answer = call()
+        try:
+            answer = call()
+        except DeviceError as exc:
+            return {"n": 0, "error": str(exc)}, None
         seen.append((time.perf_counter() - t0) * 1000)
     return stats(seen), answer
 
@@ -60,11 +67,14 @@ def probes(samples: int) -> dict:
             gpus_ms, gpus = timed(drv.gpus, samples)
             xids_ms, xids = timed(drv.kernel_xids, samples)
             health_ms, health = timed(lambda: drv.health(details=True), samples)
+    health = health or {}
     return {
         "path": "GPU-host driver over a real sshd on 127.0.0.1",
-        "gpus": [{"index": g.index, "name": g.name} for g in gpus],
-        "xid_lines": len(xids),
+        "gpus": [{"index": g.index, "name": g.name, "lost": g.lost} for g in gpus or []],
+        "xid_lines": None if xids is None else len(xids),
         "health_ok": health.get("ok"),
+        "health_error": health.get("error"),
+        "kernel_log_error": health.get("kernel_log_error"),
         "conditions": health.get("conditions", []),
         "readings_error": health.get("readings_error"),
         "gpus_ms": gpus_ms,
@@ -110,6 +120,8 @@ def recovery(trials: int, ranks: int, steps: int) -> dict:
 
 
 def p50(s: dict) -> str:
+    if "error" in s:
+        return f"failed: {s['error'].splitlines()[0]}"  # the whole message is in the JSON
     return f"p50 {s['p50']:.1f} ms" if s.get("n") else "never ended"
 
 
@@ -123,7 +135,9 @@ def table(f: dict) -> list[tuple[str, str]]:
         out.append(("GPUs", f"{len(pr['gpus'])} x {names}"))
         out.append(("probe: GPU list", f"{p50(pr['gpus_ms'])}"))
         out.append(("probe: Xid lines", f"{p50(pr['kernel_xids_ms'])} ({pr['xid_lines']} lines)"))
-        out.append(("probe: health, -q -x read", f"{p50(pr['health_details_ms'])} (ok {pr['health_ok']})"))
+        error = pr["health_error"] or pr["readings_error"]
+        why = f": {error.splitlines()[0]}" if error else f": {len(pr['conditions'])} conditions"
+        out.append(("probe: health, -q -x read", f"{p50(pr['health_details_ms'])} (ok {pr['health_ok']}{why})"))
     rc = f["recovery"]
     if "skipped" in rc:
         out.append(("recovery", f"skipped: {rc['skipped']}"))
