@@ -89,9 +89,9 @@ WATCHES["new (/proc state loop)"] = new_command
 
 
 @contextmanager
-def sshd_host(folder: Path, wrapper: str | None) -> Iterator[Callable]:
-    """sshd on 127.0.0.1 (under `wrapper`, a Python program given sshd's command line, if any); yields the
-    sampler of that host.
+def real_sshd(folder: Path, wrapper: str | None = None) -> Iterator[Any]:
+    """sshd on 127.0.0.1 (under `wrapper`, a Python program given sshd's command line, if any) run by this user;
+    yields the GPU-host driver connected to it (bench/gpu_host.py probes this machine through it).
     """
     host_key, host_private, _ = new_ed25519()
     _, client_private, client_public = new_ed25519()
@@ -132,6 +132,23 @@ def sshd_host(folder: Path, wrapper: str | None) -> Iterator[Callable]:
             "127.0.0.1", user, port, str(folder / "id_ed25519"), str(folder / "known_hosts"), timeout_s=10.0
         )
         drv = make_driver("ssh", "bench", settings)
+        yield drv
+    finally:
+        if drv is not None:
+            drv.close()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@contextmanager
+def sshd_host(folder: Path, wrapper: str | None) -> Iterator[Callable]:
+    """sshd on 127.0.0.1 (under `wrapper`, if any); yields the sampler of that host."""
+    with real_sshd(folder, wrapper) as drv:
 
         def sample(watch: Callable[[JobHandle, float], str], heartbeat_s: float, give_up_s: float) -> float | None:
             job = drv.run_job(["sh", "-c", STEPPER], name="rank", workdir=str(folder / "jobs"))
@@ -152,16 +169,6 @@ def sshd_host(folder: Path, wrapper: str | None) -> Iterator[Callable]:
             return None
 
         yield sample
-    finally:
-        if drv is not None:
-            drv.close()
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 # --- a local bash --------------------------------------------------------------------------------------

@@ -97,7 +97,15 @@ def _free_port() -> int:
 
 
 def job_args(args: argparse.Namespace, mode: str) -> list[str]:
-    return ["--steps", str(args.steps), "--step-time", "0.02", "--timeout", "10", "--recovery", mode]
+    device = ["--device", getattr(args, "device", "cpu")]
+    return ["--steps", str(args.steps), "--step-time", "0.02", "--timeout", "10", "--recovery", mode, *device]
+
+
+def gpu_env(args: argparse.Namespace, slot: int) -> dict[str, str]:
+    """With --device cuda, rank `slot` on GPU slot mod --gpus (NCCL wants one GPU per rank); nothing on the CPU."""
+    if getattr(args, "device", "cpu") != "cuda":
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": str(slot % max(1, getattr(args, "gpus", 1)))}
 
 
 def in_job_trial(args: argparse.Namespace, tmp: Path) -> float:
@@ -108,9 +116,11 @@ def in_job_trial(args: argparse.Namespace, tmp: Path) -> float:
     membership.publish(store, generation)
     env = {"TESTBED_STORE": f"127.0.0.1:{store.port}", "WORLD_SIZE": str(args.ranks)}
     procs = [
-        Proc(job_args(args, "in-job"), {**env, "RANK": str(r), "TESTBED_SLOT": f"host{r}"}) for r in range(args.ranks)
+        Proc(job_args(args, "in-job"), {**env, **gpu_env(args, r), "RANK": str(r), "TESTBED_SLOT": f"host{r}"})
+        for r in range(args.ranks)
     ]
-    spare = Proc([*job_args(args, "in-job"), "--spare"], {**env, "TESTBED_SLOT": "spare"})
+    # the spare takes the dead rank 1's GPU
+    spare = Proc([*job_args(args, "in-job"), "--spare"], {**env, **gpu_env(args, 1), "TESTBED_SLOT": "spare"})
     try:
         spare.seen("spare parked slot spare waiting for generation 0")
         procs[1].seen(r"step 5 loss \S+")
@@ -128,7 +138,10 @@ def restart_trial(args: argparse.Namespace, tmp: Path) -> float:
         port = str(_free_port())
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": str(args.ranks)}
         argv = [*job_args(args, "restart"), "--checkpoint-every", "1"]
-        return [Proc(argv, {**env, "RANK": str(r), "TESTBED_CHECKPOINT_DIR": str(d)}) for r, d in enumerate(dirs)]
+        return [
+            Proc(argv, {**env, **gpu_env(args, r), "RANK": str(r), "TESTBED_CHECKPOINT_DIR": str(d)})
+            for r, d in enumerate(dirs)
+        ]
 
     dirs = [tmp / f"rank{r}" for r in range(args.ranks)]
     procs = launch(dirs)
@@ -151,6 +164,8 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=10, help="trials of each mode")
     p.add_argument("--ranks", type=int, default=3)
     p.add_argument("--steps", type=int, default=400, help="the job's --steps (long enough not to end in a trial)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="the job's --device (cuda: NCCL)")
+    p.add_argument("--gpus", type=int, default=1, help="with --device cuda: rank r runs on GPU r mod GPUS")
     args = p.parse_args()
     samples: dict[str, list[float]] = {m: [] for m in MODES}
     for trial in range(args.trials):
@@ -164,6 +179,7 @@ def main() -> int:
     result = {
         "what": "kill -9 of rank 1 -> the spare's first step (ms), in-job recovery against a cold restart",
         "ranks": args.ranks,
+        "device": args.device,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "in_job_ms": stats(samples["in-job"]),
