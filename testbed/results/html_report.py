@@ -37,9 +37,10 @@ from testbed.events.safe_files import (
 )
 from testbed.results.milestones import (
     MILESTONES,
-    SEGMENTS,
+    SEGMENT_COLOURS,
     milestone_prefixes,
     milestone_segments,
+    segment_colour,
     segments_of,
     trial_milestones,
 )
@@ -71,7 +72,6 @@ figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; 
 .broken { color: #a31515; } svg text { font: 11px system-ui, sans-serif; }
 """
 
-_COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#9c755f")
 
 
 def e(value: object) -> str:
@@ -283,8 +283,7 @@ def timeline_svg(per_trial: dict[int, dict[str, int]]) -> str:
         for seg in segs:
             x = left + (seg["start_ns"] - t0) / 1e6 * scale
             w = max(seg["ms"] * scale, 1.0)
-            first = seg["segment"].split("+")[0]
-            colour = _COLOURS[SEGMENTS.index(first) % len(_COLOURS)] if first in SEGMENTS else "#999"
+            colour = segment_colour(seg["segment"])
             out.append(
                 f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" fill="{colour}">'
                 f"<title>{e(seg['from'])} -&gt; {e(seg['to'])}: {seg['ms']:.3f} ms</title></rect>"
@@ -297,7 +296,9 @@ def timeline_svg(per_trial: dict[int, dict[str, int]]) -> str:
         out.append(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}" stroke="#444"/>')
         out.append(f'<text x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle">{ms:.0f} ms</text>')
     legend_x = left
-    for name, colour in zip(SEGMENTS, _COLOURS, strict=False):
+    shown = {seg["segment"].split("+")[0] for _, segs in rows for seg in segs}
+    for name in [n for n in SEGMENT_COLOURS if n in shown]:  # the segments these trials have, in order
+        colour = segment_colour(name)
         out.append(f'<rect x="{legend_x}" y="4" width="10" height="10" fill="{colour}"/>')
         out.append(f'<text x="{legend_x + 14}" y="13">{e(name)}</text>')
         legend_x += 14 + 8 * len(name) + 12

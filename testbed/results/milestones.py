@@ -55,6 +55,24 @@ SEGMENTS: tuple[str, ...] = ("detect", "select", "reconfigure", "verify", "relau
 IN_JOB_MILESTONES: tuple[str, ...] = tuple(Op.GENERATION_PUBLISHED if m == Op.JOB_RELAUNCHED else m for m in MILESTONES)
 IN_JOB_SEGMENTS: tuple[str, ...] = tuple("publish" if s == "relaunch" else s for s in SEGMENTS)
 SEGMENT_NAMES = frozenset(SEGMENTS) | frozenset(IN_JOB_SEGMENTS)
+# One colour per segment in every figure (the report's PNG timeline, the HTML page's timeline): a reader who learnt
+# that detection is blue on one finds it blue on the next. In-job's publish takes relaunch's colour: the same place.
+SEGMENT_COLOURS: dict[str, str] = {
+    "detect": "#4e79a7",
+    "select": "#f28e2b",
+    "reconfigure": "#e15759",
+    "verify": "#76b7b2",
+    "relaunch": "#59a14f",
+    "publish": "#59a14f",
+    "ready": "#edc948",
+    "first_step": "#b07aa1",
+}
+OTHER_COLOUR = "#9c9c9c"
+
+
+def segment_colour(segment: str) -> str:
+    """A segment's colour; a joined one (`verify+relaunch`, a milestone skipped) takes its first part's."""
+    return SEGMENT_COLOURS.get(segment.split("+")[0], OTHER_COLOUR)
 LAST_OF_SEVERAL = frozenset({Op.JOB_READY})  # one mark per rank; the milestone is reached by the last rank
 MEASURE_PREFIX = "failover"
 

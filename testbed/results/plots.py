@@ -32,7 +32,7 @@ from testbed.contracts.errors import UserError
 from testbed.events import Op, read_jsonl
 from testbed.events.safe_files import UnsafeFile, atomic_writer, open_fd, read_json
 from testbed.results.collective_view import collective_data
-from testbed.results.milestones import MILESTONES, segments_of, trial_milestones
+from testbed.results.milestones import MILESTONES, segment_colour, segments_of, trial_milestones
 from testbed.results.stats import summarize
 
 CDF_FILE = "failover_cdf.png"
@@ -227,7 +227,7 @@ def plot_timeline(events: list[dict], path: Path) -> Path | None:
         seg = segments.get(name)
         if seg:
             start = (seg["start_ns"] - t0) / 1e6
-            ax.barh(y, seg["ms"], left=start, height=0.5, color=f"C{y % 10}", alpha=0.6)
+            ax.barh(y, seg["ms"], left=start, height=0.5, color=segment_colour(seg["segment"]), alpha=0.75)
             ax.text(
                 at + end_ms * 0.01,
                 y,

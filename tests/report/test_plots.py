@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -158,3 +159,45 @@ def test_headless_in_a_fresh_interpreter_without_display(runs):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "2"
+
+
+def test_each_segment_has_one_colour_in_every_timeline(runs):
+    """The PNG timeline and the HTML page's timeline draw a segment in the same colour, whatever else the trial
+    has; in-job's publish takes relaunch's (its place); a joined segment (a milestone skipped) its first part's.
+    """
+    from matplotlib.colors import to_rgb
+
+    from testbed.results.html_report import timeline_svg
+    from testbed.results.milestones import (
+        SEGMENT_COLOURS,
+        SEGMENT_NAMES,
+        segment_colour,
+        segments_of,
+        trial_milestones,
+    )
+
+    assert SEGMENT_NAMES <= set(SEGMENT_COLOURS)
+    assert len({SEGMENT_COLOURS[s] for s in SEGMENT_NAMES if s != "publish"}) == len(SEGMENT_NAMES) - 1
+    assert segment_colour("publish") == segment_colour("relaunch")
+    assert segment_colour("verify+relaunch") == segment_colour("verify")
+
+    for skip in ((), ("spare_selected", "link_verified")):
+        run = runs("failover", skip=skip, trials=5)
+        events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+        svg = timeline_svg(trial_milestones(events))
+        drawn = re.findall(r'fill="(#[0-9a-f]{6})"><title>([a-z_]+) -&gt; ([a-z_]+):', svg)
+        assert drawn
+        segments = {f"{a}->{b}": colour for colour, a, b in drawn}
+        assert segments["fault_injected->failure_detected"] == SEGMENT_COLOURS["detect"]
+        # The PNG's bars (the median trial's): each wide segment's colour is on the figure (blended with white at
+        # the bars' alpha), a joined one in its first part's.
+        (png,) = [p for p in write_plots(run) if p.name == TIMELINE_FILE]
+        from matplotlib.image import imread
+
+        _, found, _ = pick_median_trial(events)
+        wide = [seg["segment"] for seg in segments_of(found) if seg["segment"] != "total" and seg["ms"] >= 20]
+        assert ("select+reconfigure" in wide) == bool(skip)
+        pixels = imread(png)[..., :3].reshape(-1, 3)
+        for colour in {segment_colour(name) for name in wide}:
+            blended = 0.75 * np.array(to_rgb(colour)) + 0.25
+            assert (np.abs(pixels - blended).max(axis=1) < 0.02).any(), colour
