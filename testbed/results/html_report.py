@@ -240,9 +240,14 @@ def latency_section(summary: dict) -> str:
     headline = {s: v for s, v in by_step.items() if s.endswith((".total", ".latency"))} or by_step
     for span, steps in headline.items():
         parts.append(spans_html(steps, f"{span} per step"))
-    for point in summary.get("sweep") or []:
-        label = ", ".join(f"{k}={v}" for k, v in (point.get("point") or {}).items())
-        parts.append(spans_html(point.get("spans") or {}, f"sweep point {label}"))
+    points = summary.get("sweep") or []
+    if points:  # one table a point: folded, so the page is not thousands of pixels of tables (the figure has them)
+        summary_line = f"every span at each of the {len(points)} sweep points"
+        parts.append(f'<details class="points"><summary>{summary_line}</summary>')
+        for point in points:
+            label = ", ".join(f"{k}={v}" for k, v in (point.get("point") or {}).items())
+            parts.append(spans_html(point.get("spans") or {}, f"sweep point {label}"))
+        parts.append("</details>")
     truth = summary.get("ground_truth")
     if truth:
         rows = {
@@ -427,10 +432,10 @@ def render_run(run_dir: str | Path, pngs: Sequence[Path] | None = None, labels: 
         f'<h1>{e(title)} <span class="{cls}">{e(status)}</span></h1>',
         "<h2>Run</h2>",
         table(None, provenance(run_dir, summary, events) + label_rows(labels), cls="kv"),
+        figures_section(pngs),  # before the long tables: what a reader looks at first
         latency_section(summary),
         milestones_section(events),
         faults_section(events),
-        figures_section(pngs),
         f'<p class="note">Written by testbed report --html from {e(run_dir.name)}.</p>',
     ]
     return page(title, "".join(body))

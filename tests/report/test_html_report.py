@@ -332,3 +332,18 @@ def test_several_sweeps_are_pooled_point_by_point(runs, tmp_path):
     pooled = page.table("every sample of the 2 runs pooled, delay_ms=1000 mode=on-demand")
     assert pooled[1][0] == "iteration.time" and pooled[1][1] == "16"  # 8 samples of that point in each run, no more
     assert not any(t["caption"] == "every sample of the 2 runs pooled" for t in page.tables)  # no pool of all points
+
+
+def test_a_sweeps_figure_comes_before_its_tables_and_the_per_point_tables_are_folded(runs):
+    """A sweep's page opens on its figure; the latency tables follow; the tables of each sweep point (21 here, one
+    a point) are folded under one line, not thousands of pixels the reader scrolls past.
+    """
+    run = runs("sweep")
+    path = write_run_report(run)
+    text = path.read_text()
+    figure, spans = text.index('<img src="data:image/png'), text.index("measured spans (all trials)")
+    assert figure < spans
+    folded = text[text.index('<details class="points">') : text.index("</details>")]
+    assert "<summary>every span at each of the 21 sweep points</summary>" in folded
+    assert folded.count("<caption>sweep point ") == 21
+    assert text.count("<caption>sweep point ") == 21  # none outside the fold
