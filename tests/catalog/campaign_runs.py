@@ -14,6 +14,9 @@ from rich.console import Console
 
 TRIALS = 10
 RUNS_PER_SIDE = 3
+# The bound of a test that may be the one to make the campaign: its runs take a minute or two on an idle 2-core
+# machine, several on a busy one.
+CAMPAIGN_TIMEOUT_S = 900
 SLOW_SWITCHING_MS = 75  # three times the switching: a difference no load on the machine blurs
 _made: dict[str, Path] = {}
 

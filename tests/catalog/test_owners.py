@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 from accounts import MALLORY, as_account, needs_root, shared_folder
-from campaign_runs import campaign
+from campaign_runs import CAMPAIGN_TIMEOUT_S, campaign
 
 from testbed.catalog import add_tag, select_runs
 from testbed.cli.main import main
 
 SPANS = ("reconfig.total", "reconfig.ack")
 PLANTED_COPIES = 5  # of each of the three slow runs: so many that a resampling of the runs keeps them the median
-pytestmark = needs_root
+pytestmark = [needs_root, pytest.mark.timeout(CAMPAIGN_TIMEOUT_S)]  # its folder is a campaign's (campaign_runs.py)
 
 
 @pytest.fixture(scope="module")

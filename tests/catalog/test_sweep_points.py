@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from campaign_runs import CAMPAIGN_TIMEOUT_S
 from catalog_copies import copy_run
 from rich.console import Console
 
@@ -23,6 +24,9 @@ from testbed.catalog import select_runs
 from testbed.cli.main import main
 from testbed.results.compare import SLOWER, compare_runs
 from testbed.results.stats import median_ratio_interval, summarize
+
+# The module's campaign (nine swept twin runs) is made inside the first test's time bound: minutes on a busy machine.
+pytestmark = pytest.mark.timeout(CAMPAIGN_TIMEOUT_S)
 
 TRIALS = 3  # per sweep point: 3 trials x 3 reconfigurations = 9 samples of a span per point and run
 RUNS_PER_SIDE = 3
