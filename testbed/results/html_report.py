@@ -220,15 +220,17 @@ def spans_html(spans: dict, caption: str) -> str:
 def latency_section(summary: dict) -> str:
     spans = summary.get("spans") or {}
     parts = ["<h2>Latency</h2>"]
+    in_milestones: set[str] = set()
     for prefix in milestone_prefixes(spans):
-        parts.append(
-            spans_html(
-                _ordered_milestone_spans(spans, prefix),
-                f"{prefix} milestones (segment = previous milestone -> this one; ms)",
-            )
-        )
+        ordered = _ordered_milestone_spans(spans, prefix)
+        in_milestones |= set(ordered)
+        parts.append(spans_html(ordered, f"{prefix} milestones (segment = previous milestone -> this one; ms)"))
+    # Each span's numbers once: those of a milestone table are not repeated in the table of every span
+    others = {name: s for name, s in spans.items() if name not in in_milestones}
+    if others:
+        what = "other measured spans" if in_milestones else "measured spans"
+        parts.append(spans_html(others, f"{what} (all trials)"))
     if spans:
-        parts.append(spans_html(spans, "measured spans (all trials)"))
         if any(not s.get("p99_reliable", True) for s in spans.values() if s.get("n")):
             parts.append(
                 '<p class="note">* fewer than 100 samples: p99 is close to the maximum of a few and is not a '
@@ -239,7 +241,8 @@ def latency_section(summary: dict) -> str:
     by_step = summary.get("by_step") or {}
     headline = {s: v for s, v in by_step.items() if s.endswith((".total", ".latency"))} or by_step
     for span, steps in headline.items():
-        parts.append(spans_html(steps, f"{span} per step"))
+        if isinstance(steps, dict) and len(steps) > 1:  # one step's numbers are the span's, in the table above
+            parts.append(spans_html(steps, f"{span} per step"))
     points = summary.get("sweep") or []
     if points:  # one table a point: folded, so the page is not thousands of pixels of tables (the figure has them)
         summary_line = f"every span at each of the {len(points)} sweep points"

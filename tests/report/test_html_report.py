@@ -181,14 +181,16 @@ def test_a_reader_sees_the_run_its_latencies_milestones_faults_and_figures(repo,
     assert facts["start (UTC)"].startswith(failover_folder.name[:4])
     assert "end (UTC)" in facts
 
-    # The latency table: every span, with the very numbers (median, its CI, ...) the text report prints.
+    # The latency tables: every span once (the milestones' in their table, the others in the next), each with the
+    # very numbers (median, its CI, ...) the text report prints; no table repeats another's numbers.
     printed = text_report_rows(repo, failover_folder)
-    shown = {row[0]: row[1:] for row in page.table("measured spans (all trials)")[1:]}
-    assert set(shown) == set(summary["spans"]) and "failover.total" in shown
-    for span, cells in shown.items():
+    milestones = {row[0]: row[1:] for row in page.table("failover milestones")[1:]}
+    captions = [t["caption"] for t in page.tables]
+    assert not [c for c in captions if "measured spans" in c]  # every span of this run is a milestone's
+    assert set(milestones) == set(summary["spans"]) and list(milestones)[-1] == "failover.total"
+    for span, cells in milestones.items():
         assert cells == printed[span], span
-    assert shown["failover.total"][0] == "3"
-    assert [row[0] for row in page.table("failover milestones")[1:]][-1] == "failover.total"
+    assert milestones["failover.total"][0] == "3"
 
     # The timeline: an SVG, and each trial's time since fault_injected at every milestone, in milestone order.
     assert '<svg role="img" aria-label="failover timeline"' in html_text
@@ -347,3 +349,19 @@ def test_a_sweeps_figure_comes_before_its_tables_and_the_per_point_tables_are_fo
     assert "<summary>every span at each of the 21 sweep points</summary>" in folded
     assert folded.count("<caption>sweep point ") == 21
     assert text.count("<caption>sweep point ") == 21  # none outside the fold
+
+
+def test_each_span_is_in_one_table_only(runs):
+    """A run with failover milestones and other spans: the milestones' numbers in their table, the rest in the table
+    of other spans; none twice.
+    """
+    from testbed.results.html_report import latency_section
+
+    summary = json.loads((runs("failover") / "summary.json").read_text())
+    summary["spans"]["reconfig.total"] = summary["spans"]["failover.reconfigure"]
+    html_text = latency_section(summary)
+    page = Page(html_text)
+    milestones = [row[0] for row in page.table("failover milestones")[1:]]
+    others = [row[0] for row in page.table("other measured spans (all trials)")[1:]]
+    assert others == ["reconfig.total"] and "failover.total" in milestones
+    assert sorted(milestones + others) == sorted(summary["spans"])
