@@ -127,8 +127,9 @@ class WatchEvent:
     """What a watch on a running job reports, timestamped (time.monotonic_ns) when it reached this machine
     (a line: when the packet that completed it arrived, not when a thread got round to reading it):
     "progress" (a log line matching the progress pattern; step: its number), "line" (any other log line),
-    "idle" (nothing arrived for one heartbeat; lets the watcher check its timeouts), "exited" (the job's
-    process is gone).
+    "idle" (nothing arrived for one heartbeat; lets the watcher check its timeouts), "gone" (the host saw the
+    job's process end; its log's last lines may follow), "exited" (the watch is over: the process is gone and
+    its log read to the end). Every watch ends with "gone" then, after any last lines, "exited".
     """
 
     kind: str

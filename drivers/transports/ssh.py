@@ -330,6 +330,8 @@ class SshTransport:
                     if not readable and not channel.recv_ready():
                         yield StreamChunk("idle", b"", time.monotonic_ns())
                         continue
+                    if not channel.recv_ready() and not (channel.eof_received or channel.closed):
+                        continue  # stderr alone woke us: recv would block until stdout has something
                     data = channel.recv(65536)
                     if not data:
                         break  # EOF: the command ended (or the connection went)

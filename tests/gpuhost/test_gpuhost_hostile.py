@@ -129,11 +129,12 @@ def test_the_healthy_script_parses(host):
 
 
 def test_a_step_that_is_not_an_ascii_number_is_a_line_without_a_step(host):
-    driver, _ = host(when("while grep", ("step ² loss 1\nstep 12 loss 0.5\n", "", 0)))
+    driver, _ = host(when("{ while grep", ("step ² loss 1\nstep 12 loss 0.5\n", "", 0)))
     events = list(driver.watch(JOB, progress=r"step (\S+)"))
     assert [(e.kind, e.step) for e in events if e.kind != "idle"] == [
         ("progress", None),
         ("progress", 12),
+        ("gone", None),  # a host whose stderr said nothing: the watch's end is the news
         ("exited", None),
     ]
 
@@ -163,12 +164,12 @@ def test_an_exec_request_never_answered_times_out_as_an_unknown_outcome(host):
 
 
 def test_a_watch_whose_exec_request_is_never_answered_times_out(host):
-    driver, _ = host(when("while grep", Hold()))
+    driver, _ = host(when("{ while grep", Hold()))
     start = time.monotonic()
     with pytest.raises(DeviceTimeout) as info:
         next(iter(driver.watch(JOB)))
     assert time.monotonic() - start < BOUND
-    assert info.value.sent.startswith("while grep") and "tail -n 0 " in info.value.sent
+    assert info.value.sent.startswith("{ while grep") and "tail -n 0 " in info.value.sent
 
 
 def test_a_host_that_dies_mid_command_is_a_lost_connection_not_a_failed_command(host):

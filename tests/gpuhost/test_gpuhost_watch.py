@@ -133,7 +133,12 @@ def test_watch_reports_progress_then_exited_when_the_job_dies(driver, gpu_host, 
     assert events[-1].kind == "exited"
     steps = [e.step for e in events if e.kind == "progress" and e.line.startswith("step ")]
     assert steps[:3] == [1, 2, 3] and steps == list(range(1, len(steps) + 1))
-    assert all(e.kind in ("line", "progress", "idle", "exited") for e in events)
+    assert all(e.kind in ("line", "progress", "idle", "gone", "exited") for e in events)
+    # The host's loop said the process was gone (on stderr) before tail's last read and the channel's end:
+    # one gone, followed by log lines at most, then the end.
+    gone = [i for i, e in enumerate(events) if e.kind == "gone"]
+    assert len(gone) == 1 and all(e.kind in ("line", "progress", "idle") for e in events[gone[0] + 1 : -1])
+    assert events[gone[0]].monotonic_ns < events[-1].monotonic_ns
     # Lines carry their arrival time, which never goes back; an idle tick is when silence was noticed, so
     # a line that reached the host's socket just before a tick may carry the earlier time.
     for kinds in (("line", "progress", "exited"), ("idle",)):

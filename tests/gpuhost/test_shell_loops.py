@@ -7,6 +7,7 @@ subshell whose pid `$!` is, which `tail --pid` follows and `kill` ends), grep's 
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from drivers.gpuhost.watch import ALIVE
 from emulators.gpuhost.host import GpuHostEngine
-from emulators.gpuhost.shell import Shell
+from emulators.gpuhost.shell import Shell, Stream
 from emulators.gpuhost.shell.syntax import ShellSyntaxError, parse_line
 from emulators.gpuhost.spec import GpuHostSpec
 
@@ -128,3 +129,48 @@ def test_sleep_in_the_background_is_a_job_of_the_allowlist(sh):
     pid = int(sh.run("sleep 60 & echo $!")[0])
     assert sh.run(f"ps -o args= -p {pid}") == ("sleep 60\n", "", 0)
     sh.run(f"kill -KILL {pid}")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [  # what bash says of each
+        ("{ echo a }", "unexpected end of file"),
+        ("{ ; }", "unexpected token `;'"),
+        ("}", "unexpected token `}'"),
+        ("{ echo a ; } x", "unexpected token `x'"),
+        ("{ echo a ; } > f", "a group's redirection `>' is not supported"),
+    ],
+)
+def test_a_malformed_group_is_refused_as_bash_refuses_it(line, message):
+    with pytest.raises(ShellSyntaxError, match=message):
+        parse_line(line)
+
+
+def test_a_group_runs_its_list_and_braces_elsewhere_are_words(sh):
+    assert sh.run("{ echo a ; echo b >&2 ; } ; echo $?") == ("a\n0\n", "b\n", 0)
+    assert sh.run("{ false ; } || echo failed") == ("failed\n", "", 0)
+    assert sh.run("echo { }") == ("{ }\n", "", 0)
+
+
+@pytest.mark.timeout(60)
+def test_a_background_group_writes_to_the_channel_before_tail_pid_of_it_returns(sh):
+    """The failure watch's line: the loop's last word (on stderr) reaches the exec channel as the loop ends,
+    before tail, following the group, reads the log a last time and the line ends.
+    """
+    (home(sh) / "ctl").write_text("go\n")
+    (home(sh) / "log").write_text("")
+    arrived: list[tuple[str, str]] = []
+    line = (
+        "{ while grep -q go ctl ; do sleep 0.01 ; done ; echo gone >&2 ; } & "
+        "tail -n +1 -s 0.01 --pid $! -F log ; exit $?"
+    )
+    stream = Stream(lambda text: arrived.append(("out", text)), lambda text: arrived.append(("err", text)))
+    done: list = []
+    runner = threading.Thread(target=lambda: done.append(sh.run(line, stream)), daemon=True)
+    runner.start()
+    with open(home(sh) / "log", "a") as log:
+        log.write("last words\n")
+    (home(sh) / "ctl").write_text("stop\n")
+    runner.join(30)
+    assert done == [("", "", 0)]
+    assert ("err", "gone\n") in arrived and "".join(t for k, t in arrived if k == "out") == "last words\n"

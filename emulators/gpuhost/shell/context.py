@@ -33,6 +33,7 @@ class Context:
     exited: bool = False
     stream: Stream | None = None
     ended: threading.Event = field(default_factory=threading.Event)  # set when a subshell running this is killed
+    subshell: bool = False  # a background loop or group: its output is flushed as each command ends
 
     @property
     def home(self) -> Path:

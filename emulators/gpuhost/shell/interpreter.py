@@ -2,9 +2,11 @@
 
 Each simple command's words are expanded (`$!`, `$?`, `~`), then it runs as a built-in (builtins/) or as a job
 program on the host's allowlist (jobs.py). Nothing else runs: an unknown word gives
-`bash: X: command not found` (exit 127). A `while` loop runs its condition and body as lists of these; one put
-in the background (`&`) runs on a thread of its own, a subshell of the host (GpuHostEngine.subshell).
-Deviation from bash: a background loop's output is discarded, as a background job's is without redirections.
+`bash: X: command not found` (exit 127). A `while` loop runs its condition and body as lists of these, a group
+`{ LIST ; }` its list; either put in the background (`&`) runs on a thread of its own, a subshell of the host
+(GpuHostEngine.subshell), its output going where the command line's goes, each command's as it ends (as bash's
+background subshell writes to the exec channel it inherited). A background job's output without redirections is
+discarded (jobs.py).
 """
 
 from __future__ import annotations
@@ -59,13 +61,17 @@ class Shell:
         rc, prev = 0, None
         for segment in segments:
             if prev in (None, ";", "&") or (prev == "&&" and rc == 0) or (prev == "||" and rc != 0):
-                if segment.loop is None:
+                if segment.loop is None and segment.group is None:
                     rc = self._simple(segment, ctx)
                 elif segment.background:
-                    rc = self._background(segment.loop, ctx)
-                else:
+                    rc = self._background(segment, ctx)
+                elif segment.loop is not None:
                     rc = self._loop(segment.loop, ctx, ctx.ended)
+                else:
+                    rc = self._list(segment.group or [], ctx)
                 ctx.status = rc
+                if ctx.subshell and not ctx.cancelled():
+                    ctx.out.flush()
             prev = segment.separator
             if ctx.exited:
                 break
@@ -82,8 +88,8 @@ class Shell:
                 break
         return rc
 
-    def _background(self, loop: Loop, ctx: Context) -> int:
-        """`while ... done &`: the loop runs on as a subshell of the host; `$!` is its pid."""
+    def _background(self, segment: Segment, ctx: Context) -> int:
+        """`while ... done &` or `{ ... ; } &`: it runs on as a subshell of the host; `$!` is its pid."""
         started = threading.Event()
         pid: list[int] = []
 
@@ -91,8 +97,23 @@ class Shell:
             with self.engine.subshell() as (me, ended):
                 pid.append(me)
                 started.set()
-                sub = Context(engine=self.engine, cwd=ctx.cwd, last_bg=ctx.last_bg, status=ctx.status, ended=ended)
-                self._loop(loop, sub, ended)
+                sub = Context(
+                    engine=self.engine,
+                    cwd=ctx.cwd,
+                    last_bg=ctx.last_bg,
+                    status=ctx.status,
+                    ended=ended,
+                    stream=ctx.stream,
+                    subshell=True,
+                )
+                # where the command line's output goes: the exec channel as it comes, else what the line returns
+                sub.out, sub.err = streamed(ctx.stream) if ctx.stream is not None else (ctx.out, ctx.err)
+                if segment.loop is not None:
+                    self._loop(segment.loop, sub, ended)
+                else:
+                    self._list(segment.group or [], sub)
+                if not sub.cancelled():
+                    sub.out.flush()
 
         threading.Thread(target=run, name="subshell", daemon=True).start()
         started.wait()

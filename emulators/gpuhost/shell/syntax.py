@@ -4,8 +4,8 @@ command cut into its assignments, its words, its redirections and the directory 
 A command line is split as shlex splits it (operators must stand apart from words, as the driver writes them,
 except a `;` ending a word). A simple command is
 `[NAME=VALUE ...] [setsid|nohup|env [-C DIR] [NAME=VALUE ...]|exec] WORD ARGS [REDIRECTION ...]`.
-The one compound command is `while LIST ; do LIST ; done`, which may stand wherever a simple command does
-(without redirections of its own).
+The compound commands are `while LIST ; do LIST ; done` and the group `{ LIST ; }`, which may stand wherever a
+simple command does (without redirections of their own).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class Segment:
     words: list[str]
     separator: str | None
     loop: Loop | None = None
+    group: list[Segment] | None = None  # `{ LIST ; }`
 
     @property
     def background(self) -> bool:
@@ -115,17 +116,22 @@ def _list(toks: list[str], i: int, stops: tuple[str, ...]) -> tuple[list[Segment
             current = []
         elif tok in UNSUPPORTED:
             raise ShellSyntaxError(f"emulated host: `{tok}' is not supported")
-        elif not current and tok == "while":
-            loop, i = _while(toks, i + 1)
+        elif not current and tok in ("while", "{"):
+            loop, group = None, None
+            if tok == "while":
+                loop, i = _while(toks, i + 1)
+            else:
+                group, i = _group(toks, i + 1)
             if i < len(toks) and toks[i] not in OPERATORS and toks[i] not in stops:
                 if toks[i].startswith(REDIRECTS):
-                    raise ShellSyntaxError(f"emulated host: a loop's redirection `{toks[i]}' is not supported")
+                    what = "loop" if tok == "while" else "group"
+                    raise ShellSyntaxError(f"emulated host: a {what}'s redirection `{toks[i]}' is not supported")
                 raise _unexpected(toks[i])
             separator = toks[i] if i < len(toks) and toks[i] in OPERATORS else None
-            segments.append(Segment(["while"], separator, loop))
+            segments.append(Segment([tok], separator, loop, group))
             i += separator is not None
             continue
-        elif not current and tok in ("do", "done"):
+        elif not current and tok in ("do", "done", "}"):
             raise _unexpected(tok)
         else:
             current.append(tok)
@@ -148,6 +154,18 @@ def _while(toks: list[str], i: int) -> tuple[Loop, int]:
     if not body:
         raise _unexpected("done")
     return Loop(condition, body), i + 1
+
+
+def _group(toks: list[str], i: int) -> tuple[list[Segment], int]:
+    """The group whose list starts at toks[i]; returns it and the index after its `}` (which, as in bash, ends it
+    only where a command would begin: `{ echo a ; }`, not `{ echo a }`).
+    """
+    body, i = _list(toks, i, ("}",))
+    if i == len(toks):
+        raise ShellSyntaxError("-c: line 1: syntax error: unexpected end of file")
+    if not body:
+        raise _unexpected("}")
+    return body, i + 1
 
 
 def _unexpected(tok: str) -> ShellSyntaxError:

@@ -244,12 +244,18 @@ def watch_job(
         return {"detected": kind, "evidence": evidence, "last_step": last_step, "detected_ns": ns, "health": probe}
 
     watching = False
+    gone_ns: int | None = None
     for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=progress, lines=10):
         if not watching:
             watching = True
             ctx.mark("watching")
+        if ev.kind == "gone":
+            # The host saw the process end: detected now, at once (a failover starts on this mark); the log's last
+            # lines and the watch's end follow, then the evidence is taken.
+            gone_ns = ctx.mark_at("failure_detected", ev.monotonic_ns)
+            continue
         if ev.kind == "exited":
-            ns = ctx.mark_at("failure_detected", ev.monotonic_ns)  # when the exit reached us, before probing
+            ns = gone_ns if gone_ns is not None else ctx.mark_at("failure_detected", ev.monotonic_ns)
             try:
                 probe = host.health()
             except (DeviceConnectionError, DeviceTimeout) as exc:  # the host went with its process (power lost)
@@ -269,6 +275,8 @@ def watch_job(
             last_progress = ev.monotonic_ns
         elif ev.kind == "line" and ev.line:
             recent = [*recent[-4:], ev.line]
+        if gone_ns is not None:
+            continue  # the process is gone: only its last lines and the watch's end are still to come
         if health_every_s is not None and (ev.monotonic_ns - last_probe) / 1e9 >= health_every_s:
             # A GPU can fail while its rank lives on (an Xid the application survives, a lost device the
             # rank has not touched yet): probe nvidia-smi and the kernel log now and then, not only at exit.
