@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -83,6 +84,28 @@ def raw(remote: Served, pki: Pki, method: str, path: str, headers: dict) -> tupl
         return response.status, response.read()
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_the_listener_speaks_tls_1_2_and_1_3(remote, pki, version):
+    context = ssl.create_default_context(cafile=pki.ca)
+    context.minimum_version = context.maximum_version = version
+    host, port = remote.url.removeprefix("https://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        with context.wrap_socket(sock, server_hostname=host) as tls:
+            assert tls.version() == version.name.replace("_", ".")  # TLSv1_2 is said TLSv1.2
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")  # the old versions, asked on purpose
+def test_the_listener_refuses_tls_1_1(remote, pki):
+    context = ssl.create_default_context(cafile=pki.ca)
+    context.set_ciphers("DEFAULT:@SECLEVEL=0")  # this client would speak TLS 1.1: the server is what refuses it
+    context.minimum_version = ssl.TLSVersion.TLSv1
+    context.maximum_version = ssl.TLSVersion.TLSv1_1
+    host, port = remote.url.removeprefix("https://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        with pytest.raises(ssl.SSLError):
+            context.wrap_socket(sock, server_hostname=host)
 
 
 def test_a_user_submits_and_cancels_over_tls_with_a_token(repo, remote, pki, tokens):
