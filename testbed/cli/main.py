@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--standalone", action="store_true", help="run in this process even when testbed serve serves the lab"
     )
+    from testbed.cli.serve import add_remote_options
+
+    add_remote_options(p)  # --server, --ca: a lab's server over HTTPS (docs/serve.md)
 
     p.add_argument("--tag", action="append", help="tag the run (repeat for several): `--tag NAME` selects it later")
     p.add_argument("--note", help="a note on the run, kept with it (testbed runs, reports)")
@@ -64,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from testbed.cli.serve import add_parsers as add_serve_parsers
 
-    add_serve_parsers(sub)  # serve, queue (docs/serve.md)
+    add_serve_parsers(sub)  # serve, queue, token (docs/serve.md)
 
     p = sub.add_parser("emulate", help="run the emulated twin of an inventory until Ctrl-C")
     p.add_argument("inventory", nargs="?", default=DEFAULT_INVENTORY)
@@ -377,6 +380,12 @@ def cmd_queue(args, console: Console) -> int:
     return cmd_queue(args, console)
 
 
+def cmd_token(args, console: Console) -> int:
+    from testbed.cli.serve import cmd_token
+
+    return cmd_token(args, console)
+
+
 def cmd_emulate(args, console: Console) -> int:
     from testbed.twin.standalone import serve_twin
 
@@ -575,6 +584,7 @@ COMMANDS = {
     "run": cmd_run,
     "serve": cmd_serve,
     "queue": cmd_queue,
+    "token": cmd_token,
     "emulate": cmd_emulate,
     "lease": cmd_lease,
     "report": cmd_report,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -29,6 +30,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--admin-group", help="members of this group may cancel and move anyone's runs (root always may)")
     p.add_argument("--socket-group", help="only this group's members (and root) may connect (default: every account)")
     p.add_argument("--web", metavar="HOST:PORT", help="also serve the read-only web page there, e.g. 127.0.0.1:8080")
+    p.add_argument("--remote", metavar="HOST:PORT", help="also serve the API over TLS there, to clients with a token")
+    p.add_argument("--tls-cert", metavar="CERT", help="with --remote: the server's certificate (PEM, chain after)")
+    p.add_argument("--tls-key", metavar="KEY", help="with --remote: the certificate's private key (PEM)")
+    p.add_argument("--tokens", metavar="FILE", help="with --remote: users' token digests (testbed token new), mode 600")
 
     p = sub.add_parser("queue", help="the runs of testbed serve: list them, cancel one, move one in the queue")
     _server_options(p)
@@ -41,6 +46,15 @@ def add_parsers(sub) -> None:
     q.add_argument("position", type=int, metavar="POSITION")
     _server_options(q, suppress=True)
 
+    p = sub.add_parser("token", help="the tokens of testbed serve --remote: make a user's, remove one (docs/serve.md)")
+    action = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = action.add_parser("new", help="a fresh token for USER (replacing theirs): printed once, its digest stored")
+    q.add_argument("user", metavar="USER")
+    q.add_argument("--tokens", required=True, metavar="FILE", help="the server's tokens file (made, mode 600)")
+    q = action.add_parser("remove", help="remove USER's token: the server refuses it from the next request")
+    q.add_argument("user", metavar="USER")
+    q.add_argument("--tokens", required=True, metavar="FILE", help="the server's tokens file")
+
 
 def _server_options(p: argparse.ArgumentParser, *, suppress: bool = False) -> None:
     # On the actions too, so `testbed queue cancel ID --emulate` works; SUPPRESS keeps what was given before them.
@@ -48,6 +62,14 @@ def _server_options(p: argparse.ArgumentParser, *, suppress: bool = False) -> No
     p.add_argument("--inventory", help=f"the lab's inventory (default {DEFAULT_INVENTORY})", **default)
     p.add_argument("--emulate", action="store_true", help="the server of the emulated twin", **default)
     p.add_argument("--socket", help="the server's socket (default: found from the inventory)", **default)
+    add_remote_options(p, **default)
+
+
+def add_remote_options(p: argparse.ArgumentParser, **default: Any) -> None:
+    p.add_argument(
+        "--server", metavar="URL", help="a lab's server over HTTPS: https://HOST:PORT ($TESTBED_SERVER)", **default
+    )
+    p.add_argument("--ca", metavar="FILE", help="with --server: the CA its certificate is verified with", **default)
 
 
 def cmd_serve(args, console: Console) -> int:
@@ -58,6 +80,7 @@ def cmd_serve(args, console: Console) -> int:
         raise UserError(f"--inventory {args.inventory}: no such file")
     if args.admin_group is not None or args.socket_group is not None:
         _require_groups(args.admin_group, args.socket_group)
+    remote = _remote(args, console)
     socket_path = Path(args.socket) if args.socket else default_socket(args.inventory, args.emulate)
     config = ServeConfig(
         str(Path(args.inventory).absolute()),
@@ -67,6 +90,7 @@ def cmd_serve(args, console: Console) -> int:
         admin_group=args.admin_group,
         socket_group=args.socket_group,
         web=_address(args.web) if args.web else None,
+        remote=remote,
     )
     return Server(config, console).serve()
 
@@ -76,6 +100,47 @@ def _address(text: str) -> tuple[str, int]:
     if not host or not port.isdigit() or int(port) > 65535:
         raise UserError(f"--web {text}: give HOST:PORT, e.g. 127.0.0.1:8080 (port 0: any free port)")
     return host.strip("[]"), int(port)
+
+
+def _remote(args, console: Console):
+    """The remote listener of --remote, its certificate, key and tokens checked before anything starts; or None."""
+    given = {"--tls-cert": args.tls_cert, "--tls-key": args.tls_key, "--tokens": args.tokens}
+    if args.remote is None:
+        stray = [name for name, value in given.items() if value is not None]
+        if stray:
+            raise UserError(f"{', '.join(stray)}: for the remote listener; give --remote HOST:PORT too")
+        return None
+    missing = [name for name, value in given.items() if value is None]
+    if missing:
+        raise UserError(f"--remote: give {', '.join(missing)} too (docs/serve.md: a lab's certificate, tokens)")
+    from testbed.serve.remote import Remote, Tokens, parse_address, server_context
+
+    def say(message: str) -> None:
+        console.print(message, soft_wrap=True, markup=False, highlight=False)
+
+    return Remote(
+        parse_address(args.remote, "--remote"),
+        server_context(Path(args.tls_cert), Path(args.tls_key)),
+        Tokens(Path(args.tokens).absolute(), say=say),
+    )
+
+
+def cmd_token(args, console: Console) -> int:
+    from testbed.serve.remote import new_token, remove_token
+
+    path = Path(args.tokens)
+    if args.action == "new":
+        token = new_token(path, args.user)
+        print(token)  # once, to this terminal alone: only its digest is kept
+        Console(stderr=True).print(
+            f"the token of {escape(args.user)}, shown this once; its digest is in {escape(str(path))}. The user keeps "
+            "it in ~/.config/testbed/token (mode 600) or $TESTBED_TOKEN",
+            soft_wrap=True,
+        )
+        return EXIT_OK
+    remove_token(path, args.user)
+    console.print(f"removed the token of {escape(args.user)} from {escape(str(path))}", soft_wrap=True)
+    return EXIT_OK
 
 
 def _require_groups(*groups: str | None) -> None:
@@ -89,9 +154,26 @@ def _require_groups(*groups: str | None) -> None:
                 raise UserError(f"{group}: no such group on this machine") from None
 
 
+def _server_url(args) -> str | None:
+    """The remote server a command names (--server, else $TESTBED_SERVER), or None for the local one."""
+    from testbed.serve.client import SERVER_ENV
+
+    return getattr(args, "server", None) or os.environ.get(SERVER_ENV) or None
+
+
+def _remote_client(args, url: str):
+    from testbed.serve.client import RemoteClient, load_token
+
+    RemoteClient.parse(url)  # a mistake in it is said before the token is looked for
+    return RemoteClient(url, load_token(), getattr(args, "ca", None))
+
+
 def _client(args):
     from testbed.serve.client import Client, find_server
 
+    url = _server_url(args)
+    if url is not None:
+        return _remote_client(args, url)
     inventory = getattr(args, "inventory", None) or DEFAULT_INVENTORY
     emulate = getattr(args, "emulate", False)
     socket_path = getattr(args, "socket", None)
@@ -116,7 +198,7 @@ def cmd_queue(args, console: Console) -> int:
         console.print(f"{escape(answer['id'])}: now at position {answer['position']}", soft_wrap=True)
         return EXIT_OK
     runs = client.runs()
-    table = Table(title=f"testbed serve at {client.socket_path}", title_justify="left")
+    table = Table(title=f"testbed serve at {escape(client.address)}", title_justify="left")
     for column in ("id", "user", "status", "position", "playbook", "submitted", "run"):
         table.add_column(column, overflow="fold")  # a narrow terminal wraps an id, never cuts it
     for run in runs:
@@ -145,18 +227,23 @@ def run_through_server(args, console: Console, inventory_file: str, confirm_writ
     from testbed.catalog.annotations import parse_params
     from testbed.serve.client import Client, find_server
 
-    socket_path = find_server(inventory_file, args.emulate)
-    if socket_path is None:  # said, so a user who expected the lab's server knows it was not used
-        what = f"the twin of {Path(inventory_file).name}" if args.emulate else Path(inventory_file).name
-        console.print(f"standalone: no testbed serve answers for {what}", soft_wrap=True, markup=False, highlight=False)
-        return None
+    url = _server_url(args)
+    if url is not None:  # a server named outright: no standalone run in its place if it does not answer
+        client = _remote_client(args, url)
+    else:
+        socket_path = find_server(inventory_file, args.emulate)
+        if socket_path is None:  # said, so a user who expected the lab's server knows it was not used
+            what = f"the twin of {Path(inventory_file).name}" if args.emulate else Path(inventory_file).name
+            said = f"standalone: no testbed serve answers for {what}"
+            console.print(said, soft_wrap=True, markup=False, highlight=False)
+            return None
+        client = Client(socket_path)
     if args.netns:
-        raise UserError(f"--netns: testbed serve at {socket_path} runs the twin as it was started; add --standalone")
-    client = Client(socket_path)
+        raise UserError(f"--netns: testbed serve at {client.address} runs the twin as it was started; add --standalone")
     info = client.info()
     if args.results is not None and Path(args.results).absolute() != Path(info["results"]):
         raise UserError(
-            f"--results {args.results}: runs through testbed serve at {socket_path} go to its results folder, "
+            f"--results {args.results}: runs through testbed serve at {client.address} go to its results folder, "
             f"{info['results']}; leave --results out, or add --standalone"
         )
     yes = args.yes
@@ -165,16 +252,18 @@ def run_through_server(args, console: Console, inventory_file: str, confirm_writ
         yes = True
     try:
         text = Path(args.playbook).read_text(encoding="utf-8")
-        inventory_bytes = Path(inventory_file).read_bytes()
+        # the server checks it is its inventory; a remote user may have no copy of it
+        unchecked = url is not None and not Path(inventory_file).is_file()
+        inventory_bytes = None if unchecked else Path(inventory_file).read_bytes()
     except OSError as exc:
         raise UserError(f"cannot read {exc.filename or args.playbook}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise UserError(f"{args.playbook}: not UTF-8 text ({exc})") from None
-    console.print(f"via testbed serve at {socket_path}", soft_wrap=True, markup=False, highlight=False)
+    console.print(f"via testbed serve at {client.address}", soft_wrap=True, markup=False, highlight=False)
     body = {
         "playbook": text,
         "playbook_file": str(Path(args.playbook).absolute()),
-        "inventory_sha256": hashlib.sha256(inventory_bytes).hexdigest(),
+        "inventory_sha256": hashlib.sha256(inventory_bytes).hexdigest() if inventory_bytes is not None else None,
         "emulate": args.emulate,
         "trials": args.trials,
         "seed": args.seed,
@@ -220,7 +309,7 @@ def _follow(client, run_id: str, console: Console) -> dict:
 
 def _server_gone(client, run_id: str, last: dict | None) -> str:
     """What a user is told when the server went away (killed, crashed) before their run ended."""
-    gone = f"testbed serve at {client.socket_path} went away before run {run_id} ended: "
+    gone = f"testbed serve at {client.address} went away before run {run_id} ended: "
     if last is not None and last["status"] == "running":
         heal = f"testbed heal {last['run_dir']}" if last.get("run_dir") else "nothing to heal (it had no folder yet)"
         return gone + f"it was under way and was cut off; {heal} restores what it left"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,8 @@ from testbed.serve.queue import Closed, QueuedRun, RunQueue
 
 # What each kind of event means: docs/serve.md lists them too.
 EVENT_TYPES = ("run.queued", "run.started", "run.progress", "run.moved", "run.ended")
+# Where a listener that identifies its clients itself (testbed.serve.remote: by token) puts a request's Peer.
+PEER_KEY = "testbed.peer"
 
 
 @dataclass
@@ -36,8 +39,11 @@ class Service:
     stop_running: Callable[[QueuedRun, str], None]  # (the running run, who asked)
 
 
-def make_app(service: Service) -> web.Application:
-    app = web.Application(middlewares=[_errors_as_json])
+def make_app(service: Service, *, authenticate=None) -> web.Application:
+    """`authenticate`: a middleware that sets each request's PEER_KEY (or refuses it), for a listener that is not the
+    Unix socket.
+    """
+    app = web.Application(middlewares=([authenticate] if authenticate else []) + [_errors_as_json])
     app["service"] = service
     app.router.add_get("/openapi.json", _openapi)
     app.router.add_get("/info", _info)
@@ -51,8 +57,10 @@ def make_app(service: Service) -> web.Application:
 
 
 def _peer(request: web.Request) -> Peer:
+    if PEER_KEY in request:
+        return request[PEER_KEY]
     sock = request.transport.get_extra_info("socket") if request.transport is not None else None
-    if sock is None:
+    if sock is None or sock.family != socket.AF_UNIX:  # only a Unix socket has a kernel-given account
         raise web.HTTPForbidden(text=_error("the connection's account is unknown"), content_type="application/json")
     return peer_of(sock)
 

@@ -1,13 +1,18 @@
 """A client of `testbed serve`, for the CLI and for scripts: the standard library's http.client over the server's
 Unix socket (nothing more to import in the command that submits a run). Who the client is, the server asks the
-kernel; nothing here says it.
+kernel; nothing here says it. RemoteClient is the same over HTTPS to a server's remote listener (`testbed serve
+--remote`), where a token says who the client is.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
+import ssl
+import stat
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,17 +53,28 @@ class Client:
         self.socket_path = Path(socket_path)
         self.timeout = timeout
 
+    @property
+    def address(self) -> str:
+        """Where the server is, as its messages say it."""
+        return str(self.socket_path)
+
+    def _connection(self, timeout: float | None) -> http.client.HTTPConnection:
+        return _UnixConnection(self.socket_path, timeout)
+
+    def _headers(self) -> dict[str, str]:
+        return {}  # the kernel says who this client is
+
     def request(self, method: str, path: str, body: dict | None = None) -> Any:
-        conn = _UnixConnection(self.socket_path, self.timeout)
+        conn = self._connection(self.timeout)
         try:
             payload = json.dumps(body).encode() if body is not None else None
-            headers = {"Content-Type": "application/json"} if payload is not None else {}
+            headers = self._headers() | ({"Content-Type": "application/json"} if payload is not None else {})
             try:
                 conn.request(method, path, body=payload, headers=headers)
                 response = conn.getresponse()
                 data = response.read()
             except OSError as exc:
-                raise UserError(f"testbed serve at {self.socket_path} did not answer: {exc}") from None
+                raise UserError(f"testbed serve at {self.address} did not answer: {exc}") from None
         finally:
             conn.close()
         try:
@@ -94,10 +110,10 @@ class Client:
         `timeout`: the longest wait for the next event (None: no end; a run may take hours between two events).
         """
         query = f"/events?since={since}" + (f"&run={run_id}" if run_id else "")
-        conn = _UnixConnection(self.socket_path, timeout)
+        conn = self._connection(timeout)
         try:
             try:
-                conn.request("GET", query)
+                conn.request("GET", query, headers=self._headers())
                 response = conn.getresponse()
             except TimeoutError:
                 raise
@@ -147,3 +163,101 @@ def find_server(inventory_file: str | Path, emulate: bool) -> Path | None:
             probe.close()
         return path
     return None
+
+
+TOKEN_ENV = "TESTBED_TOKEN"  # noqa: S105 - the variable's name, not a token
+SERVER_ENV = "TESTBED_SERVER"
+
+
+class RemoteClient(Client):
+    """A client of a server's remote listener (`testbed serve --remote`): HTTPS, the server's certificate verified
+    against the system's CAs or `ca` (a lab's own CA), and the user's token in each request's Authorization header.
+    The token is kept out of every message and of repr().
+    """
+
+    def __init__(self, url: str, token: str, ca: str | Path | None = None, timeout: float | None = 60.0) -> None:
+        self.host, self.port = self.parse(url)
+        self.url = f"https://{self.host}:{self.port}" if ":" not in self.host else f"https://[{self.host}]:{self.port}"
+        self.timeout = timeout
+        self.__token = token
+        try:
+            self.context = ssl.create_default_context(cafile=str(ca) if ca is not None else None)
+        except (OSError, ssl.SSLError) as exc:
+            raise UserError(f"--ca {ca}: not a file of CA certificates: {exc}") from None
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+
+    @staticmethod
+    def parse(url: str) -> tuple[str, int]:
+        """(host, port) of a server's URL, https://HOST[:PORT]; UserError for anything else."""
+        parsed = urllib.parse.urlsplit(url)
+        try:
+            port = parsed.port or 443
+        except ValueError:
+            port = -1
+        if parsed.scheme != "https" or not parsed.hostname or port < 0 or parsed.path not in ("", "/"):
+            raise UserError(f"{url}: give the server as https://HOST:PORT (testbed serve --remote)")
+        return parsed.hostname, port
+
+    def __repr__(self) -> str:
+        return f"RemoteClient({self.url!r})"
+
+    @property
+    def address(self) -> str:
+        return self.url
+
+    def _connection(self, timeout: float | None) -> http.client.HTTPConnection:
+        return http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self.context)
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.__token}"}
+
+    def request(self, method: str, path: str, body: dict | None = None) -> Any:
+        try:
+            return super().request(method, path, body)
+        except ServerError as exc:
+            raise self._said(exc) from None
+        except UserError as exc:
+            cause = exc.__context__
+            if isinstance(cause, ssl.SSLCertVerificationError):
+                raise UserError(
+                    f"testbed serve at {self.url}: its certificate does not verify ({cause.verify_message}); "
+                    "give the lab's CA with --ca FILE"
+                ) from None
+            raise
+
+    def events(self, since: int = 0, run_id: str | None = None, timeout: float | None = None) -> Iterator[dict]:
+        try:
+            yield from super().events(since, run_id, timeout)
+        except ServerError as exc:
+            raise self._said(exc) from None
+
+    def _said(self, exc: ServerError) -> ServerError:
+        if exc.status != 401:
+            return exc
+        return ServerError(
+            401,
+            f"testbed serve at {self.url} refused the token (401): set {TOKEN_ENV} or ~/.config/testbed/token to the "
+            "one `testbed token new` printed for you",
+        )
+
+
+def token_file() -> Path:
+    return Path.home() / ".config" / "testbed" / "token"
+
+
+def load_token() -> str:
+    """The user's token: $TESTBED_TOKEN, else ~/.config/testbed/token, a file of this account's only it may read."""
+    given = os.environ.get(TOKEN_ENV, "").strip()
+    if given:
+        return given
+    path = token_file()
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise UserError(f"a remote server needs your token: set {TOKEN_ENV}, or put it in {path} (mode 600)") from None
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077 or not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{path}: others may read it, or it is not yours; a token is a secret: chmod 600 it")
+    token = path.read_text(encoding="utf-8").strip()
+    if not token:
+        raise UserError(f"{path}: empty; put your token there")
+    return token

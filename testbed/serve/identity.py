@@ -25,12 +25,15 @@ SYSTEM_DIR = Path("/run/testbed")  # root's servers: the lab's, for every accoun
 
 @dataclass(frozen=True)
 class Peer:
-    """A connected client: its account and the process that connected."""
+    """A connected client: its account and the process that connected (pid 0 and `remote` for a client identified by
+    its token on the remote listener, testbed.serve.remote).
+    """
 
     uid: int
     gid: int
     pid: int
     user: str
+    remote: bool = False
 
     def may_manage(self, owner_uid: int, admins: Admins) -> bool:
         """Whether this client may cancel or move a run of `owner_uid`: its own, or as one of the lab's admins."""

@@ -45,6 +45,7 @@ class ServeConfig:
     admin_group: str | None = None
     socket_group: str | None = None  # only this group's members (and root) may connect
     web: tuple[str, int] | None = None  # the read-only web page's TCP address (testbed.serve.web)
+    remote: Any = None  # testbed.serve.remote.Remote: the API over TLS, for clients with a token (--remote)
 
 
 class Cancelled(KeyboardInterrupt):
@@ -109,8 +110,8 @@ class Server:
             "yes": yes,
         }
         if body.get("path") is not None:
-            if peer.uid not in (0, os.geteuid()):
-                raise UserError("only root and the server's account may have the server read a file: send its text")
+            if peer.remote or peer.uid not in (0, os.geteuid()):  # a stolen token reads no file of the server's
+                raise UserError("only root and the server's account, locally, may have the server read a file: send it")
             playbook_file, text = str(body["path"]), _read_text(Path(str(body["path"])))
         else:
             given_text, playbook_file = body.get("playbook"), str(body.get("playbook_file") or "playbook.yaml")
@@ -214,6 +215,8 @@ class Server:
         http = HttpThread(self._service(), config)
         signal.signal(CANCEL_SIGNAL, self._on_cancel_signal)
         previous = {s: signal.signal(s, self._on_stop_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        if config.remote is not None:  # SIGHUP: the tokens file is read again (systemctl reload)
+            previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda signum, frame: config.remote.tokens.reread())
         try:
             http.start()
             mode = "the emulated twin of " if config.emulate else ""
@@ -223,6 +226,9 @@ class Server:
             )
             if config.web is not None:
                 self.console.print(f"web page (read-only) at http://{config.web[0]}:{http.web_port}/", soft_wrap=True)
+            if config.remote is not None:
+                where = f"{config.remote.address.host}:{http.remote_port}"
+                self.console.print(f"remote API (TLS, tokens) at https://{escape(where)}/", soft_wrap=True)
             self.console.print(f"listening on {escape(str(config.socket_path))}", soft_wrap=True)
             try:
                 while self.stopping is None:
@@ -385,6 +391,8 @@ class HttpThread:
         self._runner: Any = None  # aiohttp's AppRunner, once up
         self._web_runner: Any = None  # the web page's, with --web
         self.web_port: int | None = None  # the port it listens on (a port of 0 asked is the one given)
+        self._remote_runner: Any = None  # the remote API's, with --remote
+        self.remote_port: int | None = None
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="testbed-serve-http", daemon=True)
@@ -418,6 +426,10 @@ class HttpThread:
                 host, port = self.config.web
                 await web.TCPSite(self._web_runner, host, port, shutdown_timeout=1.0).start()
                 self.web_port = self._web_runner.addresses[0][1]
+            if self.config.remote is not None:
+                from testbed.serve.remote import start_listener
+
+                self._remote_runner, self.remote_port = await start_listener(self.service, self.config.remote)
 
         try:
             self.loop.run_until_complete(up())
@@ -430,7 +442,7 @@ class HttpThread:
 
     def stop(self) -> None:
         if self._runner is not None and self.loop.is_running():
-            for runner in (self._web_runner, self._runner):
+            for runner in (self._remote_runner, self._web_runner, self._runner):
                 if runner is None:
                     continue
                 future = asyncio.run_coroutine_threadsafe(runner.cleanup(), self.loop)
