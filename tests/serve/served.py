@@ -32,12 +32,14 @@ EVENT_WAIT_S = 120  # bound on waiting for the server's next event (a slow CI ma
 class Served:
     """A running `testbed serve --emulate`: its process, socket folder, results folder and a root client."""
 
-    def __init__(self, repo: Path, results: Path, serve_dir: Path, *, web: bool = False) -> None:
+    def __init__(
+        self, repo: Path, results: Path, serve_dir: Path, *, web: bool = False, options=(), env: dict | None = None
+    ) -> None:
         self.results, self.serve_dir = results, serve_dir
-        self.env = os.environ | {SERVE_DIR_ENV: str(serve_dir)}
+        self.env = os.environ | (env or {}) | {SERVE_DIR_ENV: str(serve_dir)}
         web_option = ["--web", "127.0.0.1:0"] if web else []  # port 0: a free one, which the server says
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "testbed", "serve", "--emulate", "--results", str(results), *web_option],
+            [sys.executable, "-m", "testbed", "serve", "--emulate", "--results", str(results), *web_option, *options],
             cwd=repo,
             env=self.env,
             stdout=subprocess.PIPE,
