@@ -29,6 +29,11 @@ def add_parsers(sub) -> None:
     p.add_argument("--admin-group", help="members of this group may cancel and move anyone's runs (root always may)")
     p.add_argument("--socket-group", help="only this group's members (and root) may connect (default: every account)")
     p.add_argument("--web", metavar="HOST:PORT", help="also serve the read-only web page there, e.g. 127.0.0.1:8080")
+    p.add_argument(
+        "--webhook",
+        metavar="URL",
+        help="POST a JSON body to this http(s) URL when a run ends (id, user, status, results, figures; docs/serve.md)",
+    )
 
     p = sub.add_parser("queue", help="the runs of testbed serve: list them, cancel one, move one in the queue")
     _server_options(p)
@@ -53,6 +58,7 @@ def _server_options(p: argparse.ArgumentParser, *, suppress: bool = False) -> No
 def cmd_serve(args, console: Console) -> int:
     from testbed.serve.identity import default_socket
     from testbed.serve.server import ServeConfig, Server
+    from testbed.serve.webhook import check_url
 
     if not Path(args.inventory).is_file():
         raise UserError(f"--inventory {args.inventory}: no such file")
@@ -67,6 +73,7 @@ def cmd_serve(args, console: Console) -> int:
         admin_group=args.admin_group,
         socket_group=args.socket_group,
         web=_address(args.web) if args.web else None,
+        webhook=check_url(args.webhook) if args.webhook else None,
     )
     return Server(config, console).serve()
 
