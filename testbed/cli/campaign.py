@@ -86,6 +86,11 @@ def add_parsers(sub) -> None:
         "the candidate's runs left out of it",
     )
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    p.add_argument(
+        "--webhook",
+        metavar="URL",
+        help="when the gate fails, POST a JSON body saying what failed, with its figures, to this http(s) URL",
+    )
 
 
 def _sweep_option(p: argparse.ArgumentParser) -> None:
@@ -323,6 +328,22 @@ def _print_steps(console: Console, rows: list[dict], swept: bool) -> None:
 
 
 def cmd_gate(args, console: Console) -> int:
+    from testbed.serve.webhook import Webhook
+
+    errors = Console(stderr=True, highlight=False)
+    webhook = (
+        Webhook(args.webhook, lambda line: errors.print(line, markup=False, soft_wrap=True)) if args.webhook else None
+    )
+    try:
+        return _gate(args, console, webhook)
+    finally:
+        if webhook is not None and webhook.close():  # the verdict is printed while the call is made
+            errors.print(
+                f"webhook {webhook.shown}: the call was not finished: its receiver did not answer", markup=False
+            )
+
+
+def _gate(args, console: Console, webhook) -> int:
     from testbed.catalog.gate import SLOWER, UNSURE, gate, owned, parse_selection
     from testbed.catalog.points import parse_sweep
 
@@ -336,6 +357,10 @@ def cmd_gate(args, console: Console) -> int:
         sweep=parse_sweep(args.sweep), against_trend=args.against_trend,
     )  # fmt: skip
     code = EXIT_EXPERIMENT_FAILED if result["failed"] else EXIT_OK
+    if result["failed"] and webhook is not None:
+        from testbed.serve.webhook import gate_failed
+
+        webhook.post("gate FAIL", gate_failed(args, result))
     if args.json:
         print(json.dumps(result, indent=2))
         return code

@@ -34,6 +34,11 @@ def add_parsers(sub) -> None:
     p.add_argument("--tls-cert", metavar="CERT", help="with --remote: the server's certificate (PEM, chain after)")
     p.add_argument("--tls-key", metavar="KEY", help="with --remote: the certificate's private key (PEM)")
     p.add_argument("--tokens", metavar="FILE", help="with --remote: users' token digests (testbed token new), mode 600")
+    p.add_argument(
+        "--webhook",
+        metavar="URL",
+        help="POST a JSON body to this http(s) URL when a run ends (id, user, status, results, figures; docs/serve.md)",
+    )
 
     p = sub.add_parser("queue", help="the runs of testbed serve: list them, cancel one, move one in the queue")
     _server_options(p)
@@ -75,6 +80,7 @@ def add_remote_options(p: argparse.ArgumentParser, **default: Any) -> None:
 def cmd_serve(args, console: Console) -> int:
     from testbed.serve.identity import default_socket
     from testbed.serve.server import ServeConfig, Server
+    from testbed.serve.webhook import check_url
 
     if not Path(args.inventory).is_file():
         raise UserError(f"--inventory {args.inventory}: no such file")
@@ -91,6 +97,7 @@ def cmd_serve(args, console: Console) -> int:
         socket_group=args.socket_group,
         web=_address(args.web) if args.web else None,
         remote=remote,
+        webhook=check_url(args.webhook) if args.webhook else None,
     )
     return Server(config, console).serve()
 

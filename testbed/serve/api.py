@@ -18,6 +18,7 @@ from aiohttp import web
 from testbed.contracts.errors import UserError
 from testbed.serve.identity import Admins, Peer, peer_of
 from testbed.serve.queue import Closed, QueuedRun, RunQueue
+from testbed.serve.webhook import WEBHOOKS
 
 # What each kind of event means: docs/serve.md lists them too.
 EVENT_TYPES = ("run.queued", "run.started", "run.progress", "run.moved", "run.ended")
@@ -346,6 +347,7 @@ OPENAPI: dict[str, Any] = {
         "/info": {"get": {"summary": "the server: inventory, mode, results folder; who you are", "responses": {}}},
         "/openapi.json": {"get": {"summary": "this document", "responses": {}}},
     },
+    "webhooks": WEBHOOKS,  # what testbed serve --webhook URL POSTs
     "components": {
         "schemas": {
             "Run": _RUN,

@@ -20,7 +20,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -31,6 +31,9 @@ from testbed.serve.api import Service, make_app
 from testbed.serve.identity import Admins, Peer, own_dir, prepare_folder
 from testbed.serve.queue import Closed, QueuedRun, RunQueue
 from testbed.serve.queue_file import QueueFile
+
+if TYPE_CHECKING:
+    from testbed.serve.webhook import Webhook
 
 CANCEL_SIGNAL = signal.SIGUSR1  # the API thread's word to the runner: stop the run under way
 FOLLOW_EVERY_S = 0.1  # how often a run's events.jsonl is read for new events to pass on
@@ -46,6 +49,7 @@ class ServeConfig:
     socket_group: str | None = None  # only this group's members (and root) may connect
     web: tuple[str, int] | None = None  # the read-only web page's TCP address (testbed.serve.web)
     remote: Any = None  # testbed.serve.remote.Remote: the API over TLS, for clients with a token (--remote)
+    webhook: str | None = None  # POSTed to when a run ends (testbed.serve.webhook)
 
 
 class Cancelled(KeyboardInterrupt):
@@ -81,6 +85,7 @@ class Server:
             queue=self.queue,
         )
         self._spool = Path(tempfile.mkdtemp(prefix="testbed-serve-"))  # submitted playbooks, while they load
+        self.webhook = self._webhook(config.webhook) if config.webhook else None
         self._restore()
 
     # -- preparing a submitted run (in the API's worker threads) -----------------------------------------------
@@ -249,6 +254,8 @@ class Server:
             try:
                 self.lab.close()
             finally:
+                if self.webhook is not None:
+                    self._close_webhook(self.webhook)
                 self.queue_file.close()
                 shutil.rmtree(self._spool, ignore_errors=True)
                 for s, handler in previous.items():
@@ -289,6 +296,31 @@ class Server:
             self.stopping = "the server was stopped (SIGTERM)"  # the run's own SIGTERM handler took the signal
         if self.stopping is not None:
             raise Stopping(self.stopping)
+
+    def _webhook(self, url: str) -> Webhook:
+        """The webhook, told every run's end as the queue records it (a restored run's, a cancelled one's too)."""
+        from testbed.serve.webhook import Webhook, run_ended
+
+        webhook = Webhook(url, lambda line: self.console.print(escape(line), soft_wrap=True))
+        server = {"inventory": self.config.inventory_file, "emulate": self.config.emulate}
+        server["results"] = str(self.config.results)
+
+        def on_event(event: dict) -> None:  # inside the queue's lock: queued for the webhook's thread, nothing more
+            if event["type"] == "run.ended":
+                webhook.post(f"run {event['run']['id']} ended", lambda: run_ended(event["run"], server))
+
+        self.queue.events_since(0, on_event)
+        return webhook
+
+    def _close_webhook(self, webhook: Webhook) -> None:
+        """The runs' ends told before the server goes, as long as a receiver takes to answer one call, no longer."""
+        left = webhook.close()
+        if left:
+            self.console.print(
+                f"webhook {escape(webhook.shown)}: {left} call(s) not made: its receiver did not answer before the "
+                "server stopped",
+                soft_wrap=True,
+            )
 
     def _service(self) -> Service:
         config = self.config

@@ -1,7 +1,8 @@
-"""The server's web page, read-only: the runs under way with their progress, the queue, the runs done; kept live by
-the server-sent events of GET /events (no reload). Served on a TCP address of its own (`testbed serve --web
+"""The server's web page, read-only: the runs under way with their progress, the queue, the runs done, who holds
+which device until when (the lab's leases); kept live by the server-sent events of GET /events and GET
+/leases/events (no reload). Served on a TCP address of its own (`testbed serve --web
 127.0.0.1:8080`) where a browser reaches it; that listener answers only what anyone may read (the page, GET /runs,
-GET /events, the OpenAPI document): with no kernel to say who a TCP client is, nothing there changes a run.
+GET /events, the leases, the OpenAPI document): with no kernel to say who a TCP client is, nothing there changes a run.
 """
 
 from __future__ import annotations
@@ -13,21 +14,34 @@ from aiohttp import web
 
 from testbed.contracts.errors import UserError
 from testbed.serve.api import OPENAPI, Service, list_runs, stream_events
+from testbed.serve.leases_view import LEASE_PATHS, LeaseWatch, list_leases, stream_leases
 
 RECENT_RUNS = 200  # the newest runs of the catalog the page lists (testbed runs lists them all)
 MAX_REPORT_BYTES = 64 << 20  # a report.html with its figures embedded is a few MB
 
 
 def make_web_app(service: Service) -> web.Application:
+    from testbed.leases import lease_store
+
     app = web.Application()
     app["service"] = service
+    # The store `testbed lease list` reads on this machine: the server's own Ray is private, so its runs on a lab
+    # lease from this machine's lease folder too.
+    app["leases"] = LeaseWatch(lease_store())
+    app.on_cleanup.append(_stop_watching)
     app.router.add_get("/", _page)
     app.router.add_get("/runs", list_runs)
     app.router.add_get("/events", stream_events)
     app.router.add_get("/catalog", _catalog)
     app.router.add_get("/report/{folder}", _report)
+    app.router.add_get("/leases", list_leases)
+    app.router.add_get("/leases/events", stream_leases)
     app.router.add_get("/openapi.json", _openapi)
     return app
+
+
+async def _stop_watching(app: web.Application) -> None:
+    await app["leases"].stop()
 
 
 async def _catalog(request: web.Request) -> web.Response:
@@ -84,7 +98,7 @@ async def _report(request: web.Request) -> web.Response:
 
 
 async def _openapi(request: web.Request) -> web.Response:
-    return web.json_response(OPENAPI)
+    return web.json_response(OPENAPI | {"paths": OPENAPI["paths"] | LEASE_PATHS})
 
 
 async def _page(request: web.Request) -> web.Response:
@@ -120,6 +134,10 @@ PAGE = """<!doctype html>
 <h2>Running and queued</h2>
 <table id="active"><thead><tr><th>id</th><th>user</th><th>playbook</th><th>status</th><th>position</th>
 <th>progress</th></tr></thead><tbody></tbody></table>
+<h2>Leases: who holds which device until when</h2>
+<p id="lease-notes">reading the leases...</p>
+<table id="leases"><thead><tr><th>device</th><th>identity</th><th>holder</th><th>kind</th><th>since</th>
+<th>until</th><th>note</th></tr></thead><tbody></tbody></table>
 <h2>Done</h2>
 <table id="done"><thead><tr><th>id</th><th>user</th><th>playbook</th><th>status</th><th>ended</th>
 <th>results</th><th>error</th></tr></thead><tbody></tbody></table>
@@ -244,6 +262,28 @@ for (const type of ["run.queued", "run.started", "run.progress", "run.moved", "r
     scheduleRender();
   });
 }
+
+// The lab's leases (the store `testbed lease list` reads): the server reads it while the page listens and tells
+// every change, a lease's lapse by its time included; each state replaces the one before.
+function when(t) { return new Date(t * 1000).toLocaleString(); }
+function showLeases(state) {
+  const body = document.querySelector("#leases tbody");
+  body.replaceChildren();
+  for (const l of state.leases) {
+    const row = body.insertRow();
+    row.dataset.lease = l.id; row.dataset.kind = l.kind;
+    cell(row, l.device); cell(row, l.identity); cell(row, l.holder + " pid " + l.pid);
+    cell(row, l.kind === "run" ? "run " + l.run : "reservation"); cell(row, when(l.since)); cell(row, when(l.until));
+    cell(row, l.note);
+  }
+  const notes = [state.error ? "cannot read the leases: " + state.error
+                             : (state.leases.length ? "" : "no leases; ") + "from " + state.where];
+  for (const d of state.damaged) notes.push(d.path + " " + d.why + ": its device is refused until it is gone");
+  document.getElementById("lease-notes").textContent = notes.join("; ");
+}
+const leaseEvents = new EventSource("leases/events");
+leaseEvents.addEventListener("leases", message => showLeases(JSON.parse(message.data)));
+
 events.onopen = () => { document.getElementById("connection").textContent = "live"; };
 events.onerror = () => { document.getElementById("connection").textContent = "reconnecting..."; };
 </script>

@@ -33,10 +33,17 @@ class Served:
     """A running `testbed serve --emulate`: its process, socket folder, results folder and a root client."""
 
     def __init__(
-        self, repo: Path, results: Path, serve_dir: Path, *, web: bool = False, options: tuple[str, ...] = ()
+        self,
+        repo: Path,
+        results: Path,
+        serve_dir: Path,
+        *,
+        web: bool = False,
+        options: tuple[str, ...] = (),
+        env: dict | None = None,
     ) -> None:
         self.results, self.serve_dir = results, serve_dir
-        self.env = os.environ | {SERVE_DIR_ENV: str(serve_dir)}
+        self.env = os.environ | (env or {}) | {SERVE_DIR_ENV: str(serve_dir)}
         web_option = ["--web", "127.0.0.1:0"] if web else []  # port 0: a free one, which the server says
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "testbed", "serve", "--emulate", "--results", str(results), *web_option, *options],

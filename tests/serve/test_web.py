@@ -81,12 +81,13 @@ class Page:
                 return seen
             self.events.append(await asyncio.wait_for(self.ws.receive_json(), WAIT_S))
 
-    def rows_when(self, condition: str) -> list[dict]:
-        """The page's rows, once `condition` (a JavaScript function of the rows) holds: checked in the page at each
-        change of its DOM, so the test waits on what the page shows, not on a clock.
+    def rows_when(self, condition: str, rows: str = ROWS) -> list[dict]:
+        """The page's rows (as `rows`, a JavaScript function, reads them), once `condition` (a JavaScript function of
+        the rows) holds: checked in the page at each change of its DOM, so the test waits on what the page shows,
+        not on a clock.
         """
         expression = f"""new Promise(resolve => {{
-          const rows = {ROWS}, holds = {condition};
+          const rows = {rows}, holds = {condition};
           const check = () => {{ const now = rows(); if (holds(now)) resolve(JSON.stringify(now)); }};
           new MutationObserver(check).observe(document.documentElement,
             {{subtree: true, childList: true, characterData: true, attributes: true}});
