@@ -267,3 +267,80 @@ def _report(run: dict, console: Console) -> int:
     if run["status"] == "ok":
         return EXIT_OK
     return EXIT_BAD_INPUT if run["status"] == "refused" else EXIT_EXPERIMENT_FAILED
+
+
+# -- testbed plan and report through the server -----------------------------------------------------------------
+
+
+def plan_through_server(args, console: Console, inventory_file: str) -> bool:
+    """`testbed plan` when a server answers for the inventory (the lab's, else its twin's): the server plans it
+    against its Lab and draws it as a standalone plan is drawn; printed here -> True. False when none answers.
+    """
+    from testbed.serve.client import Client, find_server
+
+    socket_path = find_server(inventory_file, False) or find_server(inventory_file, True)
+    if socket_path is None:
+        what = Path(inventory_file).name
+        console.print(f"standalone: no testbed serve answers for {what} (or its twin)", markup=False, highlight=False)
+        return False
+    text, inventory_bytes = _read_for_server(args.playbook, inventory_file)
+    body = {
+        "playbook": text,
+        "playbook_file": str(Path(args.playbook).absolute()),
+        "inventory_sha256": hashlib.sha256(inventory_bytes).hexdigest(),
+        "inventory_file": inventory_file,
+        "trials": args.trials,
+        "seed": args.seed,
+        "width": console.width,
+        "color": console.is_terminal and console.color_system is not None and not console.no_color,
+    }
+    planned = Client(socket_path).plan(body)
+    console.print(f"via testbed serve at {socket_path}", soft_wrap=True, markup=False, highlight=False)
+    console.file.write(planned["text"])
+    console.file.flush()
+    return True
+
+
+def _read_for_server(playbook: str, inventory_file: str) -> tuple[str, bytes]:
+    """The playbook's text and the inventory's bytes, read with this account's rights (the server reads no file a
+    client names).
+    """
+    try:
+        return Path(playbook).read_text(encoding="utf-8"), Path(inventory_file).read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read {exc.filename or playbook}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{playbook}: not UTF-8 text ({exc})") from None
+
+
+def served_run(run: str):
+    """`testbed report RUN` with a server answering: (its client, the run's folder) when RUN is a run of a server's
+    results folder (a run id or its unique start, or a folder of it), said on stderr; None otherwise (then RUN is
+    looked up in ./results, as without a server). A run id no server and no ./results knows: the server's error.
+    """
+    from testbed.serve.client import Client, ServerError, find_servers
+
+    errors = Console(stderr=True, highlight=False)
+    refused: ServerError | None = None
+    folder = Path(run)
+    for socket_path in find_servers():
+        client = Client(socket_path)
+        if folder.is_dir():
+            if folder.absolute().parent.resolve() == Path(client.info()["results"]).resolve():
+                return client, folder
+            continue
+        try:
+            found = Path(client.result(run)["run_dir"])
+        except ServerError as exc:  # not a run of this server's results folder
+            refused = refused or exc
+            continue
+        errors.print(f"run {run}: {found} (testbed serve at {socket_path})", markup=False, soft_wrap=True)
+        return client, found
+    if refused is not None and not folder.is_dir():
+        from testbed.catalog import resolve_run
+
+        try:
+            resolve_run(run)  # a run of ./results, as without a server
+        except UserError:
+            raise refused from None
+    return None

@@ -47,6 +47,9 @@ def make_app(service: Service) -> web.Application:
     app.router.add_delete("/runs/{id}", _cancel)
     app.router.add_post("/queue/{id}/move", _move)
     app.router.add_get("/events", stream_events)
+    from testbed.serve.commands_api import add_command_routes
+
+    add_command_routes(app)  # plan, the results folder's runs, reports, leases: for testbed plan, runs, report, lease
     return app
 
 
@@ -345,3 +348,12 @@ OPENAPI: dict[str, Any] = {
         }
     },
 }
+
+
+def _described() -> None:
+    from testbed.serve.commands_api import OPENAPI_PATHS
+
+    OPENAPI["paths"].update(OPENAPI_PATHS)
+
+
+_described()
