@@ -265,7 +265,8 @@ def cmd_plan(args, console: Console) -> int:
     if not args.standalone:  # a server for the lab (testbed serve) plans against its own Lab, if one answers
         from testbed.cli.serve import plan_through_server
 
-        if plan_through_server(args, console, args.inventory or default_inventory(args.playbook)):
+        inventory_file = args.inventory or default_inventory(args.playbook)
+        if plan_through_server(args, console, inventory_file, lambda: _load_plan(args)[1]):
             return EXIT_OK
     inventory_file, plan = _load_plan(args)
     print_plan(console, plan, inventory_file)

@@ -35,20 +35,6 @@ def names(items: Sequence[str]) -> str:
     return ", ".join(compress(items, keep_order=True))
 
 
-def render_plan(plan: Plan, inventory_file: str, *, width: int, color: bool) -> str:
-    """The plan as print_plan prints it, as text for a terminal `width` columns wide (with its colours if `color`):
-    what `testbed serve` sends a `testbed plan` to print.
-    """
-    import io
-
-    out = io.StringIO()
-    console = Console(
-        file=out, width=width, force_terminal=color, highlight=False, color_system="standard" if color else None
-    )
-    print_plan(console, plan, inventory_file)
-    return out.getvalue()
-
-
 def print_plan(console: Console, plan: Plan, inventory_file: str) -> None:
     pb = plan.playbook
     root = Tree(

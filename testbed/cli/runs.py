@@ -194,6 +194,8 @@ def _served_runs(args, errors: Console) -> list[dict] | None:
         answer = client.catalog_runs(filters, reindex=args.reindex)
         said = f"via testbed serve at {socket_path}: the runs of {answer['results']}"
         errors.print(said, markup=False, soft_wrap=True)
+        if args.reindex:
+            errors.print(f"{answer['results']}: {answer['indexed']} runs indexed", markup=False, soft_wrap=True)
         for folder, why in answer["skipped"]:
             errors.print(f"[yellow]skipped[/] {escape(folder)}: {escape(why)}", soft_wrap=True)
         if answer["results"] not in listed:

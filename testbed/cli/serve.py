@@ -272,10 +272,12 @@ def _report(run: dict, console: Console) -> int:
 # -- testbed plan and report through the server -----------------------------------------------------------------
 
 
-def plan_through_server(args, console: Console, inventory_file: str) -> bool:
+def plan_through_server(args, console: Console, inventory_file: str, make_plan: Callable[[], Any]) -> bool:
     """`testbed plan` when a server answers for the inventory (the lab's, else its twin's): the server plans it
-    against its Lab and draws it as a standalone plan is drawn; printed here -> True. False when none answers.
+    against its Lab (its inventory, its mode, the checks a run it is sent gets); the same plan, made here from the
+    same text and inventory, is drawn as a standalone plan is -> True. False when none answers.
     """
+    from testbed.cli.plan_view import print_plan
     from testbed.serve.client import Client, find_server
 
     socket_path = find_server(inventory_file, False) or find_server(inventory_file, True)
@@ -288,16 +290,20 @@ def plan_through_server(args, console: Console, inventory_file: str) -> bool:
         "playbook": text,
         "playbook_file": str(Path(args.playbook).absolute()),
         "inventory_sha256": hashlib.sha256(inventory_bytes).hexdigest(),
-        "inventory_file": inventory_file,
         "trials": args.trials,
         "seed": args.seed,
-        "width": console.width,
-        "color": console.is_terminal and console.color_system is not None and not console.no_color,
     }
     planned = Client(socket_path).plan(body)
+    plan = make_plan()
+    mine = {"seed": plan.seed, "trials": len(plan.trials), "devices": list(plan.devices), "writes": sorted(plan.writes)}
+    differs = [key for key, value in mine.items() if planned[key] != value]
+    if differs:  # a server started before an update plans with the code it loaded then
+        raise UserError(
+            f"testbed serve at {socket_path} plans this playbook otherwise ({', '.join(differs)} differ): it may run "
+            "older code (restart it), or pass --standalone"
+        )
     console.print(f"via testbed serve at {socket_path}", soft_wrap=True, markup=False, highlight=False)
-    console.file.write(planned["text"])
-    console.file.flush()
+    print_plan(console, plan, inventory_file)
     return True
 
 

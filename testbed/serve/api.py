@@ -49,7 +49,7 @@ def make_app(service: Service) -> web.Application:
     app.router.add_get("/events", stream_events)
     from testbed.serve.commands_api import add_command_routes
 
-    add_command_routes(app)  # plan, the results folder's runs, reports, leases: for testbed plan, runs, report, lease
+    add_command_routes(app, _peer)  # for testbed plan, runs, report and lease list (docs/serve.md)
     return app
 
 

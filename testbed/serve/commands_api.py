@@ -8,17 +8,19 @@ for anyone.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from testbed.contracts.errors import UserError
+from testbed.serve.identity import Peer
 
-MIN_WIDTH, MAX_WIDTH = 20, 1000  # the terminal width a plan is drawn for
 # The selection filters of `testbed runs` GET /catalog/runs takes, with one value each; `tag`, `param` and `owner`
 # may be repeated.
 ONE_VALUE_FILTERS = ("playbook", "inventory", "target", "status", "since", "until", "commit", "protocol")
@@ -28,7 +30,9 @@ _DRAWING = threading.Lock()
 HOST = socket.gethostname()  # a lease's holder names its host so (testbed.leases.me)
 
 
-def add_command_routes(app: web.Application) -> None:
+def add_command_routes(app: web.Application, identify: Callable[[web.Request], Peer]) -> None:
+    """The routes, on the API's app; `identify`: who a request comes from, as the API tells it (api._peer)."""
+    app["identify"] = identify
     app.router.add_post("/plan", _plan)
     app.router.add_get("/catalog/runs", _catalog_runs)
     app.router.add_get("/results/{run}", _result)
@@ -36,10 +40,29 @@ def add_command_routes(app: web.Application) -> None:
     app.router.add_get("/leases", _leases)
 
 
-def _api():  # the shared helpers of testbed.serve.api, imported here to keep that module's import graph one-way
-    from testbed.serve import api
+def _peer(request: web.Request) -> Peer:
+    return request.app["identify"](request)
 
-    return api
+
+def _service(request: web.Request):  # api.Service: not imported, as api imports this module
+    return request.app["service"]
+
+
+async def _body(request: web.Request) -> dict:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise UserError("the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise UserError("the body must be a JSON object")
+    return body
+
+
+def _bool(body: dict, key: str, default: bool) -> bool:
+    value = body.get(key, default)
+    if not isinstance(value, bool):
+        raise UserError(f"{key}: give true or false")
+    return value
 
 
 async def _in_thread(fn, *args):
@@ -48,46 +71,39 @@ async def _in_thread(fn, *args):
 
 
 async def _plan(request: web.Request) -> web.Response:
-    """POST /plan: the plan the server would make of the playbook (the same checks as a submitted run's, its
-    inventory and mode), drawn as `testbed plan` draws it, for the client's terminal width and colours.
+    """POST /plan: the server plans the playbook against its Lab (its inventory, its mode, the checks a submitted
+    run gets) and says what it planned; the client draws the same plan, made from the same text and inventory, with
+    `testbed plan`'s renderer, and checks that it is this one (a server that loaded other code may plan otherwise).
     """
-    api = _api()
-    peer, service, body = api._peer(request), api._service(request), await api._body(request)
-    width = body.get("width", 80)
-    if not isinstance(width, int) or isinstance(width, bool) or not MIN_WIDTH <= width <= MAX_WIDTH:
-        raise api._fail(web.HTTPBadRequest, f"width: give the terminal's width, {MIN_WIDTH} to {MAX_WIDTH} columns")
-    color = body.get("color", False)
-    if not isinstance(color, bool):
-        raise api._fail(web.HTTPBadRequest, "color: give true or false")
+    peer, service, body = _peer(request), _service(request), await _body(request)
     # The plan is made as a submitted run's is (its refusals included); `yes`: a plan writes nothing to confirm.
-    request_body = {k: v for k, v in body.items() if k not in ("width", "color", "path", "inventory_file")}
-    request_body["yes"] = True
-    # The inventory is named as the client named its file: the same content as the server's (inventory_sha256).
-    shown = body.get("inventory_file") if body.get("inventory_sha256") else None
-    if shown is not None and not isinstance(shown, str):
-        raise api._fail(web.HTTPBadRequest, "inventory_file: give the inventory's path as the client names it")
+    request_body = {k: v for k, v in body.items() if k != "path"} | {"yes": True}
 
-    def plan_text() -> str:
-        from testbed.cli.plan_view import render_plan
+    def plan() -> dict:
+        made = service.prepare(peer, request_body)[3]
+        return {
+            "inventory": service.info["inventory"],
+            "emulate": service.info["emulate"],
+            "playbook": made.playbook.name,
+            "seed": made.seed,
+            "trials": len(made.trials),
+            "devices": list(made.devices),
+            "writes": sorted(made.writes),
+        }
 
-        plan = service.prepare(peer, request_body)[3]
-        return render_plan(plan, shown or service.info["inventory"], width=width, color=color)
-
-    text = await _in_thread(plan_text)
-    return web.json_response({"text": text, "inventory": service.info["inventory"], "emulate": service.info["emulate"]})
+    return web.json_response(await _in_thread(plan))
 
 
 async def _catalog_runs(request: web.Request) -> web.Response:
     """GET /catalog/runs: the runs of the server's results folder its catalog holds (brought up to the folders first,
     as `testbed runs` does), filtered as `testbed runs` filters, oldest first; the folders it skipped, with why.
     """
-    api = _api()
-    api._peer(request)
-    results = Path(api._service(request).info["results"])
+    _peer(request)
+    results = Path(_service(request).info["results"])
     query = request.query
     unknown = sorted(set(query) - {*ONE_VALUE_FILTERS, *MANY_VALUE_FILTERS, "reindex"})
     if unknown:
-        raise api._fail(web.HTTPBadRequest, f"unknown filter {', '.join(unknown)}: give {', '.join(ONE_VALUE_FILTERS)}")
+        raise UserError(f"unknown filter {', '.join(unknown)}: give {', '.join(ONE_VALUE_FILTERS)}")
     filters: dict[str, Any] = {name: query.get(name) for name in ONE_VALUE_FILTERS}
     filters["tag"] = query.getall("tag", []) or None
     filters["param"] = _params(query.getall("param", []))
@@ -130,7 +146,7 @@ def _run_dir(request: web.Request) -> Path:
     run = request.match_info["run"]
     if not run or "/" in run or run.startswith("."):
         raise UserError(f"run {run!r}: give a run id (or its unique start) of the server's results folder")
-    results = Path(_api()._service(request).info["results"])
+    results = Path(_service(request).info["results"])
     found = resolve_run(run, [results])
     if found.parent.resolve() != results.resolve():
         raise UserError(f"run {run}: not a run of the server's results folder {results}")
@@ -139,22 +155,18 @@ def _run_dir(request: web.Request) -> Path:
 
 async def _result(request: web.Request) -> web.Response:
     """GET /results/{run}: which folder of the server's results folder the run is."""
-    api = _api()
-    api._peer(request)
+    _peer(request)
     run_dir = await _in_thread(_run_dir, request)
-    return web.json_response({"run_dir": str(run_dir), "results": api._service(request).info["results"]})
+    return web.json_response({"run_dir": str(run_dir), "results": _service(request).info["results"]})
 
 
 async def _write_report(request: web.Request) -> web.Response:
     """POST /results/{run}/report: the server's account draws the run's figures in its folder and, with `html`, its
     page (report.html), as `testbed report RUN [--html]` would: for a user who may read the folder, not write in it.
     """
-    api = _api()
-    api._peer(request)
-    body = await api._body(request)
-    html, figures = body.get("html", False), body.get("figures", True)
-    if not isinstance(html, bool) or not isinstance(figures, bool):
-        raise api._fail(web.HTTPBadRequest, "html, figures: give true or false")
+    _peer(request)
+    body = await _body(request)
+    html, figures = _bool(body, "html", False), _bool(body, "figures", True)
     run_dir = await _in_thread(_run_dir, request)
 
     def write() -> dict:
@@ -190,9 +202,8 @@ async def _leases(request: web.Request) -> web.Response:
     """GET /leases: who the server is as a lease holder (its account, host and process), the leases of its store it
     holds, and the run under way (whose they are for): `testbed lease list` adds them to the store's view.
     """
-    api = _api()
-    api._peer(request)
-    service = api._service(request)
+    _peer(request)
+    service = _service(request)
 
     def held() -> list[dict]:
         from testbed.leases import lease_store
@@ -211,8 +222,6 @@ async def _leases(request: web.Request) -> web.Response:
 
 
 def _dumps(data: Any) -> str:
-    import json
-
     return json.dumps(data, default=str)  # a catalog row's dates and paths as text
 
 
@@ -232,7 +241,7 @@ def _json(schema: dict, description: str) -> dict:
 OPENAPI_PATHS: dict[str, Any] = {
     "/plan": {
         "post": {
-            "summary": "the plan of a playbook on the server's Lab, drawn as `testbed plan` draws it",
+            "summary": "plan a playbook against the server's Lab (its inventory, its mode): what it planned",
             "requestBody": {
                 "required": True,
                 "content": {
@@ -243,14 +252,9 @@ OPENAPI_PATHS: dict[str, Any] = {
                                 "playbook": {"type": "string", "description": "the playbook's YAML text"},
                                 "playbook_file": {"type": "string", "description": "its path, named in errors"},
                                 "inventory_sha256": {"type": "string", "description": "refused if not the server's"},
-                                "inventory_file": {
-                                    "type": "string",
-                                    "description": "the client's name for that inventory, shown in the plan",
-                                },
+                                "emulate": {"type": "boolean", "description": "refused if not the server's mode"},
                                 "trials": {"type": "integer"},
                                 "seed": {"type": "integer"},
-                                "width": {"type": "integer", "description": "the terminal's width (default 80)"},
-                                "color": {"type": "boolean", "description": "draw with the terminal's colours"},
                             },
                             "required": ["playbook"],
                         }
@@ -262,12 +266,16 @@ OPENAPI_PATHS: dict[str, Any] = {
                     {
                         "type": "object",
                         "properties": {
-                            "text": {"type": "string", "description": "the plan, drawn"},
                             "inventory": {"type": "string"},
                             "emulate": {"type": "boolean"},
+                            "playbook": {"type": "string", "description": "its name"},
+                            "seed": {"type": "integer"},
+                            "trials": {"type": "integer"},
+                            "devices": {"type": "array", "items": {"type": "string"}},
+                            "writes": {"type": "array", "items": {"type": "string"}},
                         },
                     },
-                    "the plan",
+                    "what was planned",
                 ),
                 **_refs("400"),
             },

@@ -245,11 +245,12 @@ def test_every_route_is_in_the_openapi_document_and_bad_input_is_a_json_error(se
 
     client: Client = served.client
     refusals = [
-        (lambda: client.plan({"playbook": SHORT, "width": "wide"}), "width: give the terminal's width"),
+        (lambda: client.plan({"playbook": SHORT, "emulate": False}), "this server runs the emulated twin"),
+        (lambda: client.request("POST", "/plan", {"playbook": 3}), "playbook: give the playbook's YAML text"),
         (lambda: client.catalog_runs({"since": "yesterday-ish"}), "yesterday-ish"),
         (lambda: client.request("GET", "/catalog/runs?colour=red"), "unknown filter colour"),
         (lambda: client.result("no-such-run"), "no run 'no-such-run'"),
-        (lambda: client.request("POST", "/results/x/report", {"html": "yes"}), "html, figures: give true or false"),
+        (lambda: client.request("POST", "/results/x/report", {"html": "yes"}), "html: give true or false"),
     ]
     for act, said in refusals:
         with pytest.raises(ServerError) as refused:
