@@ -159,13 +159,13 @@ def _with_served(leases: list) -> tuple[list, dict[str, str], list[str]]:
     takes none in another's name).
     """
     from testbed.leases.table import Lease
-    from testbed.serve.client import Client, ServerError, find_servers
+    from testbed.serve.client import Client, find_servers
 
     leases, notes, lines = list(leases), {}, []
     for socket_path in find_servers():
         try:
             answer = Client(socket_path).leases()
-        except ServerError:  # a server of an older version, without GET /leases: the store's view alone
+        except UserError:  # one of an older version (no GET /leases), or gone since: the store's view alone
             continue
         holder, running = answer["holder"], answer["running"]
         held = [Lease.from_json(data) for data in answer["leases"]]
