@@ -88,7 +88,10 @@ def cmd_lease(args, console: Console) -> int:
             ray_start = RayStart(args.ray_address, background=False)
         store = lease_store(ray_start.get() if ray_start is not None else None)
         if args.action == "list":
-            _print_leases(console, store.list(), store.where)
+            leases, notes, servers = _with_served(store.list())
+            _print_leases(console, leases, store.where, notes=notes)
+            for line in servers:
+                console.print(line, markup=False, soft_wrap=True, highlight=False)
             for damaged in getattr(store, "damaged", []):
                 console.print(
                     f"warning: {damaged.path} {damaged.why}: its device is refused until it is gone",
@@ -149,7 +152,39 @@ def _lab_inventory(args):
     return inventory
 
 
-def _print_leases(console: Console, leases, where: str, title: str = "leases") -> None:
+def _with_served(leases: list) -> tuple[list, dict[str, str], list[str]]:
+    """The store's leases with what each server answering on this host (testbed serve) holds: its leases that this
+    store does not show (a server with another lease folder) added, each of its leases noted with the run under way
+    and whose it is, and a line a server. Only read: a lease is taken and given back by its own user (the server
+    takes none in another's name).
+    """
+    from testbed.leases.table import Lease
+    from testbed.serve.client import Client, find_servers
+
+    leases, notes, lines = list(leases), {}, []
+    for socket_path in find_servers():
+        try:
+            answer = Client(socket_path).leases()
+        except UserError:  # one of an older version (no GET /leases), or gone since: the store's view alone
+            continue
+        holder, running = answer["holder"], answer["running"]
+        held = [Lease.from_json(data) for data in answer["leases"]]
+        known = {lease.id for lease in leases}
+        leases += [lease for lease in held if lease.id not in known]
+        held_ids = {lease.id for lease in held}
+        for lease in leases:  # the store's own view of them, matched by the holder's process
+            if lease.holder.pid == holder["pid"] and lease.holder.host == holder["host"]:
+                held_ids.add(lease.id)
+        doing = f"run {running['id']} of {running['user']}" if running else "no run under way"
+        for lease_id in held_ids:
+            notes[lease_id] = f"testbed serve: {doing}"
+        who = f"{holder['user']}@{holder['host']} pid {holder['pid']}"
+        queued = f", {answer['queued']} queued" if answer["queued"] else ""
+        lines.append(f"testbed serve at {socket_path} ({who}): {len(held_ids)} lease(s), {doing}{queued}")
+    return leases, notes, lines
+
+
+def _print_leases(console: Console, leases, where: str, title: str = "leases", notes: dict | None = None) -> None:
     """One line per lease (a table would wrap every cell on an 80-column terminal):
     ocs1  reserved by alice@ctrl-a pid 4242  11-23 21:00:00 -> 11-23 23:00:00  id 3f2a9c01b7e4  "sweep"  (address)
     """
@@ -165,9 +200,10 @@ def _print_leases(console: Console, leases, where: str, title: str = "leases") -
     for lease in sorted(leases, key=lambda lease: (lease.device, lease.since)):
         what = "reserved" if lease.holder.run is None else f"run {lease.holder.run}"
         note = f'  "{lease.note}"' if lease.note else ""
+        served = f"  [{notes[lease.id]}]" if notes and lease.id in notes else ""  # the server's run, and whose
         console.print(
             f"  {lease.device:<{width}}  {what} by {lease.holder} pid {lease.holder.pid}  "
-            f"{when(lease.since)} -> {when(lease.until)}  id {lease.id}{note}  ({lease.identity})",
+            f"{when(lease.since)} -> {when(lease.until)}  id {lease.id}{note}  ({lease.identity}){served}",
             markup=False,
             soft_wrap=True,
             highlight=False,

@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="print what `run` would do; touches no device")
     p.add_argument("playbook")
     _run_shape_options(p)
+    p.add_argument(
+        "--standalone", action="store_true", help="plan in this process even when testbed serve serves the lab"
+    )
 
     p = sub.add_parser("run", help="run a playbook")
     p.add_argument("playbook")
@@ -107,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
         const="",
         metavar="FILE",
         help="write the run as one self-contained HTML file to share (default RUN_DIR/report.html; docs/reports.md)",
+    )
+    p.add_argument(
+        "--standalone", action="store_true", help="a run of ./results (or --results), even when testbed serve runs"
     )
     from testbed.cli.campaign import add_across_options
     from testbed.cli.campaign import add_parsers as add_campaign_parsers
@@ -259,6 +265,12 @@ def _load_plan(args):
 def cmd_plan(args, console: Console) -> int:
     from testbed.cli.plan_view import print_plan
 
+    if not args.standalone:  # a server for the lab (testbed serve) plans against its own Lab, if one answers
+        from testbed.cli.serve import plan_through_server
+
+        inventory_file = args.inventory or default_inventory(args.playbook)
+        if plan_through_server(args, console, inventory_file, lambda: _load_plan(args)[1]):
+            return EXIT_OK
     inventory_file, plan = _load_plan(args)
     print_plan(console, plan, inventory_file)
     return EXIT_OK
@@ -403,7 +415,14 @@ def cmd_report(args, console: Console) -> int:
         return cmd_report_across(args, console)
     from testbed.cli.runs import run_folder
 
-    run_dir = run_folder(args.run_dir, args.results)
+    served = None  # (client, its run folder) when the run is one of a server's results folder
+    if not args.standalone and args.results is None:
+        from testbed.cli.serve import served_run
+
+        served = served_run(args.run_dir)
+    run_dir = served[1] if served is not None else run_folder(args.run_dir, args.results)
+    # Where this account may not write (the server's account owns the folder), the server draws what it writes.
+    by_server = served[0] if served is not None and args.out is None and not _writable(run_dir) else None
     summary = load_summary(run_dir)
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -415,6 +434,11 @@ def cmd_report(args, console: Console) -> int:
         from testbed.events.safe_files import owner, writable_by_us
         from testbed.results.html_report import DEFAULT_FILE, render_run, write_text
 
+        if not args.html and by_server is not None:
+            answer = by_server.write_report(run_dir.name, html=True, figures=not args.no_plots)
+            said = f"wrote {answer['html']} (by testbed serve at {by_server.socket_path})"
+            console.print(said, soft_wrap=True, markup=False, highlight=False)
+            return EXIT_OK
         if not args.html and not writable_by_us(run_dir):
             name = owner(run_dir)
             why = f"owned by {name}" if name else "not writable by you"
@@ -440,9 +464,19 @@ def cmd_report(args, console: Console) -> int:
     if folder_owner is not None:  # another's folder: read, never written into (docs/run-folders.md)
         console.print(f"{run_dir}: owned by {folder_owner}", soft_wrap=True, markup=False, highlight=False)
     if not args.no_plots:
-        for path in _run_figures(run_dir, out, None)[0]:
+        if by_server is not None:
+            drawn = [Path(p) for p in by_server.write_report(run_dir.name, html=False, figures=True)["figures"]]
+        else:
+            drawn = _run_figures(run_dir, out, None)[0]
+        for path in drawn:
             console.print(f"wrote {path}", soft_wrap=True, markup=False, highlight=False)
     return EXIT_OK
+
+
+def _writable(run_dir: Path) -> bool:
+    from testbed.events.safe_files import writable_by_us
+
+    return writable_by_us(run_dir)
 
 
 def _print_labels(console: Console, run_dir: Path) -> None:

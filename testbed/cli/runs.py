@@ -21,6 +21,9 @@ def add_parser(sub) -> None:
     add_selection_options(p)
     p.add_argument("--json", action="store_true", help="print the runs as JSON (a list of objects)")
     p.add_argument("--reindex", action="store_true", help="rebuild the catalog from the run folders first")
+    p.add_argument(
+        "--standalone", action="store_true", help="the runs of ./results even when testbed serve runs (docs/serve.md)"
+    )
     action = p.add_subparsers(dest="action", metavar="ACTION")
     q = action.add_parser("tag", help="tag a run: testbed runs tag RUN NAME (kept in the run's folder)")
     q.add_argument("run", metavar="RUN", help="a run id (or its unique start) or a run folder")
@@ -138,6 +141,10 @@ def cmd_runs(args, console: Console) -> int:
         index_run(run_dir)
         console.print(done, markup=False, soft_wrap=True)
         return EXIT_OK
+    if not given and not args.standalone:  # a server's results folder and its queue, when one answers
+        served = _served_runs(args, errors)
+        if served is not None:
+            return _print_runs(args, console, served)
     for results in dirs:
         if not results.is_dir():
             continue  # select_runs says so
@@ -147,13 +154,80 @@ def cmd_runs(args, console: Console) -> int:
         for folder, why in report.skipped:  # not runs, or damaged: said, never fatal
             errors.print(f"[yellow]skipped[/] {escape(str(results / folder))}: {escape(why)}", soft_wrap=True)
     runs = select_runs(dirs, **selection_filters(args), sync_first=False)
+    return _print_runs(args, console, runs)
+
+
+def _print_runs(args, console: Console, runs: list[dict]) -> int:
     if args.json:
-        print(json.dumps(runs, indent=2))
+        print(json.dumps(runs, indent=2, default=str))
         return EXIT_OK
     if not console.is_terminal:  # a CI log, a file: a row per line, every column (tags included)
         console = Console(highlight=False, width=200, file=console.file)
     console.print(_table(runs, console.width))
     return EXIT_OK
+
+
+def _served_runs(args, errors: Console) -> list[dict] | None:
+    """The runs of every server answering on this host (testbed serve): those of its results folder's catalog that
+    the filters select, then its running and queued runs not yet there (without a filter but --status and --owner,
+    which they pass as the catalog's runs do), each with `queue` (id, user, position, socket). Where it lists them
+    is said on stderr; None when no server answers (then ./results, as without one).
+    """
+    from testbed.catalog.annotations import parse_params
+    from testbed.catalog.owners import resolve_owners
+    from testbed.serve.client import Client, find_servers
+
+    sockets = find_servers()
+    if not sockets:
+        errors.print("standalone: no testbed serve answers; the runs of ./results", markup=False, soft_wrap=True)
+        return None
+    parse_params(args.param)  # a mistake in one is said here, as without a server
+    owners = resolve_owners(args.owner) if args.owner else None
+    names = ("playbook", "inventory", "target", "status", "since", "until", "commit", "protocol")
+    filters: dict = {name: getattr(args, name) for name in names}
+    filters |= {"tag": args.tag, "param": args.param, "owner": [str(uid) for uid in owners] if owners else None}
+    queue_shown = not any(filters[n] for n in names if n != "status") and not args.tag and not args.param
+    runs: list[dict] = []
+    listed: set[str] = set()  # results folders already listed (a lab's server and its twin's may share one)
+    for socket_path in sockets:
+        client = Client(socket_path)
+        answer = client.catalog_runs(filters, reindex=args.reindex)
+        said = f"via testbed serve at {socket_path}: the runs of {answer['results']}"
+        errors.print(said, markup=False, soft_wrap=True)
+        if args.reindex:
+            errors.print(f"{answer['results']}: {answer['indexed']} runs indexed", markup=False, soft_wrap=True)
+        for folder, why in answer["skipped"]:
+            errors.print(f"[yellow]skipped[/] {escape(folder)}: {escape(why)}", soft_wrap=True)
+        if answer["results"] not in listed:
+            listed.add(answer["results"])
+            runs += answer["runs"]
+        if queue_shown:
+            in_catalog = {r["folder"] for r in runs}
+            info = client.info()
+            for run in client.runs():
+                folder = Path(run["run_dir"]).name if run["run_dir"] else None
+                if run["status"] not in ("queued", "running") or folder in in_catalog:
+                    continue
+                if (args.status and args.status != run["status"]) or (owners and run["uid"] not in owners):
+                    continue
+                runs.append(_queue_row(run, info, socket_path))
+    return runs
+
+
+def _queue_row(run: dict, info: dict, socket_path: Path) -> dict:
+    """A run of a server's queue as a row of `testbed runs`: what it has before the catalog has it."""
+    return {
+        "run_id": None,
+        "folder": None,
+        "status": run["status"],
+        "owner": run["user"],
+        "playbook": Path(run["playbook"]).name,
+        "target": "twin" if info["emulate"] else "lab",
+        "inventory": Path(info["inventory"]).name,
+        "trials_planned": run["trials"],
+        "tags": run["tags"],
+        "queue": {k: run[k] for k in ("id", "user", "position", "submitted")} | {"socket": str(socket_path)},
+    }
 
 
 # The columns of `testbed runs`, in order; the optional ones are shown in this order of importance while the
@@ -164,6 +238,8 @@ OPTIONAL = ("tags", "owner", "inventory", "s", "switches")
 
 def _cells(r: dict) -> dict[str, str]:
     """One run's cells, as text (escaped for rich)."""
+    if r.get("queue") is not None:
+        return _queue_cells(r)
     style = {"ok": "green", "failed": "red", "aborted": "yellow"}.get(r["status"] or "", "")
     status = escape(str(r["status"]))
     digest = f"@{r['inventory_digest'][:6]}" if r.get("inventory_digest") else ""  # two inventories of one name
@@ -181,6 +257,16 @@ def _cells(r: dict) -> dict[str, str]:
     }
 
 
+def _queue_cells(r: dict) -> dict[str, str]:
+    """A queued (or just started) run of a server: its queue id, what `testbed queue cancel` takes, for its run."""
+    queue = r["queue"]
+    where = f" (queue {queue['position']})" if queue["position"] else " (queue)"
+    cells = dict.fromkeys(COLUMNS, "-") | {"tags": escape(" ".join(r["tags"])), "on": r["target"]}
+    trials = "-" if r["trials_planned"] is None else f"0/{r['trials_planned']}"
+    status = escape(r["status"])
+    return cells | {"run": escape(queue["id"] + where), "status": status, "owner": escape(r["owner"]), "trials": trials}
+
+
 def _table(runs: list[dict], width: int) -> Table:
     rows = [_cells(r) for r in runs]
 
@@ -194,7 +280,9 @@ def _table(runs: list[dict], width: int) -> Table:
             shown.append(name)
             used += needs(name)
     columns = [c for c in COLUMNS if c in shown]
-    table = Table(title=f"{len(runs)} runs", title_justify="left")
+    queued = sum(1 for r in runs if r.get("queue") is not None)
+    title = f"{len(runs) - queued} runs" + (f", {queued} in the server's queue" if queued else "")
+    table = Table(title=title, title_justify="left")
     for name in columns:
         table.add_column(name, no_wrap=True, justify="right" if name in ("trials", "s") else "left")
     for row in rows:

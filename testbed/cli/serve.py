@@ -363,3 +363,86 @@ def _report(run: dict, console: Console) -> int:
     if run["status"] == "ok":
         return EXIT_OK
     return EXIT_BAD_INPUT if run["status"] == "refused" else EXIT_EXPERIMENT_FAILED
+
+
+# -- testbed plan and report through the server -----------------------------------------------------------------
+
+
+def plan_through_server(args, console: Console, inventory_file: str, make_plan: Callable[[], Any]) -> bool:
+    """`testbed plan` when a server answers for the inventory (the lab's, else its twin's): the server plans it
+    against its Lab (its inventory, its mode, the checks a run it is sent gets); the same plan, made here from the
+    same text and inventory, is drawn as a standalone plan is -> True. False when none answers.
+    """
+    from testbed.cli.plan_view import print_plan
+    from testbed.serve.client import Client, find_server
+
+    socket_path = find_server(inventory_file, False) or find_server(inventory_file, True)
+    if socket_path is None:
+        what = Path(inventory_file).name
+        console.print(f"standalone: no testbed serve answers for {what} (or its twin)", markup=False, highlight=False)
+        return False
+    text, inventory_bytes = _read_for_server(args.playbook, inventory_file)
+    body = {
+        "playbook": text,
+        "playbook_file": str(Path(args.playbook).absolute()),
+        "inventory_sha256": hashlib.sha256(inventory_bytes).hexdigest(),
+        "trials": args.trials,
+        "seed": args.seed,
+    }
+    planned = Client(socket_path).plan(body)
+    plan = make_plan()
+    mine = {"seed": plan.seed, "trials": len(plan.trials), "devices": list(plan.devices), "writes": sorted(plan.writes)}
+    differs = [key for key, value in mine.items() if planned[key] != value]
+    if differs:  # a server started before an update plans with the code it loaded then
+        raise UserError(
+            f"testbed serve at {socket_path} plans this playbook otherwise ({', '.join(differs)} differ): it may run "
+            "older code (restart it), or pass --standalone"
+        )
+    console.print(f"via testbed serve at {socket_path}", soft_wrap=True, markup=False, highlight=False)
+    print_plan(console, plan, inventory_file)
+    return True
+
+
+def _read_for_server(playbook: str, inventory_file: str) -> tuple[str, bytes]:
+    """The playbook's text and the inventory's bytes, read with this account's rights (the server reads no file a
+    client names).
+    """
+    try:
+        return Path(playbook).read_text(encoding="utf-8"), Path(inventory_file).read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read {exc.filename or playbook}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{playbook}: not UTF-8 text ({exc})") from None
+
+
+def served_run(run: str):
+    """`testbed report RUN` with a server answering: (its client, the run's folder) when RUN is a run of a server's
+    results folder (a run id or its unique start, or a folder of it), said on stderr; None otherwise (then RUN is
+    looked up in ./results, as without a server). A run id no server and no ./results knows: the server's error.
+    """
+    from testbed.serve.client import Client, ServerError, find_servers
+
+    errors = Console(stderr=True, highlight=False)
+    refused: ServerError | None = None
+    folder = Path(run)
+    for socket_path in find_servers():
+        client = Client(socket_path)
+        if folder.is_dir():
+            if folder.absolute().parent.resolve() == Path(client.info()["results"]).resolve():
+                return client, folder
+            continue
+        try:
+            found = Path(client.result(run)["run_dir"])
+        except ServerError as exc:  # not a run of this server's results folder
+            refused = refused or exc
+            continue
+        errors.print(f"run {run}: {found} (testbed serve at {socket_path})", markup=False, soft_wrap=True)
+        return client, found
+    if refused is not None and not folder.is_dir():
+        from testbed.catalog import resolve_run
+
+        try:
+            resolve_run(run)  # a run of ./results, as without a server
+        except UserError:
+            raise refused from None
+    return None

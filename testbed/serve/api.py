@@ -54,6 +54,9 @@ def make_app(service: Service, *, authenticate=None) -> web.Application:
     app.router.add_delete("/runs/{id}", _cancel)
     app.router.add_post("/queue/{id}/move", _move)
     app.router.add_get("/events", stream_events)
+    from testbed.serve.commands_api import add_command_routes
+
+    add_command_routes(app, _peer)  # for testbed plan, runs, report and lease list (docs/serve.md)
     return app
 
 
@@ -355,3 +358,12 @@ OPENAPI: dict[str, Any] = {
         }
     },
 }
+
+
+def _described() -> None:
+    from testbed.serve.commands_api import OPENAPI_PATHS
+
+    OPENAPI["paths"].update(OPENAPI_PATHS)
+
+
+_described()

@@ -16,6 +16,7 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from testbed.contracts.errors import UserError
 from testbed.serve.identity import serve_dirs, socket_name
@@ -105,6 +106,28 @@ class Client:
     def move(self, run_id: str, position: int) -> dict:
         return self.request("POST", f"/queue/{run_id}/move", {"position": position})
 
+    def plan(self, body: dict) -> dict:
+        """The server's plan of a playbook, drawn as `testbed plan` draws it: {"text", "inventory", "emulate"}."""
+        return self.request("POST", "/plan", body)
+
+    def catalog_runs(self, filters: dict[str, str | list[str] | None], reindex: bool = False) -> dict:
+        """The runs of the server's results folder, filtered as `testbed runs` filters (a list: the filter repeated)."""
+        query = [(k, v) for k, vs in filters.items() if vs is not None for v in ([vs] if isinstance(vs, str) else vs)]
+        query += [("reindex", "1")] if reindex else []
+        return self.request("GET", "/catalog/runs" + ("?" + urlencode(query) if query else ""))
+
+    def result(self, run: str) -> dict:
+        """The folder of a run (an id or a unique start) in the server's results folder: {"run_dir", "results"}."""
+        return self.request("GET", f"/results/{quote(run, safe='')}")
+
+    def write_report(self, run: str, html: bool, figures: bool) -> dict:
+        """The server's account draws the run's figures (and its report.html): {"run_dir", "figures", "html"}."""
+        return self.request("POST", f"/results/{quote(run, safe='')}/report", {"html": html, "figures": figures})
+
+    def leases(self) -> dict:
+        """The leases the server holds, as whom ({"user", "host", "pid"}), and the run under way."""
+        return self.request("GET", "/leases")
+
     def events(self, since: int = 0, run_id: str | None = None, timeout: float | None = None) -> Iterator[dict]:
         """The server's events after `since`, then as they happen (one run's, up to its end, given `run_id`).
         `timeout`: the longest wait for the next event (None: no end; a run may take hours between two events).
@@ -142,6 +165,31 @@ class Client:
             conn.close()
 
 
+def find_servers() -> list[Path]:
+    """Every server answering in the folders a client looks in (identity.serve_dirs), in their order, each folder's
+    sockets by name: the servers of this control host's labs (and their twins) that this account may reach.
+    """
+    found = []
+    for folder in serve_dirs():
+        try:
+            sockets = sorted(p for p in folder.glob("*.sock") if p.is_socket())
+        except OSError:  # a folder this account may not look into
+            continue
+        found += [path for path in sockets if _answers(path)]
+    return found
+
+
+def _answers(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
 def find_server(inventory_file: str | Path, emulate: bool) -> Path | None:
     """The socket of a server answering for this inventory (its twin with emulate), or None. A socket nobody answers
     on (a server that was killed) is no server.
@@ -154,14 +202,8 @@ def find_server(inventory_file: str | Path, emulate: bool) -> Path | None:
                 continue
         except OSError:  # a folder this account may not look into
             continue
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            continue
-        finally:
-            probe.close()
-        return path
+        if _answers(path):
+            return path
     return None
 
 
