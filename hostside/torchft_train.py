@@ -3,9 +3,11 @@
 Each process is one TorchFT replica group of world size 1: its own TCPStore, a `torchft.Manager` over
 `torchft.ProcessGroupGloo`, `torchft.Optimizer` around SGD, and the model, data and lines of testbed-torch-train
 (hostside/torch_model.py): `ready rank R world W step S` once its first quorum is formed (W: the replica groups
-in it; S: the step it starts from, a live peer's on a group that healed), then `step N loss L` after each step
-that committed (L the mean over the groups). A step that did not commit (a peer died or hung during it) prints
-`rank R step N not committed (W groups)` and is redone with the next quorum.
+in it, a group that heals not counted; S: the step it starts from, a live peer's on a group that healed), then
+`step N loss L weights D` after each step that committed (L the mean over the groups; D the sum of the model's
+parameters, the same on every group after the same step: a healed spare holds its peers' state). A step that did
+not commit (a peer died or hung during it) prints `rank R step N not committed (W groups)` and is redone with the
+next quorum.
 
 The gradients and the loss are averaged in one `manager.allreduce(...).wait()` after the backward pass:
 torchft 0.2.0's DistributedDataParallel crashes a surviving group when a peer dies during a step (its comm hook
@@ -167,7 +169,8 @@ def train(torch, torchft, args: argparse.Namespace, say) -> int:
         before = manager.current_step()
         optimizer.step()  # steps SGD only if every group's should_commit said yes, and counts the step
         if manager.current_step() > before:
-            say(f"step {manager.current_step()} loss {float(flat[-1]):.6f}")
+            weights = float(sum(p.detach().double().sum() for p in student.parameters()))
+            say(f"step {manager.current_step()} loss {float(flat[-1]):.6f} weights {weights:.12g}")
         else:
             say(f"rank {args.rank} step {step} not committed ({manager.num_participants()} groups)")
         rest = args.step_time - (time.monotonic() - t0)
