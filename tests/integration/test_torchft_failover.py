@@ -155,16 +155,3 @@ def test_without_torchft_the_program_itself_says_what_to_install(tmp_path):
     assert "testbed-torchft-train needs PyTorch and torchft on this host" in proc.stderr
     assert "pip install 'testbed[torchft]'" in proc.stderr and "Traceback" not in proc.stderr
 
-
-def test_torchft_needs_in_job_recovery_which_parks_its_spare(repo, tmp_path):
-    """A playbook naming torchft without recovery: in-job is refused at its line, before anything starts."""
-    playbook = yaml.safe_load((repo / PLAYBOOK).read_text())
-    del playbook["job"]["recovery"]
-    path = tmp_path / "no-in-job.yaml"
-    path.write_text(yaml.safe_dump(playbook, sort_keys=False))
-    proc = subprocess.run(
-        [sys.executable, "-m", "testbed", "validate", str(path)], cwd=repo, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode != 0
-    assert "torchft needs recovery: in-job" in " ".join(proc.stdout.split() + proc.stderr.split())
-    assert "Traceback" not in proc.stderr
