@@ -155,3 +155,21 @@ def test_without_torchft_the_program_itself_says_what_to_install(tmp_path):
     assert "testbed-torchft-train needs PyTorch and torchft on this host" in proc.stderr
     assert "pip install 'testbed[torchft]'" in proc.stderr and "Traceback" not in proc.stderr
 
+
+
+def test_a_lighthouse_that_cannot_listen_says_where_and_why(repo):
+    """The controller's lighthouse on an address this machine does not have: a StepFailed naming the address and
+    the lighthouse's own error.
+    """
+    require_peer("torchft", "the lighthouse is torchft's: pip install -e '.[torchft]'")
+    from testbed.config.sections import JobTorchFT
+    from testbed.contracts.errors import StepFailed
+    from testbed.engine.job.lighthouse import Lighthouse
+
+    lighthouse = Lighthouse("127.0.0.1", JobTorchFT(), ranks=4)  # one that can, for comparison
+    assert lighthouse.port > 0
+    lighthouse.close()
+    with pytest.raises(StepFailed) as failed:
+        Lighthouse("192.0.2.1", JobTorchFT(), ranks=4)  # TEST-NET-1: no host has it
+    message = str(failed.value)
+    assert "TorchFT's lighthouse did not start on 192.0.2.1:0" in message and "Cannot assign requested" in message

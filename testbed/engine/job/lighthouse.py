@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import IO
 
 from testbed.config.sections import JobTorchFT
 from testbed.contracts.errors import StepFailed
@@ -25,14 +26,15 @@ TORCHFT_INSTALL = "pip install -e '.[torchft]' (or pip install 'testbed[torchft]
 # How long the lighthouse process has to say where it listens (a Python start and torchft's import).
 START_TIMEOUT_S = 60.0
 
-# Run as `python -c`: the server lives as long as the process, which prints the port it bound and then waits.
+# Run as `python -c`: the server lives as long as the process, which prints the port it bound and then reads its
+# stdin until the controller closes it, or dies: a controller that is killed leaves no lighthouse behind.
 SERVE = """
-import sys, threading
+import sys
 from torchft.coordination import LighthouseServer
 server = LighthouseServer(bind=sys.argv[1], min_replicas=int(sys.argv[2]), join_timeout_ms=int(sys.argv[3]),
                           quorum_tick_ms=int(sys.argv[4]), heartbeat_timeout_ms=int(sys.argv[5]))
 print(server.address().rstrip("/").rpartition(":")[2], flush=True)
-threading.Event().wait()
+sys.stdin.read()
 """
 
 
@@ -59,39 +61,43 @@ class Lighthouse:
         args = [bind, min_replicas, options.join_timeout_ms, options.quorum_tick_ms, options.heartbeat_timeout_ms]
         self._proc = subprocess.Popen(
             [sys.executable, "-c", SERVE, *map(str, args)],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
             text=True,
             env={**os.environ, "RUST_LOG": "warn"},  # its quorum lines at INFO would be one per step
             start_new_session=True,  # a Ctrl-C of the run reaches the controller, which ends it (close)
         )
-        assert self._proc.stdout is not None
         try:
-            line = _first_line_within(self._proc, START_TIMEOUT_S)
+            line = _first_line_within(self._proc.stdout, START_TIMEOUT_S)
             self.port = int(line)
         except (TimeoutError, ValueError):
+            why = self._tail()
             self.close()
-            raise StepFailed(f"job.torchft: TorchFT's lighthouse did not start on {bind}: {self._tail()}") from None
+            raise StepFailed(f"job.torchft: TorchFT's lighthouse did not start on {bind}: {why}") from None
 
     def _tail(self) -> str:
+        """The last line the lighthouse process wrote (its error, when it failed), or "no output"."""
         text = Path(self._log.name).read_text(errors="replace").strip().splitlines()
-        return " | ".join(text[-3:]) or "no output"
+        return text[-1] if text else "no output"
 
     def close(self) -> None:
         """End the lighthouse process (by its own id) and remove its log."""
         if self._proc.poll() is None:
             self._proc.kill()
         self._proc.wait()
-        if self._proc.stdout is not None:
-            self._proc.stdout.close()
+        for stream in (self._proc.stdin, self._proc.stdout):
+            if stream is not None:
+                stream.close()
         self._log.close()
         Path(self._log.name).unlink(missing_ok=True)
 
 
-def _first_line_within(proc: subprocess.Popen, timeout_s: float) -> str:
-    """The process's first line of output, or TimeoutError if it prints none (or exits) within `timeout_s`."""
+def _first_line_within(stream: IO[str] | None, timeout_s: float) -> str:
+    """A process's first line of output, or TimeoutError if it prints none (or exits) within `timeout_s`."""
+    assert stream is not None  # the caller's Popen has stdout=PIPE
     box: list[str] = []
-    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
+    reader = threading.Thread(target=lambda: box.append(stream.readline()), daemon=True)
     reader.start()
     reader.join(timeout_s)
     if not box or not box[0].strip():
