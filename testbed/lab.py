@@ -225,6 +225,7 @@ def refuse_on_a_lab(plan, inventory_file: str, *, confirmed: bool) -> None:
     from testbed.faults import FAULT_KINDS
 
     _require_a_lab(plan.inventory, inventory_file)
+    refuse_without_torchft(plan, inventory_file)
     kinds = {s.kind for s in plan.all_steps() if getattr(s, "faults", 0) and hasattr(s, "kind")}
     not_on_a_lab = {k: support for k in kinds if (support := FAULT_KINDS.get(k).lab_support) is not None}
     for kind in sorted(kinds - set(not_on_a_lab)):
@@ -276,6 +277,21 @@ def pytorch_needed(job) -> str | None:
     return why
 
 
+def refuse_without_torchft(plan, where: str) -> None:
+    """A job in TorchFT's loop (job.torchft) needs torchft on the controller, which serves its lighthouse (and, with
+    --emulate, runs its replica groups): refused before anything starts, saying what to install.
+    """
+    job = plan.playbook.job
+    if job is None or job.torchft is None:
+        return
+    from testbed.engine.job.lighthouse import TORCHFT_INSTALL, torchft_missing
+
+    missing = torchft_missing()
+    if missing is not None:
+        raise UserError(f"{where}: job.torchft: the controller serves TorchFT's lighthouse, and {missing}: "
+                        f"{TORCHFT_INSTALL}")
+
+
 def refuse_on_the_twin(plan, playbook_file: str) -> None:
     """What a run on the twin refuses before anything starts: a job that needs PyTorch when this Python, which the
     emulated hosts run their programs with, has none (its ranks would die at their first import instead); a
@@ -290,6 +306,7 @@ def refuse_on_the_twin(plan, playbook_file: str) -> None:
             f"emulated hosts' own torchrun serves none PyTorch can use: add {REAL_TORCHRUN}: real to the job's env "
             "(the hosts then run PyTorch's torchrun; docs/jobs.md)"
         )
+    refuse_without_torchft(plan, playbook_file)
     why = pytorch_needed(job)
     if why is not None and importlib.util.find_spec("torch") is None:
         raise UserError(

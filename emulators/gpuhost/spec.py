@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The project's own job programs (hostside/; testbed-torch-train needs PyTorch, docs/jobs.md) and sleep.
-DEFAULT_JOBS = ("testbed-train", "testbed-torch-train", "sleep")
+DEFAULT_JOBS = ("testbed-train", "testbed-torch-train", "testbed-torchft-train", "sleep")
 
 
 @dataclass

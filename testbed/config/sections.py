@@ -93,6 +93,22 @@ class JobFabricService(Strict):
     timeout_ms: int = Field(5000, gt=0, description="for acknowledgement and light to appear")
 
 
+class JobTorchFT(Strict):
+    """The job trains in TorchFT's loop (testbed-torchft-train, docs/jobs.md "TorchFT"): the controller serves
+    TorchFT's lighthouse for each job.start, where the replica groups reach it, with these settings; membership and
+    healing are TorchFT's, and a failover's spare is parked as in-job recovery parks it.
+    """
+
+    min_replicas: int | None = Field(
+        None, ge=1, description="replica groups a quorum needs (default: the job's ranks - 1: one may fail)"
+    )
+    join_timeout_ms: int = Field(
+        500, ge=1, description="how long the lighthouse waits for a group that still heartbeats (a dead one's)"
+    )
+    quorum_tick_ms: int = Field(50, ge=1, description="how often the lighthouse checks for a quorum")
+    heartbeat_timeout_ms: int = Field(2000, ge=1, description="silence after which a group counts as gone")
+
+
 class Job(Strict):
     """A command started on GPU hosts, one rank per entry of `ranks` (a host may hold several ranks).
 
@@ -135,14 +151,31 @@ class Job(Strict):
         "the survivors keep running and a spare parked since job.start takes the failed rank's slot (the launcher "
         "direct, one rank per host; docs/jobs.md)",
     )
+    torchft: JobTorchFT | None = Field(
+        None,
+        description="the job trains in TorchFT's loop (testbed-torchft-train): the controller serves TorchFT's "
+        "lighthouse for it (needs recovery: in-job, which parks the spare; pip install 'testbed[torchft]')",
+    )
 
     @model_validator(mode="after")
     def _in_job_layout(self):
-        """In-job recovery names each process by its host (its slot), and starts every process itself."""
+        """In-job recovery names each process by its host (its slot), and starts every process itself; a TorchFT
+        job's spare is parked by it.
+        """
         if self.recovery != "in-job":
-            return self
+            if self.torchft is None:
+                return self
+            where: tuple = ("torchft",)
+            problem = (
+                "torchft needs recovery: in-job (testbed parks the spare replica group with the job and names it "
+                "at the failover through the in-job store)"
+            )
+            error = PydanticCustomError("value_error", "{problem}", {"problem": problem})
+            raise ValidationError.from_exception_data(
+                "Job", [InitErrorDetails(type=error, loc=where, input=self.recovery)]
+            )
         if self.launcher == "torchrun":
-            where: tuple = ("launcher",)
+            where = ("launcher",)
             problem = (
                 "recovery: in-job needs launcher: direct (testbed starts each rank and each parked spare itself; "
                 "torchrun would restart every worker of a host instead)"

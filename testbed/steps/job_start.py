@@ -80,5 +80,7 @@ class JobStartStep(Planned):
                     f"until each is parked, within {self.timeout_s:g} s"
                 )
             )
+        if job.torchft is not None:
+            branch.add("torchft: serve TorchFT's lighthouse on the controller (its port in the job's store)")
         if self.wait_steps:
             branch.add(f"wait until every rank has printed step {self.wait_steps}, within {self.timeout_s:g} s")

@@ -307,6 +307,7 @@ PLAYBOOKS = [
     "straggler",
     "torch-failover",
     "torch-failover-restart",
+    "torchft-failover",
 ]
 
 
@@ -319,6 +320,8 @@ def test_every_shipped_playbook_has_its_run_on_the_hand_written_lab(repo):
 def test_a_shipped_playbook_runs_on_the_hand_written_lab_and_checks(lab, repo, playbook):
     if playbook.startswith("torch-failover"):
         require_peer("torch", "its ranks train with PyTorch (pip install 'testbed[torch]')")
+    if playbook == "torchft-failover":
+        require_peer("torchft", "its replica groups train in TorchFT's loop (pip install -e '.[torchft]')")
     _, inventory, folder, _ = lab
     proc = cli(
         repo, "run", f"playbooks/{playbook}.yaml", "--inventory", str(inventory), "--trials", "1", "--yes",
