@@ -32,6 +32,7 @@ class Hold:
 @dataclass
 class Drop:
     stdout: str = ""
+    stderr: str = ""
 
 
 Answer = tuple[str, str, int] | Hold | Drop
@@ -122,6 +123,7 @@ class ScriptedSsh:
         try:
             if isinstance(answer, Drop):
                 channel.sendall(answer.stdout.encode())
+                channel.sendall_stderr(answer.stderr.encode())
                 channel.get_transport().close()  # no exit status: the connection just ends
                 return
             out, err, status = answer

@@ -7,9 +7,11 @@ that names what was sent and what came back; and the runner records a command wh
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 
 import pytest
 from ssh_scripted import Answer, Drop, Hold, ScriptedSsh
@@ -17,7 +19,10 @@ from ssh_scripted import Answer, Drop, Hold, ScriptedSsh
 from drivers.capabilities import JobHandle
 from drivers.errors import DeviceCommandError, DeviceConnectionError, DeviceError, DeviceProtocolError, DeviceTimeout
 from drivers.gpuhost import GpuHostSsh
+from drivers.gpuhost.watch import GONE
 from drivers.transports.ssh import SshTransport
+from testbed.families import PROCEDURES
+from testbed.families.context import ProcedureContext
 
 TIMEOUT = 1.0
 BOUND = TIMEOUT * 3 + 1.0  # "never a hang"
@@ -192,3 +197,29 @@ def test_an_unreachable_host_is_a_failure_nothing_was_sent(host, tmp_path):
     result, elapsed = run_in_actor(server.settings(TIMEOUT), "gpu.health")
     assert elapsed < BOUND
     assert (result.status, result.error_type) == ("fail", "DeviceConnectionError"), result.error
+
+
+@pytest.mark.parametrize("seen_gone", [True, False])
+def test_a_host_that_goes_with_its_rank_is_lost_once_its_loop_saw_the_rank_gone(host, seen_gone):
+    """host.power_off: the rank dies with its host. If the host's loop said the rank was gone before the connection
+    died, the failure is detected (host_lost, at that moment); if not, the watch fails as a lost connection.
+    """
+    said = GONE + "\n" if seen_gone else ""
+    probe = GPU_ROW + f"\n{STATUS} 0\n[    0.000000] Linux version 6.1.0\n"  # health: the GPU, its status, dmesg
+
+    def answer(command: str) -> Answer | None:
+        if command.startswith("{ while grep"):
+            return Drop("step 7 loss 0.1\n", stderr=said)
+        return (probe, "", 0) if STATUS in command else None
+
+    driver, _ = host(answer)
+    ctx = ProcedureContext("gpu01", "lab@127.0.0.1")
+    watch = functools.partial(PROCEDURES["gpu.watch_job"], driver, ctx, job=asdict(JOB), stall_timeout_s=30, max_s=30)
+    if not seen_gone:
+        with pytest.raises(DeviceConnectionError):
+            watch()
+        assert "failure_detected" not in ctx.marks
+        return
+    result = watch()
+    assert (result["detected"], result["last_step"]) == ("host_lost", 7)
+    assert result["detected_ns"] == ctx.marks["failure_detected"][0] and "went away" in result["evidence"]

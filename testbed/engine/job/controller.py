@@ -22,14 +22,12 @@ from testbed.engine.job.fabric import fabric_step, rewire
 from testbed.engine.job.injob import InJobRecovery, JobStore
 from testbed.engine.job.launcher import Launch, Launcher
 from testbed.engine.job.layout import Layout, RelayLink
-from testbed.engine.job.lighthouse import Lighthouse
 from testbed.engine.job.ports import free_ports, lab_ports
 from testbed.engine.job.ranks import Rank, ranks_of
 from testbed.engine.job.torchrun_launcher import TorchrunLauncher
 from testbed.events import Op
 from testbed.fabric.jobfabric import fabric_links
 from testbed.fabric.spares import choose_spare
-from testbed.fabric_service.addresses import service_addresses
 from testbed.fabric_service.serving import ServedFabric
 
 LAUNCHERS: dict[str, Launcher] = {"direct": DirectLauncher(), "torchrun": TorchrunLauncher()}
@@ -85,7 +83,7 @@ class JobController(InJobRecovery, JobView):
         self.store: JobStore | None = None
         self.spares: dict[str, dict] = {}
         self.kept_watches: list[Watches] = []
-        self.lighthouse: Lighthouse | None = None  # job.torchft: TorchFT's lighthouse, from job.start to job.stop
+        self.lighthouse = None  # job.torchft: TorchFT's lighthouse, from job.start to job.stop
         # More of a rank's environment, computed at launch once its listen ports are known (rail.train's routes)
         self.rank_env: Callable[[Rank], dict[str, str]] | None = None
         self.assign(list(job.ranks))
@@ -292,28 +290,6 @@ class JobController(InJobRecovery, JobView):
             self.close_lighthouse()
             if served is not None:
                 served.close()
-
-    def open_lighthouse(self) -> None:
-        """job.torchft: TorchFT's lighthouse for this job.start, listening where the job's store does, its port
-        written into the store, where every replica group and every named spare finds it (testbed/engine/job/
-        lighthouse.py).
-        """
-        from hostside.torchft_train import LIGHTHOUSE_KEY
-
-        assert self.store is not None and self.job.torchft is not None  # torchft needs recovery: in-job (sections.py)
-        self.close_lighthouse()
-        hosts = {h: self.management_of(h) for h in dict.fromkeys([*self.job.ranks, *self._spare_hosts()])}
-        on_lab = self.link is None and self.inventory is not None
-        controller = self.inventory.controller_address if self.inventory is not None and on_lab else None
-        listen, _ = service_addresses(hosts, controller)  # as the store's (InJobRecovery.open_store)
-        self.lighthouse = Lighthouse(listen, self.job.torchft, len(self.ranks))
-        self.store._server.set(LIGHTHOUSE_KEY, str(self.lighthouse.port))
-
-    def close_lighthouse(self) -> None:
-        """End TorchFT's lighthouse, if one runs."""
-        lighthouse, self.lighthouse = self.lighthouse, None
-        if lighthouse is not None:
-            lighthouse.close()
 
     def stop(self, label: str = "stop job", *, end_service: bool = True, hit: frozenset[str] = frozenset()) -> None:
         """Stop every rank, then (unless a relaunch follows: a failover) the job's fabric service. A stop that

@@ -26,6 +26,7 @@ from testbed.contracts.errors import StepFailed, raise_failures
 from testbed.documents.inventory import Inventory
 from testbed.engine.device_actor import OpResult
 from testbed.engine.job.launcher import READY
+from testbed.engine.job.lighthouse import Lighthouse
 from testbed.engine.job.ranks import Rank
 from testbed.events import Op
 from testbed.fabric.jobfabric import fabric_links
@@ -102,6 +103,10 @@ class JobStore:
         self.generation = nxt
         return nxt
 
+    def put(self, key: str, value: str) -> None:
+        """Write a key every process of the job reads (e.g. where TorchFT's lighthouse listens)."""
+        self._server.set(key, value)
+
     def close(self) -> None:
         """Stop serving: the server ends with its last reference (TCPStore has no close of its own)."""
         self._store = None
@@ -122,6 +127,7 @@ class InJobRecovery:
     served: ServedFabric | None
     store: JobStore | None
     spares: dict[str, dict]
+    lighthouse: Lighthouse | None
 
     if TYPE_CHECKING:  # the controller's read-only views, which its own methods change (JobController defines them)
 
@@ -134,13 +140,39 @@ class InJobRecovery:
         @property
         def handles(self) -> dict[int, dict]: ...
 
-    def open_store(self) -> None:
-        """The job's store for this job.start, generation 0 published: each rank's host in its slot."""
-        self.close_service_store()
+    def _reach(self) -> tuple[dict[str, str], str | None]:
+        """Every host a process of the job runs on -> its address as this machine reaches it, and the controller's
+        address on a lab (None: found from the hosts' routes): where the store and the lighthouse listen.
+        """
         hosts = {h: self.management_of(h) for h in dict.fromkeys([*self.job.ranks, *self._spare_hosts()])}
         on_lab = self.link is None and self.inventory is not None
         controller = self.inventory.controller_address if self.inventory is not None and on_lab else None
+        return hosts, controller
+
+    def open_store(self) -> None:
+        """The job's store for this job.start, generation 0 published: each rank's host in its slot."""
+        self.close_service_store()
+        hosts, controller = self._reach()
         self.store = JobStore(hosts, controller, list(self.assignment))
+
+    def open_lighthouse(self) -> None:
+        """job.torchft: TorchFT's lighthouse for this job.start, listening where the job's store does, its port
+        written into the store, where every replica group and every named spare finds it (lighthouse.py).
+        """
+        from hostside.torchft_train import LIGHTHOUSE_KEY
+
+        assert self.store is not None and self.job.torchft is not None  # torchft needs recovery: in-job (sections.py)
+        self.close_lighthouse()
+        hosts, controller = self._reach()
+        listen, _ = service_addresses(hosts, controller)  # as the store's
+        self.lighthouse = Lighthouse(listen, self.job.torchft, len(self.ranks))
+        self.store.put(LIGHTHOUSE_KEY, str(self.lighthouse.port))
+
+    def close_lighthouse(self) -> None:
+        """End TorchFT's lighthouse, if one runs."""
+        lighthouse, self.lighthouse = self.lighthouse, None
+        if lighthouse is not None:
+            lighthouse.close()
 
     def close_service_store(self) -> None:
         """Stop serving the in-job store, if one is open."""

@@ -245,58 +245,70 @@ def watch_job(
 
     watching = False
     gone_ns: int | None = None
-    for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=progress, lines=10):
-        if not watching:
-            watching = True
-            ctx.mark("watching")
-        if ev.kind == "gone":
-            # The host saw the process end: detected now, at once (a failover starts on this mark); the log's last
-            # lines and the watch's end follow, then the evidence is taken.
-            gone_ns = ctx.mark_at("failure_detected", ev.monotonic_ns)
-            continue
-        if ev.kind == "exited":
-            ns = gone_ns if gone_ns is not None else ctx.mark_at("failure_detected", ev.monotonic_ns)
-            try:
+    try:
+        for ev in host.watch(handle, heartbeat_s=heartbeat_s, progress=progress, lines=10):
+            if not watching:
+                watching = True
+                ctx.mark("watching")
+            if ev.kind == "gone":
+                # The host saw the process end: detected now, at once (a failover starts on this mark); the log's last
+                # lines and the watch's end follow, then the evidence is taken.
+                gone_ns = ctx.mark_at("failure_detected", ev.monotonic_ns)
+                continue
+            if ev.kind == "exited":
+                ns = gone_ns if gone_ns is not None else ctx.mark_at("failure_detected", ev.monotonic_ns)
+                try:
+                    probe = host.health()
+                except (DeviceConnectionError, DeviceTimeout) as exc:  # the host went with its process (power lost)
+                    why = str(exc).splitlines()[0]
+                    return result("host_lost", f"process {handle.pid} exited and its host does not answer: {why}", ns)
+                lost = sorted(set(probe["lost"]) - set(baseline["lost"]))
+                xids = [x for x in probe["xids"] if x not in baseline["xids"]]
+                tail = f"; last output: {recent[-1]!r}" if recent else ""
+                if lost or probe["error"]:
+                    what = f"GPU(s) {lost} lost" if lost else f"nvidia-smi fails: {probe['error']}"
+                    return result(
+                        "gpu_lost", f"process {handle.pid} exited; {what}; " + " | ".join(xids) + tail, ns, probe
+                    )
+                if xids:
+                    return result("xid", f"process {handle.pid} exited; " + " | ".join(xids) + tail, ns, probe)
+                return result(
+                    "process_exit", f"process {handle.pid} exited (GPUs healthy, no new Xid){tail}", ns, probe
+                )
+            if ev.kind == "progress":
+                last_step = ev.step if ev.step is not None else last_step
+                last_progress = ev.monotonic_ns
+            elif ev.kind == "line" and ev.line:
+                recent = [*recent[-4:], ev.line]
+            if gone_ns is not None:
+                continue  # the process is gone: only its last lines and the watch's end are still to come
+            if health_every_s is not None and (ev.monotonic_ns - last_probe) / 1e9 >= health_every_s:
+                # A GPU can fail while its rank lives on (an Xid the application survives, a lost device the
+                # rank has not touched yet): probe nvidia-smi and the kernel log now and then, not only at exit.
+                last_probe = ev.monotonic_ns
                 probe = host.health()
-            except (DeviceConnectionError, DeviceTimeout) as exc:  # the host went with its process (power lost)
-                why = str(exc).splitlines()[0]
-                return result("host_lost", f"process {handle.pid} exited and its host does not answer: {why}", ns)
-            lost = sorted(set(probe["lost"]) - set(baseline["lost"]))
-            xids = [x for x in probe["xids"] if x not in baseline["xids"]]
-            tail = f"; last output: {recent[-1]!r}" if recent else ""
-            if lost or probe["error"]:
-                what = f"GPU(s) {lost} lost" if lost else f"nvidia-smi fails: {probe['error']}"
-                return result("gpu_lost", f"process {handle.pid} exited; {what}; " + " | ".join(xids) + tail, ns, probe)
-            if xids:
-                return result("xid", f"process {handle.pid} exited; " + " | ".join(xids) + tail, ns, probe)
-            return result("process_exit", f"process {handle.pid} exited (GPUs healthy, no new Xid){tail}", ns, probe)
-        if ev.kind == "progress":
-            last_step = ev.step if ev.step is not None else last_step
-            last_progress = ev.monotonic_ns
-        elif ev.kind == "line" and ev.line:
-            recent = [*recent[-4:], ev.line]
-        if gone_ns is not None:
-            continue  # the process is gone: only its last lines and the watch's end are still to come
-        if health_every_s is not None and (ev.monotonic_ns - last_probe) / 1e9 >= health_every_s:
-            # A GPU can fail while its rank lives on (an Xid the application survives, a lost device the
-            # rank has not touched yet): probe nvidia-smi and the kernel log now and then, not only at exit.
-            last_probe = ev.monotonic_ns
-            probe = host.health()
-            lost = sorted(set(probe["lost"]) - set(baseline["lost"]))
-            xids = [x for x in probe["xids"] if x not in baseline["xids"]]
-            if lost or probe["error"] or xids:
+                lost = sorted(set(probe["lost"]) - set(baseline["lost"]))
+                xids = [x for x in probe["xids"] if x not in baseline["xids"]]
+                if lost or probe["error"] or xids:
+                    ns = ctx.mark("failure_detected")
+                    kind = "gpu_lost" if lost or probe["error"] else "xid"
+                    what = f"GPU(s) {lost} lost" if lost else (probe["error"] or "new Xid line(s)")
+                    return result(kind, f"process {handle.pid} still running; {what}; " + " | ".join(xids), ns, probe)
+            limit = stall_timeout_s if (last_step is not None or first_step_after is None) else first_step_after
+            if (ev.monotonic_ns - last_progress) / 1e9 >= limit:
                 ns = ctx.mark("failure_detected")
-                kind = "gpu_lost" if lost or probe["error"] else "xid"
-                what = f"GPU(s) {lost} lost" if lost else (probe["error"] or "new Xid line(s)")
-                return result(kind, f"process {handle.pid} still running; {what}; " + " | ".join(xids), ns, probe)
-        limit = stall_timeout_s if (last_step is not None or first_step_after is None) else first_step_after
-        if (ev.monotonic_ns - last_progress) / 1e9 >= limit:
-            ns = ctx.mark("failure_detected")
-            state = host.job_status(handle, progress=None).state
-            since = "the watch began" if last_step is None else f"step {last_step}"
-            return result("stall", f"no progress line for {limit:g} s since {since}; the process is {state}", ns)
-        if (ev.monotonic_ns - start) / 1e9 >= max_s:
-            return result(None, f"no failure within {max_s:g} s", None)
+                state = host.job_status(handle, progress=None).state
+                since = "the watch began" if last_step is None else f"step {last_step}"
+                return result("stall", f"no progress line for {limit:g} s since {since}; the process is {state}", ns)
+            if (ev.monotonic_ns - start) / 1e9 >= max_s:
+                return result(None, f"no failure within {max_s:g} s", None)
+    except (DeviceConnectionError, DeviceTimeout) as exc:
+        if gone_ns is None:
+            raise  # the watch itself failed, before the process was seen gone
+        # The process died and the host went with it (power lost) before the watch could end: as at an exit whose
+        # probe finds the host gone.
+        why = str(exc).splitlines()[0]
+        return result("host_lost", f"process {handle.pid} exited and its host went away: {why}", gone_ns)
     raise AssertionError("unreachable: a watch ends with an exited event")
 
 
