@@ -19,7 +19,13 @@ folder, events, audit, summary, `testbed check` and `testbed heal`. What stays b
   run brings up its own. The lab's state carries over, as on a lab: the circuits a run leaves stay;
 - the device locks: held from the run that brought the devices up until they are stopped, so no other run
   can drive a device this session holds a connection to. Close the Lab (or leave the `with` block) to let
-  others have them.
+  others have them;
+- the devices' clocks (each node's offset, run.json's `placement`): measured by the first run on them, reused
+  while fresh and the same actor processes serve (`placement_clocks` says when they were measured, and by which
+  run).
+
+With index_behind=True (testbed serve's), a run is indexed into the catalog after the next run's first command
+rather than before `run` returns; closing the Lab finishes what is left.
 """
 
 from __future__ import annotations
@@ -30,12 +36,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 
 from testbed.contracts.errors import UserError
 from testbed.documents.inventory import Inventory
 from testbed.engine.ray_session import RayStart
 
-if TYPE_CHECKING:  # imported where they are brought up (_devices_for)
+if TYPE_CHECKING:  # imported where they are brought up (_devices_for), or used (run)
+    from testbed.catalog.index import IndexBehind
+    from testbed.engine.clocks import ClocksKept
     from testbed.engine.devices import Devices
 
 DEFAULT_INVENTORY = "playbooks/inventory/emulated-rack.yaml"
@@ -51,7 +60,8 @@ class Lab:
     (docs/leases.md) instead of refusing the run; ray_start: Ray's start, begun already for this Lab
     (testbed.engine.ray_session.RayStart: `testbed run` begins it before it loads its files), which the Lab
     then owns; netns: with emulate=True, each emulated GPU host is a network namespace of its own on a management
-    network (docs/netns.md; needs root).
+    network (docs/netns.md; needs root); index_behind: each run indexed into the catalog behind the next run's start
+    (testbed serve's queue), not before `run` returns.
     """
 
     def __init__(
@@ -66,6 +76,7 @@ class Lab:
         wait_for_leases: bool = False,
         ray_start: RayStart | None = None,
         netns: bool = False,
+        index_behind: bool = False,
     ) -> None:
         from testbed.documents import load_inventory
 
@@ -88,6 +99,9 @@ class Lab:
             _require_a_lab(self.inventory, self.inventory_file)
         self._ray = ray_start if ray_start is not None else RayStart(ray_address)  # starts now
         self._devices: Devices | None = None  # while they serve
+        self._clocks: ClocksKept | None = None  # the devices' clocks, from the first run on them
+        self._index_behind_wanted = index_behind
+        self._index_behind: IndexBehind | None = None  # its thread, from the first run's end
         self._closed = False
 
     # -- runs -----------------------------------------------------------------------------------------
@@ -127,7 +141,17 @@ class Lab:
         else:
             refuse_on_a_lab(plan, self.inventory_file, confirmed=yes)
         options = RunOptions(playbook_file, self.inventory_file, self.results, self.emulate, self.ray_address)
-        return execute_run(plan, options, self.console, self._devices_for)
+        if self._clocks is None:
+            from testbed.engine.clocks import ClocksKept
+
+            self._clocks = ClocksKept()
+        if self._index_behind_wanted and self._index_behind is None:
+            from testbed.catalog.index import IndexBehind
+
+            self._index_behind = IndexBehind(lambda warning: self.console.print(f"[yellow]{escape(warning)}[/]"))
+        return execute_run(
+            plan, options, self.console, self._devices_for, clocks=self._clocks, index_behind=self._index_behind
+        )
 
     def _devices_for(self, plan, truth_log: Path, run_id: str):
         from testbed.engine.devices import bring_up, devices_key
@@ -156,9 +180,13 @@ class Lab:
             return
         self._closed = True
         try:
-            self._stop_devices()
+            if self._index_behind is not None:  # the last runs into the catalog before the session ends
+                self._index_behind.close()
         finally:
-            self._ray.shutdown()
+            try:
+                self._stop_devices()
+            finally:
+                self._ray.shutdown()
 
     def _stop_devices(self) -> None:
         devices, self._devices = self._devices, None

@@ -8,9 +8,11 @@ run the catalog missed (its index failed, it was copied in, heal rewrote it) is 
 from __future__ import annotations
 
 import logging
+import queue
 import sqlite3
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +58,60 @@ def index_at_end(run_dir: Path) -> str | None:
         log.warning("catalog: indexing %s failed", run_dir, exc_info=True)
         return f"catalog: {run_dir.name} not indexed ({exc}); `testbed runs` indexes it later"
     return None
+
+
+class IndexBehind:
+    """A warm session's end-of-run indexing (testbed.Lab with index_behind=True, as testbed serve makes it): each run
+    ended is indexed in a thread of its own once the next run has sent its first command, or after WAIT_S when no
+    run follows, so a queued run does not wait for the catalog. At most BACKLOG runs wait (a run's end waits for a
+    place); flush() returns once every run handed over is indexed. Whoever reads the catalog meanwhile brings it up
+    to the folders first (sync), so a run not yet indexed here is found all the same.
+    """
+
+    WAIT_S = 1.0  # no next run by then: index now (a queue's next run has started well before)
+    BACKLOG = 4
+
+    def __init__(self, warn: Callable[[str], None]) -> None:
+        self.warn = warn  # index_at_end's warnings, told as the run's end would have printed them
+        self._todo: queue.Queue[Path | None] = queue.Queue(maxsize=self.BACKLOG)
+        self._next_started = threading.Event()
+        self._thread = threading.Thread(target=self._index, name="catalog-index-behind", daemon=True)
+        self._thread.start()
+
+    def add(self, run_dir: Path) -> None:
+        """A run that ended, its folder whole: indexed after the next run's first command."""
+        self._next_started.clear()
+        self._todo.put(Path(run_dir))
+
+    def next_run_started(self) -> None:
+        """The session's next run has sent its first command: what waits is indexed now."""
+        self._next_started.set()
+
+    def flush(self) -> None:
+        """Every run handed over indexed (now, not after the next run's start)."""
+        self._next_started.set()
+        self._todo.join()
+
+    def close(self) -> None:
+        """Flushed, the thread ended."""
+        self.flush()
+        self._todo.put(None)
+        self._thread.join()
+
+    def _index(self) -> None:
+        while True:
+            run_dir = self._todo.get()
+            try:
+                if run_dir is None:
+                    return
+                self._next_started.wait(self.WAIT_S)
+                warning = index_at_end(run_dir)
+                if warning is not None:
+                    self.warn(warning)
+            except Exception:  # noqa: BLE001 (a warning that cannot be told leaves the runs after it indexed)
+                log.warning("catalog: telling a warning about %s failed", run_dir, exc_info=True)
+            finally:
+                self._todo.task_done()
 
 
 def sync(results_dir: Path) -> IndexReport:

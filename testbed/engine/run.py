@@ -20,9 +20,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from testbed.catalog import index_at_end
+from testbed.catalog.index import IndexBehind
 from testbed.contracts.errors import ActorDied, ExperimentFailed, Terminated, UserError, interruption
 from testbed.documents.inventory import Inventory
-from testbed.engine.clocks import measure_clocks
+from testbed.engine.clocks import ClocksKept
 from testbed.engine.coordinator import Coordinator
 from testbed.engine.devices import Devices
 from testbed.engine.dispatch import ActorLost
@@ -100,10 +101,21 @@ class Run:
 DevicesFor = Callable[[Plan, Path, str], Devices]
 
 
-def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: DevicesFor) -> Run:
+def execute_run(
+    plan: Plan,
+    options: RunOptions,
+    console: Console,
+    devices_for: DevicesFor,
+    *,
+    clocks: ClocksKept | None = None,
+    index_behind: IndexBehind | None = None,
+) -> Run:
     """One run of `plan` on the devices `devices_for` gives it. A run on a lab has passed
-    testbed.lab.refuse_on_a_lab (testbed.Lab.run calls it).
+    testbed.lab.refuse_on_a_lab (testbed.Lab.run calls it). A warm session passes its `clocks` (the devices' clocks,
+    reused while true) and may pass `index_behind` (the run indexed into the catalog after the next one starts);
+    without them the clocks are measured and the run indexed here, before it returns.
     """
+    clocks = clocks if clocks is not None else ClocksKept()
     run_id, run_dir = make_run_dir(options.results_root, plan.playbook.name)
     info = run_info(
         run_id,
@@ -152,7 +164,8 @@ def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: 
                 _note(console, mark_ray_session(devices.ray_session_dir, run_id, run_dir))
             for note in devices.notes:
                 console.print(f"[dim]{note}[/]")
-            info["placement"] = measure_clocks(dispatcher, dispatcher.names())
+            measured = clocks.for_run(dispatcher, dispatcher.names(), run_id)
+            info["placement"], info["placement_clocks"] = measured.placement, measured.record(run_id)
             truth = twin.transfer_power if twin is not None else None
             coordinator = Coordinator(
                 plan, dispatcher, recorder, artifacts=run_dir, twin=twin, ground_truth=truth, leases=devices.leases
@@ -164,9 +177,16 @@ def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: 
             mark = time.monotonic()
             info["devices"] = coordinator.identify()
             _lease_told_identities(devices, info["devices"], run_id)  # before any write: one device, one holder
-            info["actors"] = {name: {"pid": pid} for name, pid in coordinator.actor_pids().items()}
+            pids = coordinator.actor_pids()
+            info["actors"] = {name: {"pid": pid} for name, pid in pids.items()}
             startup["identify"] = round(time.monotonic() - mark, 4)  # the first command to each device
             startup["to_first_command"] = round(time.monotonic() - started, 4)
+            if index_behind is not None:  # the run before this one is indexed now, behind this one's start
+                index_behind.next_run_started()
+            # Reused clocks stand only if the same actor processes serve: a hub restarted since is measured again.
+            measured = clocks.still_true(measured, pids, dispatcher, run_id)
+            info["placement"] = measured.placement
+            info["placement_clocks"] = measured.record(run_id)
             info["startup_s"] = startup
             # What the run found, and the ports it may change: `testbed heal` restores these after a crash.
             recorder.emit("mark", Op.FABRIC_INITIAL, data=_initial_fabric(plan, info["devices"]))
@@ -199,9 +219,12 @@ def execute_run(plan: Plan, options: RunOptions, console: Console, devices_for: 
         info["error"] = error
         write_json(run_dir / "run.json", info)
         # The folder is whole: into the results folder's catalog (docs/catalog.md); a failure there only warns.
-        warning = index_at_end(run_dir)
-        if warning is not None:
-            console.print(f"[yellow]{escape(warning)}[/]", soft_wrap=True)
+        if index_behind is not None:
+            index_behind.add(run_dir)
+        else:
+            warning = index_at_end(run_dir)
+            if warning is not None:
+                console.print(f"[yellow]{escape(warning)}[/]", soft_wrap=True)
     return Run(run_dir, status, summary, error)
 
 

@@ -83,6 +83,7 @@ class Server:
             results=config.results,
             console=Console(quiet=True),
             queue=self.queue,
+            index_behind=True,  # the next queued run starts before the last one's catalog entry; readers sync first
         )
         self._spool = Path(tempfile.mkdtemp(prefix="testbed-serve-"))  # submitted playbooks, while they load
         self.webhook = self._webhook(config.webhook) if config.webhook else None
