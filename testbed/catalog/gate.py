@@ -17,11 +17,10 @@ from testbed.catalog.changes import find_steps
 from testbed.catalog.owners import mine, owner_name, resolve_owners
 from testbed.catalog.points import check_selection, group_label, groups, key_value_parts, sort_groups
 from testbed.catalog.query import did_you_mean, span_columns, span_counts
+from testbed.catalog.selection_keys import DEFAULT_MAX_SLOWDOWN_PCT, KEYS
 from testbed.contracts.errors import UserError
 from testbed.results.stats import median_ratio_interval
 
-DEFAULT_MAX_SLOWDOWN_PCT = 5.0
-KEYS = ("run", "playbook", "inventory", "target", "status", "since", "until", "commit", "tag", "protocol", "owner")
 FLAGS = {"lab": ("target", "lab"), "twin": ("target", "twin")}  # a bare word as short for KEY=VALUE
 SLOWER, OK, UNSURE = "slower", "ok", "cannot tell"
 # The family-wise error rate of a gate, one-sided: with one comparison, the rule of a 95 % interval's low end above

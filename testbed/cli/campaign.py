@@ -48,7 +48,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     _out_option(p)
 
-    from testbed.catalog.gate import DEFAULT_MAX_SLOWDOWN_PCT, KEYS
+    from testbed.catalog.selection_keys import DEFAULT_MAX_SLOWDOWN_PCT, KEYS
 
     p = sub.add_parser(
         "gate",
