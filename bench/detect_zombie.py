@@ -24,7 +24,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,16 +33,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchlib import stats, write_out
+from benchlib import REPO, stats, write_out
 from rich.console import Console
 
 from drivers.capabilities import JobHandle
 from drivers.gpuhost.watch import watch_command
-from drivers.transports.ssh import SshSettings
-from emulators.gpuhost.keys import new_ed25519, write_private
 from testbed.families.drivers import make_driver
 
-SSHD = "/usr/sbin/sshd"
+sys.path.insert(0, str(REPO / "tests" / "gpuhost"))
+from sshd_server import SSHD, running_sshd  # noqa: E402
+
 BASH = shutil.which("bash") or "/bin/bash"
 STEPPER = 'i=0; while :; do i=$((i+1)); echo "step $i"; sleep 0.02; done'
 TARGET_P50_MS = 100.0
@@ -93,56 +92,12 @@ def real_sshd(folder: Path, wrapper: str | None = None) -> Iterator[Any]:
     """sshd on 127.0.0.1 (under `wrapper`, a Python program given sshd's command line, if any) run by this user;
     yields the GPU-host driver connected to it (bench/gpu_host.py probes this machine through it).
     """
-    host_key, host_private, _ = new_ed25519()
-    _, client_private, client_public = new_ed25519()
-    write_private(folder / "host_ed25519", host_private)
-    write_private(folder / "id_ed25519", client_private)
-    write_private(folder / "authorized_keys", client_public + "\n")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    config = folder / "sshd_config"
-    config.write_text(
-        f"ListenAddress 127.0.0.1\nPort {port}\nHostKey {folder / 'host_ed25519'}\n"
-        f"AuthorizedKeysFile {folder / 'authorized_keys'}\nPidFile {folder / 'sshd.pid'}\nStrictModes no\n"
-        "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "PermitRootLogin prohibit-password\nMaxSessions 32\n"
-    )
-    if os.geteuid() == 0:
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
-    command = [SSHD, "-D", "-e", "-f", str(config)]
-    if wrapper is not None:
-        command = [sys.executable, "-c", wrapper, *command]
-    log = open(folder / "sshd.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    drv = None
-    try:
-        deadline = time.monotonic() + 15
-        while True:  # until sshd listens: polling the port is the condition itself
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"sshd did not start: {(folder / 'sshd.log').read_text()[-800:]}") from None
-                time.sleep(0.02)
-        (folder / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key.get_name()} {host_key.get_base64()}\n")
-        user = os.environ.get("USER") or __import__("pwd").getpwuid(os.geteuid()).pw_name
-        settings = SshSettings(
-            "127.0.0.1", user, port, str(folder / "id_ed25519"), str(folder / "known_hosts"), timeout_s=10.0
-        )
+    with running_sshd(folder, wrapper) as settings:
         drv = make_driver("ssh", "bench", settings)
-        yield drv
-    finally:
-        if drv is not None:
-            drv.close()
-        proc.terminate()
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            yield drv
+        finally:
+            drv.close()
 
 
 @contextmanager

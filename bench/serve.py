@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -48,12 +47,13 @@ from health_fanout import (  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests" / "catalog"))
+sys.path.insert(0, str(REPO / "tests" / "serve"))
 from catalog_copies import copy_run  # noqa: E402
+from serve_processes import DevTools, chromium, read_until_listening, start_chromium  # noqa: E402
 
 from testbed.serve.identity import SERVE_DIR_ENV  # noqa: E402
 
 HEALTH = str(REPO / "playbooks/gpu-health.yaml")
-BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking")
 
 
 class Server:
@@ -64,14 +64,8 @@ class Server:
         command = [sys.executable, "-m", "testbed", "serve", "--emulate", "--inventory", str(inventory)]
         command += ["--results", str(results), "--web", "127.0.0.1:0"]
         self.proc = subprocess.Popen(command, cwd=REPO, env=self.env, stdout=subprocess.PIPE, text=True)
-        for line in self.proc.stdout:
-            if line.startswith("web page (read-only) at "):
-                self.web_url = line.removeprefix("web page (read-only) at ").strip()
-            if line.startswith("listening on "):
-                self.socket = Path(line.removeprefix("listening on ").strip())
-                break
-        else:
-            raise RuntimeError("testbed serve ended before it listened")
+        listening = read_until_listening(self.proc)
+        self.socket, self.web_url = listening.socket, listening.web_url
         from testbed.serve.client import Client
 
         self.client = Client(self.socket, timeout=600)
@@ -164,22 +158,10 @@ class Browser:
     """A headless chromium, driven over the DevTools protocol (aiohttp's websocket client)."""
 
     def __init__(self, profile: Path) -> None:
-        browser = shutil.which("chromium") or shutil.which("chromium-browser")
+        browser = chromium()
         if browser is None:
             raise RuntimeError("chromium not installed (apt-get install chromium)")
-        self.proc = subprocess.Popen(
-            [browser, *BROWSER_FLAGS, "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for line in self.proc.stderr:
-            found = re.search(r"DevTools listening on (ws://\S+)", line)
-            if found:
-                self.ws_url = found.group(1)
-                break
-        else:
-            raise RuntimeError("chromium ended before it listened for DevTools")
+        self.proc, self.ws_url = start_chromium(browser, profile)
         self.loop = asyncio.new_event_loop()
 
     def first_paint(self, url: str) -> dict:
@@ -189,25 +171,9 @@ class Browser:
         import aiohttp
 
         async with aiohttp.ClientSession() as http, http.ws_connect(self.ws_url, max_msg_size=0) as ws:
-            ids = 0
-
-            async def call(method: str, params: dict, session: str | None = None) -> dict:
-                nonlocal ids
-                ids += 1
-                await ws.send_json(
-                    {"id": ids, "method": method, "params": params} | ({"sessionId": session} if session else {})
-                )
-                while True:
-                    reply = await ws.receive_json()
-                    if reply.get("id") == ids:
-                        if "error" in reply:
-                            raise RuntimeError(reply["error"])
-                        return reply["result"]
-
-            target = await call("Target.createTarget", {"url": "about:blank"})
-            session = (await call("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True}))[
-                "sessionId"
-            ]
+            devtools = DevTools(ws)
+            call = devtools.call
+            target_id, session = await devtools.open_tab()
             # From the document's first moment: when the catalog's rows are first in the DOM.
             watcher = """new MutationObserver((_, observer) => {
               if (document.querySelector("#catalog tbody tr")) {
@@ -228,7 +194,7 @@ class Browser:
             result = await call(
                 "Runtime.evaluate", {"expression": measure, "awaitPromise": True, "returnByValue": True}, session
             )
-            await call("Target.closeTarget", {"targetId": target["targetId"]})
+            await call("Target.closeTarget", {"targetId": target_id})
             return json.loads(result["result"]["value"])
 
     def close(self) -> None:

@@ -62,6 +62,21 @@ def plot_cdf_overlay(runs: list[dict], span: str, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def _draw_medians(ax, x: np.ndarray, rows: list[dict], color: str, label: str | None) -> None:
+    """`rows`' medians at `x` joined by a line, each with its 95 % CI as an error bar (none where a row has no CI),
+    and a red ring on each row with a run that did not end ok.
+    """
+    p50 = np.array([r["p50_ms"] for r in rows])
+    low = np.array([r["p50_ms"] - r["p50_ci95_ms"][0] if r.get("p50_ci95_ms") else 0.0 for r in rows])
+    high = np.array([r["p50_ci95_ms"][1] - r["p50_ms"] if r.get("p50_ci95_ms") else 0.0 for r in rows])
+    ax.errorbar(
+        x, p50, yerr=[low, high], fmt="o-", markersize=3, capsize=2, linewidth=1, color=color, label=label
+    )  # fmt: skip
+    bad = [j for j, r in enumerate(rows) if any(s != "ok" for s in r.get("statuses", ["ok"]))]
+    if bad:
+        ax.scatter(x[bad], p50[bad], s=60, facecolors="none", edgecolors="red", zorder=3)
+
+
 def plot_trend(rows: list[dict], span: str, by: str, path: Path) -> Path:
     """The median of `span` per row of `trend()` in order, its 95 % CI as an error bar (none below 6 samples): one
     line per series (a sweep point), a run, commit or tag at one x for every series; a red ring marks a row with a run
@@ -78,16 +93,7 @@ def plot_trend(rows: list[dict], span: str, by: str, path: Path) -> Path:
     for i, name in enumerate(series):
         mine = [r for r in rows if r.get("series", "-") == name]
         x = np.array([where[r["label"]] for r in mine])
-        p50 = np.array([r["p50_ms"] for r in mine])
-        low = np.array([r["p50_ms"] - r["p50_ci95_ms"][0] if r.get("p50_ci95_ms") else 0.0 for r in mine])
-        high = np.array([r["p50_ci95_ms"][1] - r["p50_ms"] if r.get("p50_ci95_ms") else 0.0 for r in mine])
-        ax.errorbar(
-            x, p50, yerr=[low, high], fmt="o-", markersize=3, capsize=2, linewidth=1, color=f"C{i % 10}",
-            label=None if name == "-" else name,
-        )  # fmt: skip
-        bad = [j for j, r in enumerate(mine) if any(s != "ok" for s in r.get("statuses", ["ok"]))]
-        if bad:
-            ax.scatter(x[bad], p50[bad], s=60, facecolors="none", edgecolors="red", zorder=3)
+        _draw_medians(ax, x, mine, f"C{i % 10}", None if name == "-" else name)
         for j, r in enumerate(mine):
             if r.get("step"):  # a step of this series' level: between this row and the one before
                 ax.axvline(x[j] - 0.5, color=f"C{i % 10}", linestyle="--", linewidth=0.8)
@@ -119,16 +125,8 @@ def _plot_sweep_curves(rows: list[dict], span: str, series: list[str], path: Pat
     for i, tag in enumerate(tags):
         mine = [r for r in rows if r["label"] == tag]
         x = np.array([where[r["series"]] for r in mine])
-        p50 = np.array([r["p50_ms"] for r in mine])
-        low = np.array([r["p50_ms"] - r["p50_ci95_ms"][0] if r.get("p50_ci95_ms") else 0.0 for r in mine])
-        high = np.array([r["p50_ci95_ms"][1] - r["p50_ms"] if r.get("p50_ci95_ms") else 0.0 for r in mine])
-        ax.errorbar(
-            x, p50, yerr=[low, high], fmt="o-", markersize=3, capsize=2, linewidth=1, color=f"C{i % 10}",
-            label=None if many else f"{tag} ({len({run for r in mine for run in r['runs']})} runs)",
-        )  # fmt: skip
-        bad = [j for j, r in enumerate(mine) if any(s != "ok" for s in r.get("statuses", ["ok"]))]
-        if bad:
-            ax.scatter(x[bad], p50[bad], s=60, facecolors="none", edgecolors="red", zorder=3)
+        label = None if many else f"{tag} ({len({run for r in mine for run in r['runs']})} runs)"
+        _draw_medians(ax, x, mine, f"C{i % 10}", label)
     ax.set_xticks(np.arange(len(series)))
     ax.set_xticklabels(series, rotation=60, ha="right", fontsize="x-small")
     ax.set_title(f"{span}: median and its 95% CI at each sweep point, a line per {what}")

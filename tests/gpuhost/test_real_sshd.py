@@ -12,26 +12,22 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pwd
 import signal
 import socket
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from peers import unavailable
+from sshd_server import SshdUnavailable, running_sshd
 
 from drivers.capabilities import GpuHost, GpuInfo, Identity
 from drivers.errors import DeviceCommandError, DeviceConnectionError
-from drivers.transports.ssh import SshSettings
-from emulators.gpuhost.keys import new_ed25519, write_private
+from emulators.gpuhost.keys import new_ed25519
 from testbed.families import PROCEDURES
 from testbed.families.context import ProcedureContext
 from testbed.families.drivers import make_driver
 
-SSHD = "/usr/sbin/sshd"
 STEPPER = 'i=0; while :; do i=$((i+1)); echo "step $i loss 0.5"; sleep 0.02; done'
 
 NVIDIA_SMI = r'''#!PYTHON
@@ -104,37 +100,6 @@ while True:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _config(d: Path, port: int, extra: str) -> Path:
-    cfg = d / "sshd_config"
-    cfg.write_text(
-        f"""ListenAddress 127.0.0.1
-Port {port}
-HostKey {d / "host_ed25519"}
-AuthorizedKeysFile {d / "authorized_keys"}
-PidFile {d / "sshd.pid"}
-StrictModes no
-UsePAM no
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-PrintMotd no
-PrintLastLog no
-UseDNS no
-MaxSessions 32
-SetEnv PATH={d / "bin"}:/usr/local/bin:/usr/bin:/bin
-{extra}
-"""
-    )
-    return cfg
-
-
 @pytest.fixture(scope="module")
 def real_sshd(tmp_path_factory):
     yield from serve_sshd(tmp_path_factory, REAPER)
@@ -147,60 +112,20 @@ def hoarding_sshd(tmp_path_factory):
 
 
 def serve_sshd(tmp_path_factory, wrapper: str):
-    """Run sshd under `wrapper` (a Python program given sshd's command line) until the generator is closed."""
-    if not os.path.exists(SSHD):
-        unavailable(f"{SSHD} is not installed (Debian: apt-get install openssh-server)")
+    """Run sshd under `wrapper` (a Python program given sshd's command line) until the generator is closed, with
+    the stand-in nvidia-smi and dmesg first on its sessions' PATH.
+    """
     d = tmp_path_factory.mktemp("sshd")
     os.chmod(d, 0o700)
-    host_key, host_private, _ = new_ed25519()
-    client_key, client_private, client_public = new_ed25519()
-    write_private(d / "host_ed25519", host_private)
-    write_private(d / "id_ed25519", client_private)
-    write_private(d / "authorized_keys", client_public + "\n")
     (d / "bin").mkdir()
     for name, text in (("nvidia-smi", NVIDIA_SMI.replace("PYTHON", sys.executable)), ("dmesg", DMESG)):
         (d / "bin" / name).write_text(text)
         os.chmod(d / "bin" / name, 0o755)
-    if os.geteuid() == 0 and not os.path.isdir("/run/sshd"):
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # what the sshd service's RuntimeDirectory does
-    port = _free_port()
-    # Newer OpenSSH penalises clients that hang up before authenticating (as the host-key tests do).
-    cfg = _config(d, port, "PerSourcePenalties no")
-    check = subprocess.run([SSHD, "-t", "-f", str(cfg)], capture_output=True, text=True)
-    if check.returncode != 0 and "PerSourcePenalties" in check.stderr:
-        cfg = _config(d, port, "")
-        check = subprocess.run([SSHD, "-t", "-f", str(cfg)], capture_output=True, text=True)
-    if check.returncode != 0:
-        unavailable(f"sshd rejects the test configuration: {check.stderr.strip()}")
-    log = open(d / "sshd.log", "w+")  # noqa: SIM115 - closed at teardown
-    proc = subprocess.Popen(
-        [sys.executable, "-c", wrapper, SSHD, "-D", "-e", "-f", str(cfg)], stdout=log, stderr=subprocess.STDOUT
-    )
-    deadline = time.monotonic() + 15
-    while True:
-        if proc.poll() is not None:
-            log.seek(0)
-            unavailable(f"sshd did not start (exit status {proc.returncode}): {log.read().strip()[-1500:]}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                log.seek(0)
-                unavailable(f"sshd did not accept connections on port {port} within 15 s: {log.read()[-1500:]}")
-            time.sleep(0.02)  # polling the port until sshd listens
-    known_hosts = d / "known_hosts"
-    known_hosts.write_text(f"[127.0.0.1]:{port} {host_key.get_name()} {host_key.get_base64()}\n")
-    user = pwd.getpwuid(os.geteuid()).pw_name
-    yield SshSettings("127.0.0.1", user, port, str(d / "id_ed25519"), str(known_hosts), timeout_s=10.0), d
-    proc.terminate()
     try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    log.close()
+        with running_sshd(d, wrapper, path_first=d / "bin") as settings:
+            yield settings, d
+    except SshdUnavailable as missing:
+        unavailable(str(missing))
 
 
 @pytest.fixture

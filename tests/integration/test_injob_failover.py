@@ -21,19 +21,14 @@ from pathlib import Path
 
 import pytest
 from injob_every_kind import JOB, assert_each_failover_recovered_in_job, playbook
+from injob_harness import failed_failover
 from peers import require_peer
-from test_engine_local import engine_for
 
 from drivers.redfish import RedfishBmc, RedfishSettings
 from emulators.frontends import TWIN_PASSWORD_ENV
-from testbed.contracts.errors import StepFailed
-from testbed.documents import load_inventory, load_playbook
 from testbed.events import Op
 from testbed.ops.check import check_run
-from testbed.plan import make_plan
-from testbed.twin.bridge import start_twin
 
-REPO = Path(__file__).resolve().parents[2]
 # Each job.start imports PyTorch in six processes (four ranks, two spares) on a 2-core machine: a trial of four
 # failovers takes a minute or two when idle; the margin is for a loaded one.
 pytestmark = pytest.mark.timeout(1200)
@@ -71,33 +66,12 @@ def _bounded_run(tmp_path: Path, stall, heal=None) -> str:
     job.start and the failover, and `heal(jobs)` (if given) once it failed, before job.stop; the failover's error.
     """
     require_peer("torch", "the in-job failover runs the real PyTorch job, and the controller's store is PyTorch's")
-    base = load_inventory(REPO / "playbooks/inventory/emulated-rack.yaml").model
     text = "name: in-job-stall\n" + JOB.format(timeout=5) + "steps:\n"
     text += "  - {action: job.start, wait_steps: 4, timeout_ms: 240000}\n"
     text += '  - {action: failover, fault: {kind: process.kill, target: "rank:1"}, heartbeat_ms: 50, '
     text += "timeout_ms: 8000}\n"
     text += "  - {action: job.stop}\n"
-    (tmp_path / "stall.yaml").write_text(text)
-    plan = make_plan(load_playbook(tmp_path / "stall.yaml", base).model, base, trials=1)
-    job_start, failover, job_stop = plan.trials[0].steps
-    with start_twin(plan, None) as (inventory, twin):
-        coordinator, dispatcher, recorder = engine_for(plan, inventory, twin, tmp_path)
-        jobs = coordinator.jobs
-        try:
-            coordinator.execute_steps([job_start])
-            stall(jobs)
-            with pytest.raises(StepFailed) as failed:
-                coordinator.execute_steps([failover])
-            if heal is not None:
-                heal(jobs)
-        finally:
-            try:
-                coordinator.execute_steps([job_stop])
-            finally:
-                coordinator.close()
-                dispatcher.close()
-                recorder.close()
-    return " ".join(str(failed.value).split())
+    return failed_failover(text, tmp_path, stall, heal)
 
 
 def test_a_spare_that_never_arrives_ends_the_failover_within_its_bound_naming_the_rank_and_slot(tmp_path):

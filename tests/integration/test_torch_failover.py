@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from injob_harness import steps_failed_in, survivors
 from peers import require_peer
 
 from testbed.cli.main import main
@@ -86,15 +87,9 @@ def test_a_real_pytorch_job_recovers_in_job_at_the_step_it_failed_in(ray_cluster
         assert any(line.startswith(f"resumed from step {start} (state of rank ") for line in spare_lines)
         # the spare's first step is the step the survivors failed in (one that finished the step's all-reduce as
         # the rank died failed in the next; the state of the newest step went to the others): none lost
-        survivors = [s["data"]["name"] for s in starts if s["device"] not in (failed, "gpu09", "gpu10")]
-        assert len(survivors) == 3
-        failed_in = {
-            int(m[1])
-            for r in truth
-            if r.get("event") == "line" and r["job"] in survivors
-            for m in [re.match(r"^rank \d+ gen 0 failed in step (\d+): ", r["line"])]
-            if m
-        }
+        outlived = survivors(starts, failed)
+        assert len(outlived) == 3
+        failed_in = steps_failed_in(truth, outlived)
         assert failed_in and resumed["data"]["step"] == max(failed_in) == start + 1
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["ground_truth"]["matched"] == 2

@@ -22,22 +22,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from injob_harness import failed_failover, steps_failed_in, survivors
 from peers import require_peer
-from test_engine_local import engine_for
 
-from testbed.contracts.errors import StepFailed
-from testbed.documents import load_inventory, load_playbook
-from testbed.engine.run import _job_controller
 from testbed.events import Op
 from testbed.faults.link import link_ports
-from testbed.plan import make_plan
 from testbed.twin import netns
-from testbed.twin.bridge import start_twin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
 from runner_process import cli  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI runs as root)"),
     # each job.start imports PyTorch in six processes on a 2-core machine; the margin is for a loaded one
@@ -68,14 +62,7 @@ def test_torch_failover_in_job_resumes_every_trial_at_the_step_it_failed_in_over
         (resumed,) = [e for e in mine if e["op"] == Op.FAILOVER_RESUMED]
         (published,) = [e["data"] for e in mine if e["op"] == Op.GENERATION_PUBLISHED]
         assert published["spare"] == resumed["device"] and published["rank"] == resumed["data"]["rank"]
-        survivors = [s["data"]["name"] for s in starts if s["device"] not in (published["slot"], "gpu09", "gpu10")]
-        failed_in = {
-            int(m[1])
-            for r in truth
-            if r.get("event") == "line" and r["job"] in survivors
-            for m in [re.match(r"^rank \d+ gen 0 failed in step (\d+): ", r["line"])]
-            if m
-        }
+        failed_in = steps_failed_in(truth, survivors(starts, published["slot"]))
         # none lost: the spare's first step is the newest step a survivor failed in
         assert failed_in and resumed["data"]["step"] == max(failed_in), (trial, failed_in, resumed)
     checked = cli("check", str(run_dir), cwd=repo)
@@ -122,35 +109,26 @@ class _DisableAt:
 
 
 def test_a_link_that_goes_dark_while_the_generation_forms_ends_the_failover_naming_the_rank_and_slot(tmp_path):
-    base = load_inventory(REPO / "playbooks/inventory/emulated-rack.yaml").model
-    (tmp_path / "stall.yaml").write_text(STALL)
-    plan = make_plan(load_playbook(tmp_path / "stall.yaml", base).model, base, trials=1)
-    job_start, failover, job_stop = plan.trials[0].steps
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    with start_twin(plan, run_dir / "twin_truth.jsonl", netns=True) as (inventory, twin):
-        tag = twin.netns["tag"]
-        coordinator, dispatcher, recorder = engine_for(plan, inventory, twin, run_dir)
-        coordinator.jobs = jobs = _job_controller(plan, inventory, coordinator, twin, True)
-        dark = _DisableAt(coordinator, inventory)
-        try:
-            coordinator.execute_steps([job_start])
-            recorder.add_observer(dark)
-            with pytest.raises(StepFailed) as failed:
-                coordinator.execute_steps([failover])
-            dark.heal()
-            plane = twin.call(None, "dataplane.state")["totals"]
-        finally:
-            try:
-                coordinator.execute_steps([job_stop])
-            finally:
-                coordinator.close()
-                dispatcher.close()
-                recorder.close()
+    seen: dict = {}
+
+    def dark_at_spare_selected(jobs) -> None:
+        seen["tag"] = jobs.c.twin.netns["tag"]
+        seen["dark"] = _DisableAt(jobs.c, jobs.inventory)
+        jobs.c.recorder.add_observer(seen["dark"])
+
+    def heal(jobs) -> None:
+        seen["dark"].heal()
+        seen["plane"] = jobs.c.twin.call(None, "dataplane.state")["totals"]
+        seen["failovers"] = jobs.failovers
+
+    truth = run_dir / "twin_truth.jsonl"  # the twin's namespaces are tagged from the run's folder
+    error = failed_failover(STALL, run_dir, dark_at_spare_selected, heal, truth=truth, netns=True)
+    tag, dark, plane = seen["tag"], seen["dark"], seen["plane"]
     assert netns.leftovers(tag) == {"namespaces": [], "links": [], "processes": []}
     assert plane["relays"] == 0 and plane["kernel_bytes"] > 0  # the job's traffic was the kernel's to cut
-    assert dark.disabled is not None and jobs.failovers == 1
-    error = " ".join(str(failed.value).split())
+    assert dark.disabled is not None and seen["failovers"] == 1
     assert re.search(
         r"generation 1 did not form: rank 1 on the spare gpu(09|10) \(in slot gpu02\) did not reach its first step "
         r"\(bound 20 s\): .*process group of generation 1 not formed",

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from serve_processes import DidNotListen, read_until_listening
 
 from testbed.serve.client import Client
 from testbed.serve.identity import SERVE_DIR_ENV
@@ -54,16 +55,13 @@ class Served:
             text=True,
             start_new_session=True,  # a test may kill its whole process group, as systemd's SIGKILL would
         )
-        self.said: list[str] = []
-        for line in self.proc.stdout:  # the server says where it listens once its socket answers
-            self.said.append(line)
-            if line.startswith("web page (read-only) at "):
-                self.web_url = line.removeprefix("web page (read-only) at ").strip()
-            if line.startswith("listening on "):
-                self.socket = Path(line.removeprefix("listening on ").strip())
-                break
-        else:
-            pytest.fail(f"testbed serve ended before it listened: {''.join(self.said)}")
+        try:
+            listening = read_until_listening(self.proc)
+        except DidNotListen as ended:
+            pytest.fail(str(ended))
+        self.socket, self.said = listening.socket, listening.said
+        if listening.web_url is not None:
+            self.web_url = listening.web_url
         self.client = Client(self.socket, timeout=EVENT_WAIT_S)
 
     def stop(self) -> str:

@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
-import subprocess
-import threading
 from pathlib import Path
 
 import aiohttp
 import pytest
 from accounts import ALICE, BOB, as_account, needs_root
 from peers import require_program
+from serve_processes import DevTools, DidNotListen, start_chromium
 from served import BLOCKER, Served, waiting
 
 from testbed.serve.client import Client
 
-BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking")
 WAIT_S = 120  # bound on waiting for the page to show something (a slow CI machine), not a timing claim
 
 # The page's rows as a person reads them: which table, which run, its status, and each cell's text.
@@ -34,52 +31,32 @@ class Page:
 
     def __init__(self, url: str, profile: Path) -> None:
         browser = require_program("chromium", "the web page is checked in a real browser (apt-get install chromium)")
-        self.proc = subprocess.Popen(
-            [browser, *BROWSER_FLAGS, "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for line in self.proc.stderr:
-            found = re.search(r"DevTools listening on (ws://\S+)", line)
-            if found:
-                self.browser_ws = found.group(1)
-                break
-        else:
-            pytest.fail("chromium ended before it listened for DevTools")
-        threading.Thread(target=self.proc.stderr.read, daemon=True).start()  # its later words, never a full pipe
+        try:
+            self.proc, self.browser_ws = start_chromium(browser, profile)
+        except DidNotListen as ended:
+            pytest.fail(str(ended))
         self.loop = asyncio.new_event_loop()
         self.session = self.loop.run_until_complete(self._open(url))
 
     async def _open(self, url: str):
         self.http = aiohttp.ClientSession()
-        self.ws = await self.http.ws_connect(self.browser_ws, max_msg_size=0)
-        self.ids, self.events = 0, []
-        target = await self._call("Target.createTarget", {"url": "about:blank"})
-        attached = await self._call("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True})
-        session = attached["sessionId"]
+        self.devtools = DevTools(await self.http.ws_connect(self.browser_ws, max_msg_size=0))
+        self.events = self.devtools.events
+        _, session = await self.devtools.open_tab()
         await self._call("Page.enable", {}, session)
         await self._call("Page.navigate", {"url": url}, session)
         await self._event("Page.loadEventFired")  # the page's own script has run: evaluating now meets it
         return session
 
     async def _call(self, method: str, params: dict, session: str | None = None) -> dict:
-        self.ids += 1
-        message = {"id": self.ids, "method": method, "params": params} | ({"sessionId": session} if session else {})
-        await self.ws.send_json(message)
-        while True:
-            reply = await self.ws.receive_json()
-            if reply.get("id") == self.ids:
-                assert "error" not in reply, reply
-                return reply["result"]
-            self.events.append(reply)
+        return await self.devtools.call(method, params, session)
 
     async def _event(self, method: str) -> dict:
         while True:
             seen = next((e for e in self.events if e.get("method") == method), None)
             if seen is not None:
                 return seen
-            self.events.append(await asyncio.wait_for(self.ws.receive_json(), WAIT_S))
+            self.events.append(await asyncio.wait_for(self.devtools.ws.receive_json(), WAIT_S))
 
     def rows_when(self, condition: str, rows: str = ROWS) -> list[dict]:
         """The page's rows (as `rows`, a JavaScript function, reads them), once `condition` (a JavaScript function of
