@@ -198,11 +198,12 @@ def test_watch_reports_the_exit_of_a_killed_job_through_real_sshd(real):
 def test_signal_stop_and_continue_through_real_sshd(real):
     job = start(real, "pausable")
     real.signal(job.pid, "STOP")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 20
     while real.job_status(job).state != "stopped":  # the kernel stops the group asynchronously
         assert time.monotonic() < deadline, "the job never showed as stopped"
     real.signal(job.pid, "CONT")
-    assert real.job_status(job).state == "running"
+    while real.job_status(job).state != "running":  # the continue is delivered asynchronously too
+        assert time.monotonic() < deadline, "the job never showed as running again"
     real.stop_job(job)
 
 
