@@ -28,11 +28,12 @@ MANY_VALUE_FILTERS = ("tag", "param", "owner")
 # matplotlib's figures are drawn one request at a time: two at once in one process would share its state
 _DRAWING = threading.Lock()
 HOST = socket.gethostname()  # a lease's holder names its host so (testbed.leases.me)
+IDENTIFY_KEY: web.AppKey[Callable[[web.Request], Peer]] = web.AppKey("identify")  # who a request comes from (api._peer)
 
 
 def add_command_routes(app: web.Application, identify: Callable[[web.Request], Peer]) -> None:
     """The routes, on the API's app; `identify`: who a request comes from, as the API tells it (api._peer)."""
-    app["identify"] = identify
+    app[IDENTIFY_KEY] = identify
     app.router.add_post("/plan", _plan)
     app.router.add_get("/catalog/runs", _catalog_runs)
     app.router.add_get("/results/{run}", _result)
@@ -41,7 +42,7 @@ def add_command_routes(app: web.Application, identify: Callable[[web.Request], P
 
 
 def _peer(request: web.Request) -> Peer:
-    return request.app["identify"](request)
+    return request.app[IDENTIFY_KEY](request)
 
 
 def _service(request: web.Request):  # api.Service: not imported, as api imports this module
