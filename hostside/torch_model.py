@@ -52,6 +52,17 @@ def _seed(*parts: int) -> int:
     return int(np.random.SeedSequence(list(parts)).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
 
 
+def add_model_arguments(p: argparse.ArgumentParser, per: str) -> None:
+    """The model's and the data's options, as every training program here takes them (`per`: whose batch it is)."""
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--dim", type=int, default=32, help="input features")
+    p.add_argument("--hidden", type=int, default=64, help="hidden units")
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--batch", type=int, default=64, help=f"samples per {per} and step")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+
+
 def build(torch, args: argparse.Namespace):
     """(student, teacher): two perceptrons of one shape; the teacher's fixed weights label the data."""
     nn = torch.nn

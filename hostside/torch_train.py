@@ -36,7 +36,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hostside.torch_model import EXIT_COMM, _first_line, batch, build, latest_checkpoint, save_checkpoint
+from hostside.torch_model import (
+    EXIT_COMM,
+    _first_line,
+    add_model_arguments,
+    batch,
+    build,
+    latest_checkpoint,
+    save_checkpoint,
+)
 
 PROG = "testbed-torch-train"
 EXIT_NO_TORCH = 2
@@ -49,13 +57,7 @@ INSTALL = (
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--dim", type=int, default=32, help="input features")
-    p.add_argument("--hidden", type=int, default=64, help="hidden units")
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--batch", type=int, default=64, help="samples per rank and step")
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=0)
+    add_model_arguments(p, "rank")
     p.add_argument("--checkpoint-dir", default=env.get("TESTBED_CHECKPOINT_DIR"))
     p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--step-time", type=float, default=0.0, help="minimum seconds per step (models compute)")

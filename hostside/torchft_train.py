@@ -38,7 +38,7 @@ import sys
 import time
 
 from hostside import membership
-from hostside.torch_model import EXIT_COMM, _first_line, batch, build
+from hostside.torch_model import EXIT_COMM, _first_line, add_model_arguments, batch, build
 
 PROG = "testbed-torchft-train"
 EXIT_NO_TORCHFT = 2
@@ -49,13 +49,7 @@ LIGHTHOUSE_KEY = "torchft/lighthouse"  # the lighthouse's port, in the controlle
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--dim", type=int, default=32, help="input features")
-    p.add_argument("--hidden", type=int, default=64, help="hidden units")
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--batch", type=int, default=64, help="samples per group and step")
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=0)
+    add_model_arguments(p, "group")
     p.add_argument("--step-time", type=float, default=0.0, help="minimum seconds per step (models compute)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds a collective or a quorum waits for a peer")
     p.add_argument(
@@ -82,8 +76,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not 0 <= args.rank < args.world_size:
         p.error(f"RANK {args.rank} and WORLD_SIZE {args.world_size} do not fit")
     if not args.store:
-        p.error("needs the controller's store (the lighthouse's port, a spare's parking): --store HOST:PORT or "
-                "TESTBED_STORE, which testbed sets with the job's `torchft:`")
+        p.error(
+            "needs the controller's store (the lighthouse's port, a spare's parking): --store HOST:PORT or "
+            "TESTBED_STORE, which testbed sets with the job's `torchft:`"
+        )
     if args.spare and not args.slot:
         p.error("--spare needs its slot: --slot NAME or TESTBED_SLOT (the name the controller will publish)")
     args.slot = args.slot or f"rank{args.rank}"

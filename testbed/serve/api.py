@@ -17,6 +17,7 @@ from aiohttp import web
 
 from testbed.contracts.errors import UserError
 from testbed.serve.identity import Admins, Peer, peer_of
+from testbed.serve.keys import SERVICE_KEY
 from testbed.serve.queue import Closed, QueuedRun, RunQueue
 from testbed.serve.webhook import WEBHOOKS
 
@@ -45,7 +46,7 @@ def make_app(service: Service, *, authenticate=None) -> web.Application:
     Unix socket.
     """
     app = web.Application(middlewares=([authenticate] if authenticate else []) + [_errors_as_json])
-    app["service"] = service
+    app[SERVICE_KEY] = service
     app.router.add_get("/openapi.json", _openapi)
     app.router.add_get("/info", _info)
     app.router.add_post("/runs", _submit)
@@ -87,7 +88,7 @@ async def _errors_as_json(request: web.Request, handler):
 
 
 def _service(request: web.Request) -> Service:
-    return request.app["service"]
+    return request.app[SERVICE_KEY]
 
 
 def _run(request: web.Request) -> QueuedRun:

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from testbed.contracts.errors import UserError
 from testbed.serve.identity import Peer
+from testbed.serve.keys import IDENTIFY_KEY, SERVICE_KEY
 
 # The selection filters of `testbed runs` GET /catalog/runs takes, with one value each; `tag`, `param` and `owner`
 # may be repeated.
@@ -28,7 +29,6 @@ MANY_VALUE_FILTERS = ("tag", "param", "owner")
 # matplotlib's figures are drawn one request at a time: two at once in one process would share its state
 _DRAWING = threading.Lock()
 HOST = socket.gethostname()  # a lease's holder names its host so (testbed.leases.me)
-IDENTIFY_KEY: web.AppKey[Callable[[web.Request], Peer]] = web.AppKey("identify")  # who a request comes from (api._peer)
 
 
 def add_command_routes(app: web.Application, identify: Callable[[web.Request], Peer]) -> None:
@@ -46,7 +46,7 @@ def _peer(request: web.Request) -> Peer:
 
 
 def _service(request: web.Request):  # api.Service: not imported, as api imports this module
-    return request.app["service"]
+    return request.app[SERVICE_KEY]
 
 
 async def _body(request: web.Request) -> dict:

@@ -107,14 +107,14 @@ class LeaseWatch:
 
 async def list_leases(request: web.Request) -> web.Response:
     """GET /leases: who holds which device until when (the store `testbed lease list` reads)."""
-    return web.json_response(await request.app["leases"].current())
+    return web.json_response(await request.app[LEASES_KEY].current())
 
 
 async def stream_leases(request: web.Request) -> web.StreamResponse:
     """GET /leases/events, server-sent events: `leases` with every lease as they are now, then again at each change
     (a lease taken, released, or lapsed by its time).
     """
-    watch: LeaseWatch = request.app["leases"]
+    watch: LeaseWatch = request.app[LEASES_KEY]
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
     listener = watch.listen()
@@ -128,7 +128,11 @@ async def stream_leases(request: web.Request) -> web.StreamResponse:
         watch.forget(listener)
 
 
+LEASES_KEY: web.AppKey[LeaseWatch] = web.AppKey("leases")  # the web app's one reader of the lease store
+
+
 # The web listener's OpenAPI document adds these to the API's paths (testbed.serve.web).
+
 _LEASE = {
     "type": "object",
     "properties": {

@@ -14,7 +14,8 @@ from aiohttp import web
 
 from testbed.contracts.errors import UserError
 from testbed.serve.api import OPENAPI, Service, list_runs, stream_events
-from testbed.serve.leases_view import LEASE_PATHS, LeaseWatch, list_leases, stream_leases
+from testbed.serve.keys import SERVICE_KEY
+from testbed.serve.leases_view import LEASE_PATHS, LEASES_KEY, LeaseWatch, list_leases, stream_leases
 
 RECENT_RUNS = 200  # the newest runs of the catalog the page lists (testbed runs lists them all)
 MAX_REPORT_BYTES = 64 << 20  # a report.html with its figures embedded is a few MB
@@ -24,10 +25,10 @@ def make_web_app(service: Service) -> web.Application:
     from testbed.leases import lease_store
 
     app = web.Application()
-    app["service"] = service
+    app[SERVICE_KEY] = service
     # The store `testbed lease list` reads on this machine: the server's own Ray is private, so its runs on a lab
     # lease from this machine's lease folder too.
-    app["leases"] = LeaseWatch(lease_store())
+    app[LEASES_KEY] = LeaseWatch(lease_store())
     app.on_cleanup.append(_stop_watching)
     app.router.add_get("/", _page)
     app.router.add_get("/runs", list_runs)
@@ -41,12 +42,12 @@ def make_web_app(service: Service) -> web.Application:
 
 
 async def _stop_watching(app: web.Application) -> None:
-    await app["leases"].stop()
+    await app[LEASES_KEY].stop()
 
 
 async def _catalog(request: web.Request) -> web.Response:
     """GET /catalog: the newest runs of the server's results folder, from its catalog, newest first."""
-    results = Path(request.app["service"].info["results"])
+    results = Path(request.app[SERVICE_KEY].info["results"])
     runs = await asyncio.get_running_loop().run_in_executor(None, recent_runs, results, RECENT_RUNS)
     return web.json_response({"runs": runs})
 
@@ -88,7 +89,7 @@ async def _report(request: web.Request) -> web.Response:
     folder = request.match_info["folder"]
     if "/" in folder or folder.startswith(".") or not folder:
         raise web.HTTPNotFound(text="no such run")
-    path = Path(request.app["service"].info["results"]) / folder / "report.html"
+    path = Path(request.app[SERVICE_KEY].info["results"]) / folder / "report.html"
     try:
         html = await asyncio.get_running_loop().run_in_executor(None, read_bytes, path, MAX_REPORT_BYTES)
     except (OSError, UserError) as exc:  # none, or refused (a link, not a regular file, too large)
@@ -102,7 +103,7 @@ async def _openapi(request: web.Request) -> web.Response:
 
 
 async def _page(request: web.Request) -> web.Response:
-    info = request.app["service"].info
+    info = request.app[SERVICE_KEY].info
     title = f"testbed serve: {info['inventory']}" + (" (twin)" if info["emulate"] else "")
     page = PAGE.replace("{{title}}", _escape(title))
     return web.Response(text=page, content_type="text/html", headers={"Cache-Control": "no-store"})
