@@ -11,6 +11,7 @@ lists gets 401 and nothing more.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import os
@@ -29,6 +30,7 @@ from testbed.contracts.errors import UserError
 from testbed.serve.identity import Peer, user_name
 
 DIGEST_PREFIX = "sha256:"
+MAX_TOKENS_BYTES = 1 << 20  # a tokens file is a line a user: more is not one (and is not read whole)
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # an account's name, or a uid
 
 
@@ -52,38 +54,41 @@ def digest(token: str) -> str:
     return DIGEST_PREFIX + hashlib.sha256(token.encode()).hexdigest()
 
 
-def check_private(path: Path, what: str) -> os.stat_result:
-    """The file's status, or UserError when it is not a plain file of this account's that only it may read and write
-    (a secret others can read is no longer one; one others can write lets them add a token of their own).
+def read_private(path: Path, what: str) -> str:
+    """The file's text, or UserError when it is not a plain file of this account's that only it may read and write
+    (a secret others can read is no longer one; one others can write lets them add a token of their own). Checked on
+    the file opened, not followed through a link, so what is read is what was checked.
     """
     try:
-        st = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise UserError(f"{what} {path}: no such file") from None
     except OSError as exc:
-        raise UserError(f"{what} {path}: cannot read it: {exc.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise UserError(f"{what} {path}: not a plain file")
-    if st.st_uid != os.geteuid():
-        raise UserError(
-            f"{what} {path}: owned by {user_name(st.st_uid)}, not by this account ({user_name(os.geteuid())}); "
-            f"chown it to {user_name(os.geteuid())}"
-        )
-    if st.st_mode & 0o077:
-        mode = stat.S_IMODE(st.st_mode)
-        raise UserError(f"{what} {path}: others may read or write it (mode {mode:04o}); chmod 600 it")
-    return st
+        why = "a link (give the file itself)" if exc.errno == errno.ELOOP else f"cannot read it: {exc.strerror}"
+        raise UserError(f"{what} {path}: {why}") from None
+    with os.fdopen(fd, "rb") as file:
+        st = os.fstat(file.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{what} {path}: not a plain file")
+        if st.st_uid != os.geteuid():
+            raise UserError(
+                f"{what} {path}: owned by {user_name(st.st_uid)}, not by this account ({user_name(os.geteuid())}); "
+                f"chown it to {user_name(os.geteuid())}"
+            )
+        if st.st_mode & 0o077:
+            mode = stat.S_IMODE(st.st_mode)
+            raise UserError(f"{what} {path}: others may read or write it (mode {mode:04o}); chmod 600 it")
+        try:
+            return file.read(MAX_TOKENS_BYTES).decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"{what} {path}: cannot read it: {exc}") from None
 
 
 def read_tokens(path: Path) -> dict[str, str]:
     """user -> token digest, from a tokens file (`USER: sha256:HEX` a line; # starts a comment); UserError saying
     which line is wrong, never quoting a digest.
     """
-    check_private(path, "--tokens")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"--tokens {path}: cannot read it: {exc}") from None
+    text = read_private(path, "--tokens")
     found: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.split("#", 1)[0].strip()

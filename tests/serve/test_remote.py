@@ -244,6 +244,18 @@ def test_a_tokens_file_others_may_read_or_own_is_refused(repo, pki, tmp_path, mo
     assert said in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_a_tokens_file_given_through_a_link_is_refused(repo, pki, tmp_path):
+    """The file checked is the file read: a link (which its folder's writer could point elsewhere) is not followed."""
+    real = tmp_path / "tokens"
+    new_token(repo, real, ALICE)
+    link = tmp_path / "tokens-link"
+    link.symlink_to(real)
+    proc = run_testbed(repo, "serve", "--emulate", "--results", str(tmp_path / "results"), "--remote", "127.0.0.1:0",
+                   "--tls-cert", str(pki.cert), "--tls-key", str(pki.key), "--tokens", str(link))  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "a link (give the file itself)" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_the_token_is_nowhere_in_the_server_s_output_run_folders_or_queue_file(remote, pki, tokens):
     alice = client(remote, pki, tokens[ALICE])
     blocker = alice.submit({"playbook": BLOCKER, "playbook_file": "blocker.yaml", "emulate": True, "tags": ["t"]})
