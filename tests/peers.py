@@ -40,3 +40,14 @@ def require_program(program: str, why: str) -> str:
     if path is None:
         _missing(program, why)
     return path
+
+
+def environment_without(module: str, folder) -> dict[str, str]:
+    """This process's environment for a child Python that cannot import `module`, as if it were not installed: a
+    sitecustomize module in `folder` (a new folder), first on the path, marks it absent; nothing of the project is
+    replaced.
+    """
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(f"import sys\n\nsys.modules[{module!r}] = None  # import {module} fails\n")
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path}

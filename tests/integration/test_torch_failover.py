@@ -10,7 +10,6 @@ does the program itself on a host without it.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from injob_harness import steps_failed_in, survivors
-from peers import require_peer
+from peers import environment_without, require_peer
 
 from testbed.cli.main import main
 from testbed.events import Op
@@ -148,19 +147,8 @@ def test_a_real_pytorch_job_restarted_under_torchrun_fails_over_and_resumes(ray_
     assert main(["check", str(run_dir)]) == 0
 
 
-def _without_torch(tmp_path: Path) -> dict[str, str]:
-    """An environment whose Python cannot import torch, as if PyTorch were not installed (a sitecustomize
-    module, first on the path, marks it absent; nothing of the project is replaced).
-    """
-    shim = tmp_path / "no-torch"
-    shim.mkdir()
-    (shim / "sitecustomize.py").write_text("import sys\n\nsys.modules['torch'] = None  # import torch fails\n")
-    path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": path}
-
-
 def test_without_pytorch_the_playbook_validates_and_plans_and_run_says_what_to_install(repo, tmp_path):
-    env = _without_torch(tmp_path)
+    env = environment_without("torch", tmp_path / "no-torch")
 
     def testbed(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -184,7 +172,7 @@ def test_without_pytorch_the_playbook_validates_and_plans_and_run_says_what_to_i
 
 def test_without_pytorch_the_program_itself_says_what_to_install(tmp_path):
     """On a host without PyTorch (a lab's, where the controller cannot look), the rank says so and exits 2."""
-    env = {**_without_torch(tmp_path), "RANK": "0", "WORLD_SIZE": "1"}
+    env = {**environment_without("torch", tmp_path / "no-torch"), "RANK": "0", "WORLD_SIZE": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "hostside.torch_train", "--steps", "1"], env=env, capture_output=True, text=True
     )

@@ -9,7 +9,6 @@ says what to install, as does the program itself on a host without it.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from peers import require_peer
+from peers import environment_without, require_peer
 
 from testbed.cli.main import main
 from testbed.events import Op
@@ -115,19 +114,8 @@ def test_a_killed_replica_group_is_replaced_the_same_way(ray_cluster, repo, tmp_
     _assert_every_trial_healed_the_spare(run_dir, 2)
 
 
-def _without_torchft(tmp_path: Path) -> dict[str, str]:
-    """An environment whose Python cannot import torchft, as if the extra were not installed (a sitecustomize
-    module, first on the path, marks it absent; nothing of the project is replaced).
-    """
-    shim = tmp_path / "no-torchft"
-    shim.mkdir()
-    (shim / "sitecustomize.py").write_text("import sys\n\nsys.modules['torchft'] = None  # import torchft fails\n")
-    path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": path}
-
-
 def test_without_torchft_the_run_says_what_to_install_and_starts_nothing(repo, tmp_path):
-    env = _without_torchft(tmp_path)
+    env = environment_without("torchft", tmp_path / "no-torchft")
 
     def testbed(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -147,14 +135,18 @@ def test_without_torchft_the_run_says_what_to_install_and_starts_nothing(repo, t
 
 def test_without_torchft_the_program_itself_says_what_to_install(tmp_path):
     """On a host without torchft (a lab's, where the controller cannot look), the rank says so and exits 2."""
-    env = {**_without_torchft(tmp_path), "RANK": "0", "WORLD_SIZE": "1", "TESTBED_STORE": "127.0.0.1:1"}
+    env = {
+        **environment_without("torchft", tmp_path / "no-torchft"),
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "TESTBED_STORE": "127.0.0.1:1",
+    }
     proc = subprocess.run(
         [sys.executable, "-m", "hostside.torchft_train", "--steps", "1"], env=env, capture_output=True, text=True
     )
     assert proc.returncode == 2
     assert "testbed-torchft-train needs PyTorch and torchft on this host" in proc.stderr
     assert "pip install 'testbed[torchft]'" in proc.stderr and "Traceback" not in proc.stderr
-
 
 
 def test_a_lighthouse_that_cannot_listen_says_where_and_why(repo):
