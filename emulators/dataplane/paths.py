@@ -28,12 +28,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-
 MESH_THRESHOLD = 0.5  # fraction of an input's light that must reach the output for a mesh path
 DEFAULT_LAUNCH_DBM = 0.0
 DEFAULT_RX_SENSITIVITY_DBM = -20.0
 DARK_DBM = -99.0  # at or below: no light (the engines report -99.99 for a dark port)
+
+
+def _power(chip: Any, now: float) -> Any:
+    """The fraction of each input's light at each output of a photonic mesh, [output, input], 0-based. numpy is
+    imported here, not with the module: a twin of hosts and circuit switches alone never needs it, and its import
+    is CPU that the start of a run shares with Ray's (docs/tuning.md, "A run's start on two cores").
+    """
+    import numpy as np
+
+    return np.abs(chip.transfer(now)) ** 2
 
 
 @dataclass(frozen=True)
@@ -237,10 +245,10 @@ class LightPaths:
                     return None, f"{switch}: {ingress} is not an input (1..{chip.n})"
                 power = None if cache is None else cache.get(switch)
                 if power is None:
-                    power = np.abs(chip.transfer(now)) ** 2
+                    power = _power(chip, now)
                     if cache is not None:
                         cache[switch] = power
-                egress = chip.n + 1 + int(np.argmax(power[:, ingress - 1]))
+                egress = chip.n + 1 + int(power[:, ingress - 1].argmax())
             elif device is None:
                 return None, f"switch {switch!r} is not emulated in this twin"
             else:
@@ -312,13 +320,13 @@ class LightPaths:
             return None, f"{name}: {i} -> {want} is not input (1..{n}) -> output ({n + 1}..{2 * n})", 0
         power = None if cache is None else cache.get(name)
         if power is None:
-            power = np.abs(chip.transfer(now)) ** 2  # [output, input], 0-based
+            power = _power(chip, now)  # [output, input], 0-based
             if cache is not None:
                 cache[name] = power
         if want is not None and power[want - n - 1, i - 1] >= self.mesh_threshold:
             out = want
         else:
-            out = n + 1 + int(np.argmax(power[:, i - 1]))
+            out = n + 1 + int(power[:, i - 1].argmax())
         carried = float(power[out - n - 1, i - 1])
         if carried < self.mesh_threshold:
             below = f"(< {self.mesh_threshold:g})"
