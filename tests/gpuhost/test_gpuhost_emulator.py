@@ -82,18 +82,21 @@ def test_jobs_are_real_processes_with_their_gpu_and_only_they_can_be_signalled(g
     assert rc == 0, err
     pid = int(out)
     os.kill(pid, 0)  # a real process
+    assert os.getpgid(pid) == pid
+    # Stopped first: a signal is taken on the way back to user space, so a stopped job has finished its exec. Until
+    # then its environment and arguments may still read empty (Popen returns once the exec is past the point of no
+    # return, before the new program's environment is set up).
+    assert sh.run(f"kill -STOP {pid}")[2] == 0
+    os.waitid(os.P_PID, pid, os.WSTOPPED | os.WNOWAIT)  # the signal is delivered asynchronously
+    assert sh.run(f"ps -o stat= -p {pid}")[0].strip() == "Ts"
     with open(f"/proc/{pid}/environ", "rb") as f:
         env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if e)
     assert env.get(b"CUDA_VISIBLE_DEVICES") == b"1" and env.get(b"TESTBED_JOB") == b"j", env
-    assert os.getpgid(pid) == pid
     assert os.readlink(f"/proc/{pid}/cwd") == str(gpu_host.engine.home / "j")
     assert sh.run(f"ps -o pid=,args= -p {pid}")[0].split() == [str(pid), "sleep", "60"]
     apps = sh.run("nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_bus_id --format=csv,noheader")
     assert apps[0] == f"{pid}, sleep, 30000 MiB, 00000000:2A:00.0\n"
     assert sh.run("pgrep -f 'sleep 60'")[0] == f"{pid}\n"
-    assert sh.run(f"kill -STOP {pid}")[2] == 0
-    os.waitid(os.P_PID, pid, os.WSTOPPED | os.WNOWAIT)  # the signal is delivered asynchronously
-    assert sh.run(f"ps -o stat= -p {pid}")[0].strip() == "Ts"
     assert sh.run(f"kill -CONT {pid}")[2] == 0
     assert sh.run(f"kill -TERM -- -{pid}") == ("", "", 0)
     gpu_host.engine.jobs[pid].proc.wait(10)
