@@ -69,14 +69,15 @@ def _parse(out: JsonlFile, path: Path, number: int, raw: bytes) -> None:
     if not raw.strip():
         return
     try:
-        record = json.loads(raw)
+        text = raw.decode("utf-8")  # a run writes UTF-8 (JSON's own rule): no guessing of the encoding line by line
+        record = json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise JsonlError(
             f"{path}:{number}: not a JSON line ({exc}); the file is damaged beyond a torn last line"
         ) from None
     except RecursionError:
         raise JsonlError(str(too_deep(f"{path}:{number}"))) from None
-    if nested_too_deep(record):
+    if nested_too_deep(record, text):
         raise JsonlError(str(too_deep(f"{path}:{number}")))
     if not isinstance(record, dict):
         raise JsonlError(f"{path}:{number}: a JSON {type(record).__name__}, not an object")

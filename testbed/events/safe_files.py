@@ -124,7 +124,7 @@ def loads(text: str | bytes, where: str) -> Any:
         raise too_deep(where) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise UnsafeFile(f"{where}: not JSON ({exc})") from None
-    if _depth_over(value, MAX_JSON_DEPTH):
+    if nested_too_deep(value, text):
         raise too_deep(where)
     return value
 
@@ -133,9 +133,21 @@ def too_deep(where: str) -> UnsafeFile:
     return UnsafeFile(f"{where}: JSON nested more than {MAX_JSON_DEPTH} deep: not a file a run writes")
 
 
-def nested_too_deep(value: Any) -> bool:
-    """Whether a value loaded from JSON nests deeper than MAX_JSON_DEPTH."""
+def nested_too_deep(value: Any, text: str | bytes | None = None) -> bool:
+    """Whether a value loaded from JSON nests deeper than MAX_JSON_DEPTH. Given the text it was loaded from, the
+    value is walked only if the text has more opening brackets than that: it cannot nest deeper than it has brackets,
+    and a catalog's sync reads hundreds of thousands of lines (the walk was a third of its time).
+    """
+    if text is not None and _brackets(text) <= MAX_JSON_DEPTH:
+        return False
     return _depth_over(value, MAX_JSON_DEPTH)
+
+
+def _brackets(text: str | bytes) -> int:
+    """How many `{` and `[` the text holds, in strings or not: at least as many as its containers."""
+    if isinstance(text, str):
+        return text.count("{") + text.count("[")
+    return text.count(b"{") + text.count(b"[")
 
 
 def _depth_over(value: Any, limit: int) -> bool:
@@ -168,28 +180,20 @@ def read_json_object(path: Path, limit: int = MAX_JSON_BYTES) -> dict:
 
 
 def iter_lines(path: Path, limit: int = MAX_JSONL_BYTES, line_limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
-    """The lines of a file, each with its newline (the last one without, if the file does not end with one), read in
-    chunks: memory holds one line at a time. A line longer than `line_limit` is refused (a 6 GB file of zeros is
-    one such line), as is a file larger than `limit`.
+    """The lines of a file, each with its newline (the last one without, if the file does not end with one), read
+    one at a time by the file's own buffered readline: memory holds one line at a time. A line longer than
+    `line_limit` is refused (a 6 GB file of zeros is one such line), as is a file larger than `limit`.
     """
     fd = open_fd(path, os.O_RDONLY, limit=limit)
-    with os.fdopen(fd, "rb") as f:
-        pending = b""
+    with os.fdopen(fd, "rb", buffering=_CHUNK) as f:
         number = 1
-        while chunk := f.read(_CHUNK):
-            pending += chunk
-            start = 0
-            while (end := pending.find(b"\n", start)) >= 0:
-                yield pending[start : end + 1]
-                number += 1
-                start = end + 1
-            pending = pending[start:]
-            if len(pending) > line_limit:
+        while line := f.readline(line_limit + 1):
+            if len(line) - line.endswith(b"\n") > line_limit:  # its content, without the newline
                 raise UnsafeFile(
                     f"{path}:{number}: a line over the limit of {line_limit} bytes; not a line a run writes"
                 )
-        if pending:
-            yield pending
+            yield line
+            number += 1
 
 
 # --- writing ---------------------------------------------------------------------------------------------------
