@@ -135,8 +135,8 @@ def too_deep(where: str) -> UnsafeFile:
 
 def nested_too_deep(value: Any, text: str | bytes | None = None) -> bool:
     """Whether a value loaded from JSON nests deeper than MAX_JSON_DEPTH. Given the text it was loaded from, the
-    value is walked only if the text has more opening brackets than that: it cannot nest deeper than it has brackets,
-    and a catalog's sync reads hundreds of thousands of lines (the walk was a third of its time).
+    value is walked only if the text has more opening brackets than that: it cannot nest deeper than it has brackets
+    (a catalog's sync reads every line of every run: docs/tuning.md, "The catalog").
     """
     if text is not None and _brackets(text) <= MAX_JSON_DEPTH:
         return False

@@ -79,7 +79,10 @@ def read_private(path: Path, what: str) -> str:
             mode = stat.S_IMODE(st.st_mode)
             raise UserError(f"{what} {path}: others may read or write it (mode {mode:04o}); chmod 600 it")
         try:
-            return file.read(MAX_TOKENS_BYTES).decode("utf-8")
+            data = file.read(MAX_TOKENS_BYTES + 1)
+            if len(data) > MAX_TOKENS_BYTES:  # refused, not cut short: a token past the cut would be lost unsaid
+                raise UserError(f"{what} {path}: over {MAX_TOKENS_BYTES} bytes; not a tokens file")
+            return data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise UserError(f"{what} {path}: cannot read it: {exc}") from None
 
