@@ -12,6 +12,8 @@ folder, a planted copy. So every reader and writer of its files goes through her
 - a file is written whole or not at all: into a temporary file created exclusively (O_EXCL, O_NOFOLLOW, a
   random name) in the destination's folder, then renamed over the target (a rename replaces a planted link
   itself and writes nothing through it).
+A secret (the server's tokens file, a user's token) is read by the same rules, and only from a file this account
+owns and alone may read and write (read_private).
 Every refusal is an UnsafeFile, a UserError: the command line prints it and exits 2.
 """
 
@@ -38,6 +40,9 @@ MAX_JSON_DEPTH = 64  # objects and lists inside each other; a run's records nest
 _CHUNK = 1 << 20
 
 
+_HOLDS_FILES = "refused (a run folder holds files)"
+
+
 class UnsafeFile(UserError):
     """A run folder's file that is refused: a link, not a regular file, too large, nested too deep."""
 
@@ -55,33 +60,30 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def open_fd(path: Path, flags: int, mode: int = 0o644, *, limit: int | None = None) -> int:
+def open_fd(path: Path, flags: int, mode: int = 0o644, *, limit: int | None = None, rule: str | None = None) -> int:
     """A descriptor of `path`, a regular file, opened with `flags` without following a link; UnsafeFile if it
     is a link, anything but a regular file, or (with `limit`) larger than `limit` bytes. FileNotFoundError and
-    other OSErrors of the open itself pass through for the caller to say what a missing file means.
+    other OSErrors of the open itself pass through for the caller to say what a missing file means. `rule`: what
+    a refusal says after its reason (by default, a run folder's rules).
     """
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # the name is a symbolic link
-            raise UnsafeFile(
-                f"{path}: a symbolic link ({_link_target(path)}); a run folder's files are read and written only "
-                "as regular files in it, never through a link"
-            ) from None
+            why = rule or "a run folder's files are read and written only as regular files in it, never through a link"
+            raise UnsafeFile(f"{path}: a symbolic link ({_link_target(path)}); {why}") from None
         if exc.errno == errno.EISDIR:  # opened to write
-            raise UnsafeFile(f"{path}: a folder, not a regular file; refused (a run folder holds files)") from None
+            raise UnsafeFile(f"{path}: a folder, not a regular file; {rule or _HOLDS_FILES}") from None
         if exc.errno == errno.ENXIO:  # opened to write, O_NONBLOCK: a FIFO without a reader, or a device without one
-            why = "a FIFO or a device, not a regular file; refused (a run folder holds files)"
-            raise UnsafeFile(f"{path}: {why}") from None
+            raise UnsafeFile(f"{path}: a FIFO or a device, not a regular file; {rule or _HOLDS_FILES}") from None
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile(f"{path}: {_kind(st.st_mode)}, not a regular file; refused (a run folder holds files)")
+            raise UnsafeFile(f"{path}: {_kind(st.st_mode)}, not a regular file; {rule or _HOLDS_FILES}")
         if limit is not None and st.st_size > limit:
-            raise UnsafeFile(
-                f"{path}: {st.st_size} bytes, over the limit of {limit} bytes for this file; not a file a run writes"
-            )
+            why = "; not a file a run writes" if rule is None else ""
+            raise UnsafeFile(f"{path}: {st.st_size} bytes, over the limit of {limit} bytes for this file{why}")
         os.set_blocking(fd, True)  # a regular file: reads and writes as usual
     except BaseException:
         os.close(fd)
@@ -106,6 +108,27 @@ def read_bytes(path: Path, limit: int = MAX_JSON_BYTES) -> bytes:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise UnsafeFile(f"{path}: over the limit of {limit} bytes for this file; not a file a run writes")
+    return data
+
+
+def read_private(path: Path, limit: int) -> bytes:
+    """A secret's bytes (a tokens file, a user's token), refused (UnsafeFile) unless `path` is a regular file, not
+    a link, of at most `limit` bytes, owned by this account and readable and writable by it alone: a secret others
+    can read is no longer one, and a tokens file others can write lets them add a token of their own. Checked on
+    the descriptor that is read, so what is read is what was checked. FileNotFoundError passes through.
+    """
+    fd = open_fd(path, os.O_RDONLY, limit=limit, rule="a secret is read only from the file itself")
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_uid != os.geteuid():
+            me = account(os.geteuid())
+            raise UnsafeFile(f"{path}: owned by {account(st.st_uid)}, not by this account ({me}); chown it to {me}")
+        if st.st_mode & 0o077:
+            mode = stat.S_IMODE(st.st_mode)
+            raise UnsafeFile(f"{path}: others may read or write it (mode {mode:04o}); chmod 600 it")
+        data = f.read(limit + 1)
+    if len(data) > limit:  # grew while read: refused, not cut short (a token past the cut would be lost unsaid)
+        raise UnsafeFile(f"{path}: over the limit of {limit} bytes for this file")
     return data
 
 
@@ -246,8 +269,11 @@ def append(path: Path, data: bytes) -> None:
 def owner(path: Path) -> str | None:
     """The account that owns `path` when it is not the invoking user (by name, else uid); None when it is ours."""
     uid = os.stat(path).st_uid
-    if uid == os.geteuid():
-        return None
+    return None if uid == os.geteuid() else account(uid)
+
+
+def account(uid: int) -> str:
+    """The account's name, or `uid N` where it has none."""
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:

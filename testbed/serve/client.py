@@ -11,7 +11,6 @@ import json
 import os
 import socket
 import ssl
-import stat
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -208,6 +207,7 @@ def find_server(inventory_file: str | Path, emulate: bool) -> Path | None:
 
 
 TOKEN_ENV = "TESTBED_TOKEN"  # noqa: S105 - the variable's name, not a token
+MAX_TOKEN_BYTES = 4096  # a token is 43 characters; a larger file is not one
 SERVER_ENV = "TESTBED_SERVER"
 
 
@@ -292,14 +292,17 @@ def load_token() -> str:
     given = os.environ.get(TOKEN_ENV, "").strip()
     if given:
         return given
+    from testbed.events.safe_files import UnsafeFile, read_private  # only a remote client reads a token file
+
     path = token_file()
     try:
-        st = os.stat(path)
+        token = read_private(path, MAX_TOKEN_BYTES).decode("utf-8").strip()
     except FileNotFoundError:
         raise UserError(f"a remote server needs your token: set {TOKEN_ENV}, or put it in {path} (mode 600)") from None
-    if st.st_uid != os.geteuid() or st.st_mode & 0o077 or not stat.S_ISREG(st.st_mode):
-        raise UserError(f"{path}: others may read it, or it is not yours; a token is a secret: chmod 600 it")
-    token = path.read_text(encoding="utf-8").strip()
+    except UnsafeFile as exc:
+        raise UserError(f"{exc} (your token: a secret)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read your token: {exc}") from None
     if not token:
         raise UserError(f"{path}: empty; put your token there")
     return token

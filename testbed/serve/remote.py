@@ -11,7 +11,6 @@ lists gets 401 and nothing more.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import hmac
 import os
@@ -19,7 +18,6 @@ import pwd
 import re
 import secrets
 import ssl
-import stat
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -27,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed.contracts.errors import UserError
+from testbed.events import safe_files
+from testbed.events.safe_files import UnsafeFile
 from testbed.serve.identity import Peer, user_name
 
 DIGEST_PREFIX = "sha256:"
@@ -55,36 +55,21 @@ def digest(token: str) -> str:
 
 
 def read_private(path: Path, what: str) -> str:
-    """The file's text, or UserError when it is not a plain file of this account's that only it may read and write
-    (a secret others can read is no longer one; one others can write lets them add a token of their own). Checked on
-    the file opened, not followed through a link, so what is read is what was checked.
+    """The text of a tokens file, or UserError when it is not a plain file of this account's that only it may read
+    and write (testbed.events.safe_files.read_private says why each is refused).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = safe_files.read_private(path, MAX_TOKENS_BYTES)
     except FileNotFoundError:
         raise UserError(f"{what} {path}: no such file") from None
+    except UnsafeFile as exc:
+        raise UserError(f"{what} {exc}") from None
     except OSError as exc:
-        why = "a link (give the file itself)" if exc.errno == errno.ELOOP else f"cannot read it: {exc.strerror}"
-        raise UserError(f"{what} {path}: {why}") from None
-    with os.fdopen(fd, "rb") as file:
-        st = os.fstat(file.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{what} {path}: not a plain file")
-        if st.st_uid != os.geteuid():
-            raise UserError(
-                f"{what} {path}: owned by {user_name(st.st_uid)}, not by this account ({user_name(os.geteuid())}); "
-                f"chown it to {user_name(os.geteuid())}"
-            )
-        if st.st_mode & 0o077:
-            mode = stat.S_IMODE(st.st_mode)
-            raise UserError(f"{what} {path}: others may read or write it (mode {mode:04o}); chmod 600 it")
-        try:
-            data = file.read(MAX_TOKENS_BYTES + 1)
-            if len(data) > MAX_TOKENS_BYTES:  # refused, not cut short: a token past the cut would be lost unsaid
-                raise UserError(f"{what} {path}: over {MAX_TOKENS_BYTES} bytes; not a tokens file")
-            return data.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"{what} {path}: cannot read it: {exc}") from None
+        raise UserError(f"{what} {path}: cannot read it: {exc.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{what} {path}: not UTF-8 text ({exc})") from None
 
 
 def read_tokens(path: Path) -> dict[str, str]:

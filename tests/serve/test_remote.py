@@ -195,7 +195,8 @@ def test_the_token_file_of_a_user_is_used_only_when_only_they_may_read_it(repo, 
     path.write_text(tokens[BOB] + "\n")
     env = {k: v for k, v in os.environ.items() if k != "TESTBED_TOKEN"} | {"HOME": str(tmp_path)}
     server = ("--server", remote.url, "--ca", str(pki.ca))
-    for mode, returncode, said in ((0o644, 2, "a token is a secret: chmod 600 it"), (0o600, 0, "testbed serve at")):
+    refused = "others may read or write it (mode 0644); chmod 600 it"
+    for mode, returncode, said in ((0o644, 2, refused), (0o600, 0, "testbed serve at")):
         path.chmod(mode)
         proc = run_testbed(repo, "queue", *server, env=env)
         assert proc.returncode == returncode and said in proc.stdout + proc.stderr, proc.stdout + proc.stderr
@@ -225,7 +226,7 @@ def test_token_new_prints_the_token_once_and_stores_only_its_digest(repo, tmp_pa
 REFUSED_FILES = [
     (0o644, None, "others may read or write it (mode 0644); chmod 600"),
     (0o620, None, "others may read or write it (mode 0620)"),
-    (0o600, int(ALICE), f"owned by {ALICE}, not by this account"),
+    (0o600, int(ALICE), f"owned by uid {ALICE}, not by this account"),
 ]
 
 
@@ -253,7 +254,8 @@ def test_a_tokens_file_given_through_a_link_is_refused(repo, pki, tmp_path):
     proc = run_testbed(repo, "serve", "--emulate", "--results", str(tmp_path / "results"), "--remote", "127.0.0.1:0",
                    "--tls-cert", str(pki.cert), "--tls-key", str(pki.key), "--tokens", str(link))  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "a link (give the file itself)" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+    said = f"--tokens {link}: a symbolic link (to {real}); a secret is read only from the file itself"
+    assert said in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_the_token_is_nowhere_in_the_server_s_output_run_folders_or_queue_file(remote, pki, tokens):
