@@ -394,9 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spare-steps", type=int, default=5, help="committed steps of the spare's before the end")
     parser.add_argument("--join-limit", type=float, default=60.0, help="seconds the spare has to join")
     parser.add_argument("--step-s", type=float, default=0.0, help="pause per step (stands in for compute)")
-    parser.add_argument(
-        "--kill-delay-ms", type=float, default=10.0, help="from group 1's step line to the fault"
-    )
+    parser.add_argument("--kill-delay-ms", type=float, default=10.0, help="from group 1's step line to the fault")
     parser.add_argument("--spare-after", type=float, default=1.0, help="seconds from the fault to the spare's start")
     parser.add_argument("--timeout-s", type=float, default=10.0, help="torchft's collective and RPC timeout")
     parser.add_argument("--quorum-timeout-s", type=float, default=30.0, help="torchft's quorum timeout")

@@ -316,8 +316,9 @@ def refuse_without_torchft(plan, where: str) -> None:
 
     missing = torchft_missing()
     if missing is not None:
-        raise UserError(f"{where}: job.torchft: the controller serves TorchFT's lighthouse, and {missing}: "
-                        f"{TORCHFT_INSTALL}")
+        raise UserError(
+            f"{where}: job.torchft: the controller serves TorchFT's lighthouse, and {missing}: {TORCHFT_INSTALL}"
+        )
 
 
 def refuse_on_the_twin(plan, playbook_file: str) -> None:

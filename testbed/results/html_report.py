@@ -73,7 +73,6 @@ figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; 
 """
 
 
-
 def e(value: object) -> str:
     """Text from the run, escaped for HTML text and attribute values alike."""
     return html.escape("" if value is None else str(value), quote=True)

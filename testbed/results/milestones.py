@@ -73,6 +73,8 @@ OTHER_COLOUR = "#9c9c9c"
 def segment_colour(segment: str) -> str:
     """A segment's colour; a joined one (`verify+relaunch`, a milestone skipped) takes its first part's."""
     return SEGMENT_COLOURS.get(segment.split("+")[0], OTHER_COLOUR)
+
+
 LAST_OF_SEVERAL = frozenset({Op.JOB_READY})  # one mark per rank; the milestone is reached by the last rank
 MEASURE_PREFIX = "failover"
 

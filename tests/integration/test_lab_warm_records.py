@@ -74,9 +74,7 @@ def _until_restarted(dispatcher, actor: str, was: int) -> None:
 
 def test_runs_indexed_behind_the_next_one_are_all_in_the_catalog_once_the_lab_closes(repo, tmp_path):
     inventory = repo / "playbooks/inventory/emulated-rack.yaml"
-    with testbed.Lab(
-        inventory, emulate=True, results=tmp_path, console=Console(quiet=True), index_behind=True
-    ) as lab:
+    with testbed.Lab(inventory, emulate=True, results=tmp_path, console=Console(quiet=True), index_behind=True) as lab:
         runs = [lab.run(repo / RECONFIG, trials=1) for _ in range(3)]
     assert all(run.ok for run in runs), [run.error for run in runs]
     indexed = {row["folder"]: row for row in select_runs(tmp_path, sync_first=False)}  # nothing synced since
