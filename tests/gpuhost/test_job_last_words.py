@@ -84,6 +84,25 @@ def test_without_a_rank_s_error_line_the_launcher_s_exception_says_why_else_the_
     assert last_words([]) is None
 
 
+# A spare's log (testbed-torch-train --in-job) whose generation never formed (a link dark while it formed), killed
+# as its failover ended: its own words, then what PyTorch's C++ logged from the thread still forming the group
+# (the line as a run on the twin under load recorded it).
+SPARE_LINES = """\
+spare parked slot gpu02 waiting for generation 1
+rank 1 gen 1 failed in step 1: process group of generation 1 not formed within 10 s: a member did not connect
+[W1128 08:51:40.113919803 socket.cpp:469] [c10d] waitForInput: poll for socket SocketImpl(fd=3, \
+addr=[ff01::b062:df4e:ff7f:0]:20191, remote=[fdff:ffff:1a7f:0:dd8:f338:1a7f:0]:535) returned 0, likely a timeout
+"""
+
+
+def test_without_an_error_line_the_job_s_own_last_words_win_over_a_library_s_log_lines_after_them():
+    lines = SPARE_LINES.splitlines()
+    for more in range(4):  # however many the library printed after them
+        said = last_words(lines + lines[-1:] * more + [TORCHRUN_WARNING] * more)
+        assert said == lines[1], said
+    assert last_words(lines[-1:]) == lines[-1]  # a log of a library's lines alone: its last line, not nothing
+
+
 class Watching:
     """The driver, with an event set once its watch has reported a line of the log (its tail follows the log)."""
 

@@ -316,18 +316,24 @@ LAST_WORDS = 60  # lines of a job's output kept for its own error when it exits 
 # Lines that say why a job ended, best first: "error: ..." (the hostside programs' form: the rank's own words), then
 # an exception's "SomeError: ..." line (a launcher's: torchrun's ChildFailedError comes after its worker's error).
 _WHY = (re.compile(r"^\s*error: "), re.compile(r"^\s*[\w.]*(Error|Exception): "))
+# A library's log line, not the job's own words: glog's form, which PyTorch's C++ (`[W1128 08:51:40.113919803
+# socket.cpp:469] [c10d] ...`) and torchrun's Python logger (`W1127 14:02:15.011000 4211 torch/...`) both print,
+# and go on printing from their threads after a rank has said why it stopped.
+_LIBRARY_LOG = re.compile(r"^\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ ")
 
 
 def last_words(lines: Sequence[str]) -> str | None:
     """What a job that ended said of why: its last "error: " line wherever it is (a launcher such as torchrun
     prints its worker's error and then a traceback and a summary of its own), else its last exception line, else
-    its last line.
+    its last line of its own (a rank killed after saying why it stopped, say, while a half-formed process group's
+    thread still logged timeouts), else its last line.
     """
     for why in _WHY:
         for line in reversed(lines):
             if why.search(line):
                 return line
-    return lines[-1] if lines else None
+    own = [line for line in lines if line.strip() and not _LIBRARY_LOG.match(line)]
+    return own[-1] if own else lines[-1] if lines else None
 
 
 def _reason_at_exit(host: GpuHost, handle: JobHandle, heartbeat_s: float) -> str | None:
