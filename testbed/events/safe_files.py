@@ -38,13 +38,13 @@ MAX_LINE_BYTES = 16 << 20  # one event or audit record (a device's reply include
 MAX_FIGURE_BYTES = 32 << 20  # a PNG embedded in a report
 MAX_JSON_DEPTH = 64  # objects and lists inside each other; a run's records nest a handful deep
 _CHUNK = 1 << 20
-
-
-_HOLDS_FILES = "refused (a run folder holds files)"
+_HOLDS_FILES = "refused (a run folder holds files)"  # what a refusal of a run folder's file says after its reason
 
 
 class UnsafeFile(UserError):
-    """A run folder's file that is refused: a link, not a regular file, too large, nested too deep."""
+    """A file that is refused (a run folder's, or a secret's): a link, not a regular file, too large, nested too
+    deep; a secret's also when others may read or write it or another account owns it.
+    """
 
 
 def _kind(mode: int) -> str:
