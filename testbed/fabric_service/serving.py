@@ -185,8 +185,6 @@ class ServedFabric:
         config = request.config
         apply_here = False
         with self._lock:
-            if self._closed:  # a rank still asking while the job stops: no change starts that no one will finish
-                raise Refused("the job's fabric service is closing")
             moving = [c for c in self._moving if c.config == config]
             if moving:
                 change = moving[-1]  # on its way: wait for it
