@@ -110,7 +110,10 @@ def test_training_progresses_over_circuits_and_stops_when_one_is_removed(ctl, sc
         codes = job.wait_exit(5)  # the cut resets the connections at once, well before --timeout
         assert codes == [3, 3], (codes, job.stderr)
         assert max(job.steps) <= at_cut + 1  # no progress after the circuit went away
-        assert all("error:" in err and "reset" in err for err in job.stderr), job.stderr
+        # The cut resets both ends of its connection; the first rank to notice names the reset, and the other
+        # names either the reset or the first one's exit, whichever reaches it first (a busy machine decides).
+        assert all("error:" in err and "the peer died" in err for err in job.stderr), job.stderr
+        assert any("reset" in err for err in job.stderr), job.stderr
     finally:
         job.stop()
     state = ctl.call(None, "dataplane.state")
