@@ -65,9 +65,10 @@ def run(sh: Shell, line: str, hang_up: bool = False) -> tuple[str, str, int]:
     """
     out: list[str] = []
     err: list[str] = []
-    start = time.monotonic()
-    gone = (lambda: time.monotonic() - start > HANG_UP_S) if hang_up else (lambda: False)
-    stream = Stream(out=out.append, err=err.append, closed=gone)
+    stream = Stream(out=out.append, err=err.append)  # a client that reads to the end
+    if hang_up:
+        start = time.monotonic()
+        stream.closed = lambda: time.monotonic() - start > HANG_UP_S
     rest_out, rest_err, status = sh.run(line, stream)  # must not raise
     return "".join(out) + rest_out, "".join(err) + rest_err, status
 
