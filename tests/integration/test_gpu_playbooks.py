@@ -12,6 +12,7 @@ import pytest
 from testbed.cli.main import main
 
 INVENTORY = "playbooks/inventory/emulated-rack.yaml"
+DETECTION_TRIALS = 2
 
 
 def run(repo: Path, tmp: Path, playbook: str, *extra: str) -> Path:
@@ -33,26 +34,27 @@ def test_health_check_of_every_host(ray_cluster, repo, tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def detection_run(ray_cluster, repo, tmp_path_factory) -> Path:
-    return run(repo, tmp_path_factory.mktemp("results"), "playbooks/detect-failure.yaml", "--trials", "2")
+    return run(
+        repo, tmp_path_factory.mktemp("results"), "playbooks/detect-failure.yaml", "--trials", str(DETECTION_TRIALS)
+    )
 
 
 def test_every_injected_failure_is_detected_after_it_happened(detection_run):
     summary = json.loads((detection_run / "summary.json").read_text())
     assert summary["status"] == "ok"
-    for span in ("detect-kill.latency", "detect-gpu.latency"):
-        assert summary["spans"][span]["n"] == 2
+    detected = ("detect-kill.latency", "detect-gpu.latency")  # one fault of each kind per trial
+    for span in detected:
+        assert summary["spans"][span]["n"] == DETECTION_TRIALS
     events = [json.loads(line) for line in (detection_run / "events.jsonl").read_text().splitlines()]
     # Never before the fault was sent. The injection's moment is the midpoint of the call that made it, so on a
     # busy machine a watch can see the exit before that midpoint (docs/faults.md, "When a fault happened"); it
     # can never see it before the call went out, nor be off by more than half the call.
-    for trial in (0, 1):
+    for trial in range(DETECTION_TRIALS):
         mine = [e for e in events if e.get("trial") == trial]
         sent = [e["mono_ns"] for e in mine if e["op"] == "fault.inject" and e["type"] == "invoke"]
         done = [e["mono_ns"] for e in mine if e["op"] == "fault.inject" and e["type"] == "ok"]
-        measured = [
-            e for e in mine if e["type"] == "measure" and e["op"] in ("detect-kill.latency", "detect-gpu.latency")
-        ]
-        assert len(sent) == len(done) == len(measured) == 2
+        measured = [e for e in mine if e["type"] == "measure" and e["op"] in detected]
+        assert len(sent) == len(done) == len(measured) == len(detected)
         for m, t_sent, t_done in zip(measured, sent, done, strict=True):
             assert m["data"]["end_ns"] > t_sent, (trial, m)
             assert m["data"]["ms"] * 1e6 >= -(t_done - t_sent) / 2, (trial, m)
