@@ -18,6 +18,7 @@ two inventories, so that a load on the machine that comes and goes falls on both
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -97,13 +98,17 @@ def test_compare_of_two_ids_shows_each_points_difference_and_the_inventorys(resu
         assert row[2] == "A" and float(row[6]) > 1.1 and row[7] == SLOWER
 
 
-def test_trend_by_tag_has_a_line_per_tag(results, capsys, tmp_path):
+def test_trend_by_tag_has_a_line_per_tag(results, capsys, tmp_path, repo):
+    inventory = (repo / "playbooks/inventory/emulated-rack.yaml").read_text()
+    jitter_ms = float(re.search(r"jitter_ms: ([0-9.]+)", inventory)[1])  # the copy keeps it: a move is +- this
     code, out, _ = cli(capsys, "trend", SPAN, "--results", str(results), "--by", "tag", "--json")
     rows = json.loads(out)
     assert code == 0 and [(r["series"], r["label"]) for r in rows] == [(p, t) for p in POINTS for t in TAGS]
     for point in POINTS:
         fast, slow = (next(r for r in rows if r["series"] == point and r["label"] == t) for t in TAGS)
-        assert slow["p50_ms"] > fast["p50_ms"] + 100 and len(fast["runs"]) == len(slow["runs"]) == RUNS_PER_SIDE
+        # The slow tag's line is the slow switch's: no change there is quicker than its switching time (a lower bound
+        # of the model, however busy the machine; the two lines' measured difference is the gate's to judge, above).
+        assert slow["p50_ms"] >= SLOW_MS - jitter_ms and len(fast["runs"]) == len(slow["runs"]) == RUNS_PER_SIDE
         assert np.isfinite(slow["p50_ms"]) and fast["statuses"] == ["ok"] * RUNS_PER_SIDE
     code, out, _ = cli(capsys, "trend", SPAN, "--results", str(results), "--by", "tag", "--out", str(tmp_path))
     said = " ".join(out.split())
