@@ -18,7 +18,6 @@ two inventories, so that a load on the machine that comes and goes falls on both
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +27,7 @@ from matplotlib.image import imread
 
 from testbed.catalog import select_runs
 from testbed.cli.main import main
+from testbed.documents import load_inventory
 from testbed.results.compare import SLOWER
 
 SPAN = "fabric_service.change_time"
@@ -99,8 +99,8 @@ def test_compare_of_two_ids_shows_each_points_difference_and_the_inventorys(resu
 
 
 def test_trend_by_tag_has_a_line_per_tag(results, capsys, tmp_path, repo):
-    inventory = (repo / "playbooks/inventory/emulated-rack.yaml").read_text()
-    jitter_ms = float(re.search(r"jitter_ms: ([0-9.]+)", inventory)[1])  # the copy keeps it: a move is +- this
+    inventory = load_inventory(repo / "playbooks/inventory/emulated-rack.yaml").model
+    jitter_ms = inventory.devices["ocs1"].emulation.jitter_ms  # the slow copy keeps it: a move is +- this
     code, out, _ = cli(capsys, "trend", SPAN, "--results", str(results), "--by", "tag", "--json")
     rows = json.loads(out)
     assert code == 0 and [(r["series"], r["label"]) for r in rows] == [(p, t) for p in POINTS for t in TAGS]

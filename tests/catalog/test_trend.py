@@ -88,8 +88,8 @@ def steady_history(results: Path, mine: Path) -> tuple[list[Path], list[Path]]:
     """Nine runs in `mine` as a machine with nothing else to do would make them: six at the 25 ms switch's level,
     then three at the 75 ms switch's, each level the copies of one real run of the campaign (its first baseline run,
     its first slow run), a minute apart. The campaign's own runs carry whatever other work on the machine did
-    between them, and on a busy machine that work steps too (one such campaign went 68 -> 52 ms within the six runs
-    of one switch): a real step, which the trend rightly finds, and not what these tests are about.
+    between them, and on a busy machine that work can step too: a real step, which the trend rightly finds, and not
+    what these tests are about.
     """
     base, slow = select_runs(results, tag="baseline")[0], select_runs(results, tag="slow")[0]
     before = [copy_run(Path(base["path"]), mine, i, started_offset_s=60.0 * i) for i in range(6)]
