@@ -6,7 +6,7 @@ plug in its own driver for the same kind of device.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -31,27 +31,40 @@ class CircuitSwitch(Protocol):
     change sends its commands back to back, waits for the switch, then checks once).
     """
 
-    def identify(self) -> Identity: ...
+    def identify(self) -> Identity:
+        """Vendor, model, serial and firmware, as the switch reports them."""
 
-    def size(self) -> tuple[int, int]: ...
+    def size(self) -> tuple[int, int]:
+        """(ingress ports, egress ports)."""
 
-    def connect(self, pairs: Iterable[tuple[int, int]], *, check: bool = True) -> None: ...
+    def connect(self, pairs: Iterable[tuple[int, int]], *, check: bool = True) -> None:
+        """Add the (ingress, egress) circuits; returns once the switch accepted them (not settled)."""
 
-    def disconnect(self, pairs: Iterable[tuple[int, int]], *, check: bool = True) -> None: ...
+    def disconnect(self, pairs: Iterable[tuple[int, int]], *, check: bool = True) -> None:
+        """Remove the (ingress, egress) circuits; returns once the switch accepted the command."""
 
-    def check_errors(self, after: str = ...) -> None: ...
+    def check_errors(self, after: str = ...) -> None:
+        """Raise DeviceCommandError if the switch holds errors from writes sent with check=False
+        (`after` names them in the message).
+        """
 
-    def disconnect_all(self) -> None: ...
+    def disconnect_all(self) -> None:
+        """Remove every circuit."""
 
-    def wait_settled(self) -> None: ...
+    def wait_settled(self) -> None:
+        """Return once the mirrors have stopped moving (light can flow on the circuits made)."""
 
-    def connections(self) -> dict[int, int]: ...
+    def connections(self) -> dict[int, int]:
+        """{ingress: egress} for every circuit the switch holds now."""
 
-    def port_power(self, ports: Iterable[int]) -> dict[int, float]: ...
+    def port_power(self, ports: Iterable[int]) -> dict[int, float]:
+        """dBm measured on each of the ports."""
 
-    def set_port_enabled(self, ports: Iterable[int], enabled: bool) -> None: ...
+    def set_port_enabled(self, ports: Iterable[int], enabled: bool) -> None:
+        """Take the ports out of service (False) or back (True); a write, as PortControl says."""
 
-    def port_states(self, ports: Iterable[int]) -> Mapping[int, str]: ...
+    def port_states(self, ports: Iterable[int]) -> Mapping[int, str]:
+        """Each port's state: "E" (enabled), "D" (disabled) or "F" (failed)."""
 
 
 @runtime_checkable
@@ -66,9 +79,11 @@ class PortControl(Protocol):
     naming the driver.
     """
 
-    def set_port_enabled(self, ports: Iterable[int], enabled: bool) -> None: ...
+    def set_port_enabled(self, ports: Iterable[int], enabled: bool) -> None:
+        """Take the ports out of service (False) or back into it (True); their circuits stay."""
 
-    def port_states(self, ports: Iterable[int]) -> Mapping[int, str]: ...
+    def port_states(self, ports: Iterable[int]) -> Mapping[int, str]:
+        """Each port's state: "E" (enabled), "D" (disabled) or "F" (failed)."""
 
 
 @dataclass(frozen=True)
@@ -146,11 +161,16 @@ class GpuHost(Protocol):
     exit as they happen; `health` is a one-shot probe: GPUs (lost ones too), kernel Xid lines, ok.
     """
 
-    def identify(self) -> Identity: ...
+    def identify(self) -> Identity:
+        """The host as its GPUs describe it: vendor, model (count and GPU name), serial (the hostname),
+        firmware (the GPU driver's version).
+        """
 
-    def gpus(self) -> list[GpuInfo]: ...
+    def gpus(self) -> list[GpuInfo]:
+        """Every GPU as nvidia-smi lists it."""
 
-    def processes(self) -> list[GpuProcess]: ...
+    def processes(self) -> list[GpuProcess]:
+        """The processes running on the GPUs."""
 
     def run_job(
         self,
@@ -160,23 +180,39 @@ class GpuHost(Protocol):
         gpus: list[int] | None = None,
         env: Mapping[str, str] | None = None,
         workdir: str | None = None,
-    ) -> JobHandle: ...
+    ) -> JobHandle:
+        """Start `command` in the background as a process group of its own, its output to a log on the
+        host; `gpus` sets CUDA_VISIBLE_DEVICES. Returns the job's handle (its pid and log).
+        """
 
-    def job_status(self, job: JobHandle, progress: str | None = None, tail_lines: int = 50) -> JobStatus: ...
+    def job_status(self, job: JobHandle, progress: str | None = None, tail_lines: int = 50) -> JobStatus:
+        """Whether the job's process still runs, and its latest progress (`progress` matched on the log's
+        last `tail_lines` lines).
+        """
 
-    def tail(self, path: str, lines: int = 50) -> str: ...
+    def tail(self, path: str, lines: int = 50) -> str:
+        """The last `lines` lines of a file on the host (a job's log)."""
 
-    def signal(self, pid: int, sig: str = "TERM", *, group: bool = True) -> None: ...
+    def signal(self, pid: int, sig: str = "TERM", *, group: bool = True) -> None:
+        """Send `sig` to the job's whole process group (group=True) or to the one process."""
 
-    def stop_job(self, job: JobHandle, grace_s: float = 5.0) -> str: ...
+    def stop_job(self, job: JobHandle, grace_s: float = 5.0) -> str:
+        """SIGTERM the job's process group, SIGKILL after `grace_s`; "not running", "terminated" or
+        "killed".
+        """
 
-    def kernel_xids(self) -> list[str]: ...
+    def kernel_xids(self) -> list[str]:
+        """The kernel log's `NVRM: Xid` lines (GPU faults the driver reported)."""
 
     def watch(
         self, job: JobHandle, *, heartbeat_s: float = 0.05, progress: str | None = ..., lines: int | None = 0
-    ) -> Iterable[WatchEvent]: ...
+    ) -> Iterable[WatchEvent]:
+        """The job's progress lines and its exit, as they happen, on one persistent channel; a heartbeat
+        event every `heartbeat_s` while nothing else happens.
+        """
 
-    def health(self) -> dict: ...
+    def health(self) -> dict:
+        """One probe: the GPUs (lost ones too), the kernel's Xid lines, and `ok`."""
 
 
 @runtime_checkable
@@ -188,18 +224,26 @@ class PhotonicMesh(Protocol):
     `circuits` reads the heaters back. Drive values are in the chip's native unit (mA or V).
     """
 
-    def identify(self) -> Identity: ...
+    def identify(self) -> Identity:
+        """Vendor, model, serial and firmware, as the chip's controller reports them."""
 
-    def size(self) -> tuple[int, int]: ...
+    def size(self) -> tuple[int, int]:
+        """(inputs, outputs): N and N."""
 
-    def heater_count(self) -> int: ...
+    def heater_count(self) -> int:
+        """How many heaters (phase shifters) the chip has."""
 
-    def program(self, permutation) -> list[int]: ...
+    def program(self, permutation: Sequence[int] | Mapping[int, int]) -> list[int]:
+        """Route a permutation through the chip's calibration; the bar/cross state of every cell."""
 
-    def circuits(self) -> dict[int, int]: ...
+    def circuits(self) -> dict[int, int]:
+        """{input: output} that the heaters hold now, read back and decoded."""
 
-    def set_drive(self, heater: int, value: float) -> None: ...
+    def set_drive(self, heater: int, value: float) -> None:
+        """Drive one heater, in the chip's native unit (mA or V)."""
 
-    def read_drive(self, heater: int) -> float: ...
+    def read_drive(self, heater: int) -> float:
+        """One heater's drive as the controller reads it back, in the chip's native unit."""
 
-    def output_power(self, ports: Iterable[int] | None = None) -> dict[int, float]: ...
+    def output_power(self, ports: Iterable[int] | None = None) -> dict[int, float]:
+        """dBm on each output port (N+1..2N); every output when `ports` is None."""

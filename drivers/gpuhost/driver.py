@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from drivers.capabilities import GpuInfo, GpuProcess, Identity, JobHandle, JobStatus, WatchEvent
+from drivers.capabilities import GpuHost, GpuInfo, GpuProcess, Identity, JobHandle, JobStatus, WatchEvent
 from drivers.gpuhost.jobs import Jobs
 from drivers.gpuhost.probes import HostProbes
 from drivers.gpuhost.shell import HostShell
@@ -18,7 +18,7 @@ from drivers.gpuhost.watch import follow
 from drivers.transports.ssh import ExecResult, SshTransport
 
 
-class GpuHostSsh:
+class GpuHostSsh(GpuHost):
     """A Linux GPU server over SSH: nvidia-smi, background jobs with a log file each, signals, the straggler
     agent.
     """

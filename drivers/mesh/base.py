@@ -8,13 +8,13 @@ Heaters are 0-based everywhere in this API (Qontrol channel numbers; SCPI channe
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from drivers.capabilities import Identity
+from drivers.capabilities import Identity, PhotonicMesh
 from drivers.errors import DeviceCommandError, DeviceError, DeviceProtocolError
 from drivers.mesh import layout
 from drivers.mesh.calibration import Calibration, CalibrationSettings, calibrate
@@ -24,7 +24,7 @@ class NotCalibrated(DeviceCommandError):
     """program() needs the chip's calibration (P_pi and offsets per heater)."""
 
 
-class MeshDriver:
+class MeshDriver(PhotonicMesh):
     """Shared logic of the PhotonicMesh drivers; ports are inputs 1..N and outputs N+1..2N."""
 
     drive_units = {"current": "mA", "voltage": "V"}
@@ -94,7 +94,7 @@ class MeshDriver:
         self._check_heater(heater)
         return self._read_level(heater)
 
-    def output_power(self, ports: Sequence[int] | None = None) -> dict[int, float]:
+    def output_power(self, ports: Iterable[int] | None = None) -> dict[int, float]:
         """dBm per output port (N+1..2N); default all outputs."""
         n = self.size()[0]
         mw = self._read_output_mw()

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from urllib.parse import parse_qs
 
 from drivers.audit import AuditSink
-from drivers.capabilities import Identity
+from drivers.capabilities import CircuitSwitch, Identity, PortControl
 from drivers.errors import DeviceCommandError, DeviceError, DeviceProtocolError, DeviceTimeout
 from drivers.netconf.hints import port_hint, refusal_hint
 from drivers.netconf.session import NC_NS, NetconfSession, Reply, qname, text_of
@@ -52,7 +52,7 @@ STATES = {"ENABLED": "E", "DISABLED": "D", "FAILED": "F", "UNSUPPORTED": "E"}  #
 _SIZE = re.compile(r"(\d+)x(\d+)")
 
 
-class PolatisNetconf:
+class PolatisNetconf(CircuitSwitch, PortControl):
     """A Polatis switch over NETCONF (CircuitSwitch capability). Ingress ports 1..N, egress N+1..2N.
 
     Connects on first use; a session that dropped is opened again before the next RPC (never in the middle

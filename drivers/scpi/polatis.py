@@ -15,7 +15,7 @@ import operator
 import re
 from collections.abc import Iterable, Sequence
 
-from drivers.capabilities import Identity
+from drivers.capabilities import CircuitSwitch, Identity, PortControl
 from drivers.errors import DeviceCommandError, DeviceError, DeviceProtocolError, DeviceTimeout, switch_ports_hint
 from drivers.transports import MessageTransport
 
@@ -27,7 +27,7 @@ _CONN_STAT = re.compile(r"^\(@([^)]*)\)\s*,\s*\(@([^)]*)\)$")
 _ERROR = re.compile(r"^([+-]?\d+)\s*(?:,\s*(.*))?$")
 
 
-class PolatisScpi:
+class PolatisScpi(CircuitSwitch, PortControl):
     """A Polatis switch (CircuitSwitch capability). Ingress ports 1..N, egress N+1..N+M."""
 
     def __init__(self, transport: MessageTransport, device: str, *, check_errors: bool = True) -> None:

@@ -24,7 +24,7 @@ import operator
 import re
 from collections.abc import Callable, Iterable
 
-from drivers.capabilities import Identity
+from drivers.capabilities import CircuitSwitch, Identity, PortControl
 from drivers.errors import DeviceCommandError, DeviceProtocolError
 from drivers.transports.tl1 import Tl1Transport
 from drivers.transports.tl1_messages import Tl1Message
@@ -58,7 +58,7 @@ def port_of(aid: str) -> int | None:
     return ((shelf - 1) * SLOTS_PER_SHELF + slot - 1) * PORTS_PER_SLOT + port
 
 
-class CalientTl1:
+class CalientTl1(CircuitSwitch, PortControl):
     """A Calient switch over TL1 (CircuitSwitch capability)."""
 
     def __init__(self, transport: Tl1Transport, device: str) -> None:

@@ -20,7 +20,7 @@ import operator
 import re
 from collections.abc import Iterable, Sequence
 
-from drivers.capabilities import Identity
+from drivers.capabilities import CircuitSwitch, Identity, PortControl
 from drivers.errors import DeviceProtocolError, switch_ports_hint
 from drivers.transports.tl1 import Tl1Transport
 from drivers.transports.tl1_messages import Tl1Message
@@ -34,7 +34,7 @@ _ALARM = re.compile(r"^\s*(\d+)\s*(?:,[^:]*)?:\s*([A-Z]{2})\s*,\s*([A-Z0-9-]+)")
 DARK_DBM = -99.99
 
 
-class PolatisTl1:
+class PolatisTl1(CircuitSwitch, PortControl):
     """A Polatis switch over TL1 (CircuitSwitch capability)."""
 
     def __init__(self, transport: Tl1Transport, device: str, *, max_batch: int = 256) -> None:

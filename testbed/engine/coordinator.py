@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from testbed.contracts.engine import Executable
+from testbed.contracts.engine import Executable, StepEngine
 from testbed.contracts.errors import ActorDied, ExperimentFailed, StepFailed, interruption, raise_failures
 from testbed.engine.device_actor import OpResult
 from testbed.engine.dispatch import ActorLost, CallTimeout, Dispatcher
@@ -68,7 +68,13 @@ class OpenInvokes:
         return len(orphans)
 
 
-class Coordinator:
+class Coordinator(StepEngine):
+    """One run's engine: it executes the planned steps in order against the devices' actors (through a
+    Dispatcher), records every call and its outcome, and holds what the steps share (the job, the fault
+    interlock, the twin). Steps, fault kinds and the fabric service see it as a StepEngine, which it declares,
+    so the type checker holds it to that contract (docs/architecture.md).
+    """
+
     def __init__(
         self,
         plan,
@@ -83,21 +89,59 @@ class Coordinator:
         self.plan = plan
         self.leases = leases  # testbed.leases.HeldLeases on a lab: checked before every command
         self.dispatcher = dispatcher
-        self.recorder = recorder
-        self.artifacts = artifacts  # where files a step produces are kept (the run folder)
-        self.twin = twin  # the twin's control (testbed.twin.bridge.TwinHandle) in an emulated run, None on a lab
+        self._recorder = recorder
+        self._artifacts = artifacts  # where files a step produces are kept (the run folder)
+        self._twin = twin  # the twin's control (testbed.twin.bridge.TwinHandle) in an emulated run, None on a lab
         self.jobs: JobController | None = None  # when the playbook has a job
-        self.fault_budget = FaultBudget(plan.playbook.max_concurrent_faults)
+        self._fault_budget = FaultBudget(plan.playbook.max_concurrent_faults)
         # Set when the run ends or aborts: faults still under way in `parallel` steps heal at once.
-        self.stopping = threading.Event()
+        self._stopping = threading.Event()
         # device -> power transfer matrix |T[out][in]|^2, known only to an emulated device (the twin)
-        self.ground_truth = ground_truth
-        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="step")
+        self._ground_truth = ground_truth
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="step")
         self.open_invokes = OpenInvokes()
         recorder.add_observer(self.open_invokes)
         self._pids: dict[str, int] = {}  # actor name -> its worker pid, as last seen
         self._fault_numbers = itertools.count(1)
         self._lapse_recorded = False
+
+    # StepEngine's read-only members (properties there, so they are properties here: a declared Protocol's
+    # property would refuse a plain attribute of the same name).
+
+    @property
+    def recorder(self) -> Recorder:
+        """The run's recorder."""
+        return self._recorder
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        """Threads for a step's concurrent work."""
+        return self._pool
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set when the run ends or aborts."""
+        return self._stopping
+
+    @property
+    def fault_budget(self) -> FaultBudget:
+        """The max_concurrent_faults interlock."""
+        return self._fault_budget
+
+    @property
+    def twin(self):
+        """The twin's control in an emulated run; None on a lab."""
+        return self._twin
+
+    @property
+    def artifacts(self) -> Path | None:
+        """The run folder; None when the run keeps none."""
+        return self._artifacts
+
+    @property
+    def ground_truth(self) -> Callable[[str], list[list[float]]] | None:
+        """device -> its power transfer matrix, in the twin; None on a lab."""
+        return self._ground_truth
 
     @property
     def devices(self) -> list[str]:

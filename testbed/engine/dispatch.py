@@ -22,7 +22,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from testbed.engine.direct import TOKEN_BYTES, ChannelClosed, DirectChannel
 
@@ -102,7 +102,7 @@ class _DirectPending:
             raise ActorLost(self.actor, f"ActorDiedError: {exc}") from None
 
 
-class RayDispatcher:
+class RayDispatcher(Dispatcher):
     """Devices served by hub actors (testbed.engine.hub.DeviceHub: one Ray actor per node, many devices in
     it). Each device's calls are numbered here, so its hub starts them in the order they were sent, whether a
     call goes over the hub's direct channel or through Ray.
@@ -217,7 +217,7 @@ class _LocalPending:
             raise CallTimeout(f"{self.actor}: no answer within {timeout} s") from None
 
 
-class LocalDispatcher:
+class LocalDispatcher(Dispatcher):
     """Actors as objects in this process (testbed.engine.device_actor.DeviceActor, or anything with its
     methods), each with its own threads.
     """
@@ -233,8 +233,9 @@ class LocalDispatcher:
     def call(self, actor: str, method: str, *args: Any) -> _LocalPending:
         return _LocalPending(actor, self._threads[actor].submit(getattr(self.actors[actor], method), *args))
 
-    def wait(self, pending: list[_LocalPending], *, timeout: float | None) -> tuple[list, list]:
-        by_future = {p.future: p for p in pending}
+    def wait(self, pending: list[Pending], *, timeout: float | None) -> tuple[list[Pending], list[Pending]]:
+        # A dispatcher is only handed back what its own `call` returned.
+        by_future = {cast(_LocalPending, p).future: p for p in pending}
         done, rest = concurrent.futures.wait(by_future, timeout=timeout, return_when="FIRST_COMPLETED")
         return [by_future[f] for f in done], [by_future[f] for f in rest]
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from testbed.contracts import engine as contract
 from testbed.contracts.engine import StepEngine
 from testbed.contracts.errors import OutcomeUnknown, StepFailed
 from testbed.events import Op
@@ -118,7 +119,7 @@ def _heal_noting(
         error.add_note(f"and healing {kind} failed: {failed}")
 
 
-class FaultBudget:
+class FaultBudget(contract.FaultBudget):
     """Interlock: at most `limit` faults active at once across the run (checked at plan time for `parallel`
     steps, and here again whatever the plan said).
     """

@@ -26,6 +26,7 @@ from emulators.kinds import BUILTIN_KINDS, adapter_class, spec_class
 from emulators.spec import TwinSpec
 from emulators.twin import TwinProcess
 from testbed.contracts.errors import UserError
+from testbed.contracts.twin import Twin
 from testbed.documents.inventory import Inventory
 from testbed.families import FAMILIES, family_of
 
@@ -127,8 +128,8 @@ def assert_loopback(inv: Inventory, devices, network: IpNetwork | None = None) -
         )
 
 
-class TwinHandle:
-    """A running twin as the engine reaches it (testbed.faults.base.Twin): control ops, timed ops, the truths
+class TwinHandle(Twin):
+    """A running twin as the engine reaches it (testbed.contracts.twin.Twin): control ops, timed ops, the truths
     only the twin knows.
     """
 
