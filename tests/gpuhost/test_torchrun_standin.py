@@ -251,8 +251,10 @@ def test_a_launcher_waits_for_every_node_until_the_rendezvous_timeout():
     proc = launch(["--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-conf", "timeout=1"] + ["true"])
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 1
+    # Ended by the rendezvous timeout it was given (its message says which): not before it, however late a busy
+    # machine lets it end.
     assert "Timed out after 1 seconds waiting for clients. 1/2 clients joined." in err
-    assert 1.0 <= time.monotonic() - t0 < 20
+    assert time.monotonic() - t0 >= 1.0
 
 
 @pytest.mark.timeout(60)
