@@ -103,7 +103,8 @@ def test_the_driver_starts_the_agent_on_the_host_and_stops_it(drv, rank, gpu_hos
     assert log == f"{rank.workdir}/straggle-{rank.pid}.log"
     # The host's own tools see the agent: a process of its own, not a GPU process.
     assert drv.straggle_agents(rank.pid) == [agent]
-    assert drv.exec(f"ps -o stat= -p {agent}").stdout.strip().startswith("S")
+    # Alive and not stopped itself: running or sleeping, whichever a busy machine catches it in.
+    assert drv.exec(f"ps -o stat= -p {agent}").stdout.strip()[:1] in ("R", "S")
     assert [j["pid"] for j in agents_on(gpu_host)] == [agent] and agents_on(gpu_host)[0]["gpus"] == []
     assert [p.pid for p in drv.processes()] == [rank.pid]
 
