@@ -214,9 +214,15 @@ class SshListener(Generic[Interface]):
                     self._threads.discard(threading.current_thread())
 
         thread = threading.Thread(target=run, name=name, daemon=True)
+        # Entered and started under the lock: join() never meets a thread that is not started yet (joining one
+        # raises), and a thread that could not start is not left behind for it.
         with self._lock:
             self._threads.add(thread)
-        thread.start()
+            try:
+                thread.start()
+            except BaseException:
+                self._threads.discard(thread)
+                raise
         return thread
 
     def _accept_loop(self, sock: socket.socket) -> None:
