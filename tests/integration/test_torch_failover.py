@@ -133,8 +133,7 @@ def test_a_real_pytorch_job_restarted_under_torchrun_fails_over_and_resumes(ray_
     # the losses after it repeat the ones the job printed for the same steps before the fault, if it printed any
     # past the checkpoint (the batches are drawn from seed, rank and step; the loss is the ranks' mean, the same on
     # every rank). Read every survivor: the restart stops the ranks wherever each is, so one may be stopped before
-    # printing a step that another printed and checkpointed (load run 14: the checkpoint of step 30, one survivor's
-    # log ending at step 29).
+    # printing a step that another printed and checkpointed.
     first = [s for s in starts if s["data"]["name"].endswith(".1")]  # the launch before the fault
     lost = next(s["device"] for s in first if s["data"]["name"] == f"node{rank}.1")
     before: dict[int, str] = {}
