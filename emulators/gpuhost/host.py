@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulators.gpuhost.joblog import LogCopier
 from emulators.gpuhost.nvsmi import App, Gpu, View
 from emulators.gpuhost.nvsmi_xml import CONDITIONS, XID_CONDITIONS
 from emulators.gpuhost.spec import GpuHostSpec
@@ -73,7 +74,11 @@ class Job:
     proc: subprocess.Popen
     returncode: int | None = None
     straggle: threading.Event | None = None  # set to stop the duty-cycle thread
-    copier: threading.Thread | None = None  # carries its output into its log file (see GpuHostEngine.spawn)
+    copier: LogCopier | None = None  # carries its output into its log file (see GpuHostEngine.spawn)
+    # Set once the process has exited and all it wrote is in its log file; until then the host's tools see it
+    # as running (joblog.py).
+    flushed: threading.Event = field(default_factory=threading.Event)
+    partial: bytes = b""  # the start of an output line not yet complete (for the ground truth)
 
     @property
     def alive(self) -> bool:
@@ -166,7 +171,7 @@ class GpuHostEngine:
 
     def live_jobs(self) -> list[Job]:
         with self._lock:
-            return [j for j in self.jobs.values() if j.alive and _proc_state(j.pid) not in (None, "Z")]
+            return [j for j in self.jobs.values() if j.alive and job_state(j) not in (None, "Z")]
 
     def program_path(self, name: str) -> str | None:
         if name in LAUNCHERS:
@@ -243,9 +248,8 @@ class GpuHostEngine:
         self.record_truth("spawn", pid=proc.pid, job=job.name, argv=list(argv))
         if sink is not None:
             pipe, proc.stdout = proc.stdout, None  # the copier's alone: a foreground pump reads stderr only
-            job.copier = threading.Thread(
-                target=self._copy_output, args=(job, pipe, sink), name=f"out-{proc.pid}", daemon=True
-            )
+            assert pipe is not None  # stdout=PIPE above
+            job.copier = LogCopier(pipe, sink, lambda data, t_ns: self._copied(job, data, t_ns), f"out-{proc.pid}")
             job.copier.start()
         threading.Thread(target=self._reap, args=(job,), name=f"reap-{proc.pid}", daemon=True).start()
         if broken:  # CUDA initialisation fails on a lost GPU / without a driver: the process dies at once
@@ -253,37 +257,34 @@ class GpuHostEngine:
         return job
 
     def _reap(self, job: Job) -> None:
+        """Once the job's process has exited: its exit in the ground truth, then, once all it wrote is in its log
+        file (joblog.py), the process reaped and its return code kept.
+        """
+        with contextlib.suppress(ChildProcessError):  # reaped by another waiter meanwhile (reset)
+            os.waitid(os.P_PID, job.pid, os.WEXITED | os.WNOWAIT)  # exited, left a zombie
+        exited_ns = time.monotonic_ns()
+        if job.copier is not None:
+            job.copier.drain()
+        job.flushed.set()
         code = job.proc.wait()
-        self.record_truth("exit", pid=job.pid, job=job.name, code=code)
+        self.record_truth("exit", exited_ns, pid=job.pid, job=job.name, code=code)
         with self._lock:
             job.returncode = code
             if job.straggle is not None:
                 job.straggle.set()
 
-    def _copy_output(self, job: Job, pipe, sink: int) -> None:
-        """Carry a job's output from its pipe into its log file; each complete line is timestamped (the
-        moment the host reads it, before anyone can see it in the file) in the ground truth.
+    def _copied(self, job: Job, data: bytes, t_ns: int) -> None:
+        """A chunk of a job's output is in its log file: `tail -F` readers are woken, and each complete line is
+        timestamped in the ground truth (the moment the host read it, before anyone could see it in the file).
         """
-        partial = b""
-        try:
-            while chunk := os.read(pipe.fileno(), 65536):
-                t_ns = time.monotonic_ns()
-                os.write(sink, chunk)
-                with self.appended:
-                    self.appended_count += 1
-                    self.appended.notify_all()
-                # Written down after the readers are woken: the record's own cost is not in their way.
-                if self.truth is not None:
-                    *lines, partial = (partial + chunk).split(b"\n")
-                    for line in lines:
-                        self.truth.record(
-                            "line", t_ns, host=self.spec.name, pid=job.pid, job=job.name, line=_text(line)
-                        )
-        except OSError:
-            pass  # the file's disk went away with the host's home (reset): the job's output is lost
-        finally:
-            os.close(sink)
-            pipe.close()
+        with self.appended:
+            self.appended_count += 1
+            self.appended.notify_all()
+        # Written down after the readers are woken: the record's own cost is not in their way.
+        if self.truth is not None:
+            *lines, job.partial = (job.partial + data).split(b"\n")
+            for line in lines:
+                self.truth.record("line", t_ns, host=self.spec.name, pid=job.pid, job=job.name, line=_text(line))
 
     def record_truth(self, event: str, t_ns: int | None = None, **fields) -> None:
         if self.truth is not None:
@@ -543,6 +544,23 @@ def _visible(value: str | None, count: int) -> list[int]:
         if part.isdigit() and int(part) < count and int(part) not in out:
             out.append(int(part))
     return out
+
+
+def job_state(job: Job) -> str | None:
+    """A job's process state as the host's tools read it: the kernel's, except that a process that has exited
+    is shown sleeping (S) until all it wrote is in its log file (joblog.py).
+    """
+    state = _proc_state(job.pid)
+    return "S" if state in ("Z", "X") and not job.flushed.is_set() else state
+
+
+def job_stat(job: Job, line: bytes) -> bytes:
+    """The kernel's /proc/PID/stat line of a job's process, with the state job_state shows."""
+    head, sep, rest = line.rpartition(b") ")
+    state = job_state(job)
+    if not sep or state is None or rest[:1] == state.encode():
+        return line
+    return head + sep + state.encode() + rest[1:]
 
 
 def _proc_state(pid: int) -> str | None:

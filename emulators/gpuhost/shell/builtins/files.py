@@ -1,7 +1,8 @@
 """The host's files, inside its home: cd, pwd, mkdir, cat, ls; and how a tool reads one file.
 
 The one file outside the home a tool may read is /proc/PID/stat of a process of the host (its jobs, and the
-command lines' background loops): the kernel's own line for it, a zombie's included. Deviation: any other
+command lines' background loops): the kernel's own line for it, a zombie's included, except that a job that has
+exited reads as sleeping until its output is in its log (emulators/gpuhost/joblog.py). Deviation: any other
 process's is missing, as on a host that runs nothing else.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 
+from emulators.gpuhost.host import job_stat
 from emulators.gpuhost.shell.context import Context, PathEscape, Result
 
 
@@ -98,10 +100,13 @@ def ls(args: list[str], ctx: Context) -> Result:
 
 def _proc_stat(tool: str, name: str, pid: int, ctx: Context) -> tuple[bytes | None, str]:
     engine = ctx.engine
-    if pid in engine.jobs or pid in engine.live_subshells():
+    job = engine.jobs.get(pid)
+    if job is not None or pid in engine.live_subshells():
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
-                return f.read(), ""
+                line = f.read()
         except OSError:
             pass  # reaped meanwhile
+        else:
+            return (line if job is None else job_stat(job, line)), ""
     return None, f"{tool}: {name}: No such file or directory\n"

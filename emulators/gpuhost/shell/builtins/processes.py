@@ -12,7 +12,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from emulators.gpuhost.host import Job, _proc_state
+from emulators.gpuhost.host import Job, _proc_state, job_state
 from emulators.gpuhost.shell.context import Context, Result
 
 # Signals a background loop (a subshell) ignores: any other ends it. Deviation: SIGSTOP ends it too.
@@ -166,7 +166,7 @@ def _etime(seconds: float) -> str:
 
 
 def _stat(j: Job) -> str:
-    return (_proc_state(j.pid) or "?") + "s"  # every job leads its own session
+    return (job_state(j) or "?") + "s"  # every job leads its own session
 
 
 # ps's output fields: name -> (header, value of a job)
@@ -177,8 +177,8 @@ PS_FIELDS: dict[str, tuple[str, Callable[[Job], str]]] = {
     "pgrp": ("PGRP", lambda j: str(j.pid)),
     "sid": ("SID", lambda j: str(j.pid)),
     "stat": ("STAT", _stat),
-    "state": ("S", lambda j: _proc_state(j.pid) or "?"),
-    "s": ("S", lambda j: _proc_state(j.pid) or "?"),
+    "state": ("S", lambda j: job_state(j) or "?"),
+    "s": ("S", lambda j: job_state(j) or "?"),
     "etime": ("ELAPSED", lambda j: _etime(time.monotonic() - j.started)),
     "etimes": ("ELAPSED", lambda j: str(int(time.monotonic() - j.started))),
     "comm": ("COMMAND", lambda j: os.path.basename(j.argv[0])[:15]),
