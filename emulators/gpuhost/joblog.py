@@ -70,7 +70,7 @@ class LogCopier:
                     self._copied += len(chunk)
                     self._changed.notify_all()
                 self._on_chunk(chunk, t_ns)
-        except (OSError, ValueError):
+        except OSError:
             pass  # the file's disk went away with the host's home (reset): the job's output is lost
         finally:
             with self._changed:
